@@ -1,0 +1,28 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Setup is idempotent.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.trtforge-setup
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+
+.PHONY: setup demo test lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	@# torch first, pinned: the CPU wheel on this disk. An existing torch (CUDA build on a GPU box) is kept.
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install torch==2.13.0
+	$(PIP) install -e '.[zoo,dev]'
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/trtforge demo
+
+lint: setup
+	$(PY) -m ruff check trtforge tests bench
+
+test: setup lint
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) trtforge_out .pytest_cache
