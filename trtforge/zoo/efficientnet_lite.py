@@ -124,4 +124,6 @@ def efficientnet_lite0(pretrained: bool = True) -> EfficientNetLite0:
         state = torch.load(lite0_weights_path(), map_location="cpu", weights_only=True)
         model.load_state_dict(state, strict=True)
     model.preprocessing = dict(LITE0_PREPROCESSING)
+    # Lets a runtime rebuild the PyTorch routes from the sidecar alone ("module:function").
+    model.trtforge_factory = "trtforge.zoo:efficientnet_lite0"
     return model.eval()
