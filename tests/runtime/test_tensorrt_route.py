@@ -1,0 +1,147 @@
+"""The TensorRT route's own logic, run against a test double of the TensorRT runtime API."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import trt_double
+from trt_double import FAKE_TRT, FakeTrtRuntime, write_fake_engine
+
+from trtforge.build.sidecar import EngineHashMismatch
+from trtforge.runtime.protocol import EngineClosedError, EngineInputError
+from trtforge.runtime.tensorrt_route import HostCodeRefused, TensorRTEngine
+
+ONE_PROFILE = [{"x": [[1, 3], [4, 3], [8, 3]]}]
+TWO_PROFILES = [{"x": [[1, 3], [4, 3], [8, 3]]}, {"x": [[9, 3], [16, 3], [32, 3]]}]
+
+
+def _engine(tmp_path, profiles=ONE_PROFILE, **kwargs) -> TensorRTEngine:
+    path = write_fake_engine(tmp_path, profiles)
+    return TensorRTEngine(path, device="cpu", bindings=FAKE_TRT, **kwargs)
+
+
+def _set_shape_calls(context) -> list:
+    return [c for c in context.calls if c[0] == "set_input_shape"]
+
+
+def test_specs_and_profiles_come_from_the_engine(tmp_path):
+    engine = _engine(tmp_path, TWO_PROFILES)
+    assert [s.name for s in engine.inputs] == ["x"]
+    assert [s.name for s in engine.outputs] == ["y", "total"]
+    assert engine.inputs[0].shape == (-1, 3)
+    assert engine.profiles[1]["x"] == {"min": [9, 3], "opt": [16, 3], "max": [32, 3]}
+    assert engine.route == "tensorrt" and engine.device == torch.device("cpu")
+
+
+def test_inputs_bound_by_pointer_and_outputs_trimmed_from_max_buffers(tmp_path):
+    engine = _engine(tmp_path)
+    x = torch.randn(3, 3)
+    out = engine(x)
+    context = FakeTrtRuntime.last.engines[0].contexts[0]
+    assert context.addresses["x"] == x.data_ptr()  # no copy: the caller's own memory
+    torch.testing.assert_close(out["y"], 2 * x + 1)
+    torch.testing.assert_close(out["total"], x.sum(dim=1))
+    assert out["y"].shape == (3, 3) and out["total"].shape == (3,)
+    # Views of buffers preallocated at the profile maximum (8 rows), bound once.
+    assert out["y"].untyped_storage().nbytes() == 8 * 3 * 4
+    assert out["y"].data_ptr() == context.addresses["y"]
+    assert out["total"].data_ptr() == context.addresses["total"]
+
+
+def test_set_input_shape_only_when_the_shape_changes(tmp_path):
+    engine = _engine(tmp_path)
+    engine(torch.randn(3, 3))
+    context = FakeTrtRuntime.last.engines[0].contexts[0]
+    after_first = len(_set_shape_calls(context))
+    engine(torch.randn(3, 3))
+    assert len(_set_shape_calls(context)) == after_first
+    out = engine(x := torch.randn(5, 3))
+    assert _set_shape_calls(context)[-1] == ("set_input_shape", "x", (5, 3))
+    assert len(_set_shape_calls(context)) == after_first + 1
+    torch.testing.assert_close(out["y"], 2 * x + 1)
+
+
+def test_profile_chosen_by_batch_size(tmp_path):
+    engine = _engine(tmp_path, TWO_PROFILES)
+    out = engine(x := torch.randn(12, 3))
+    torch.testing.assert_close(out["y"], 2 * x + 1)
+    contexts = FakeTrtRuntime.last.engines[0].contexts
+    assert len(contexts) == 1 and ("set_optimization_profile_async", 1) in contexts[0].calls
+    engine(torch.randn(2, 3))
+    assert len(contexts) == 2 and contexts[1].profile == 0
+    engine(torch.randn(20, 3))
+    assert len(contexts) == 2  # one context per profile, reused
+
+
+def test_batch_outside_every_profile_is_refused_with_the_ranges(tmp_path):
+    engine = _engine(tmp_path, TWO_PROFILES)
+    with pytest.raises(EngineInputError) as info:
+        engine(torch.randn(64, 3))
+    message = str(info.value)
+    assert "[1, 3]..[8, 3]" in message and "[9, 3]..[32, 3]" in message and "[64, 3]" in message
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        (torch.randn(2, 3, dtype=torch.float64), "x.to(torch.float32)"),
+        (torch.randn(3, 2).t(), "x.contiguous()"),
+        (torch.randn(2, 3, 1), "rank 3"),
+        (torch.randn(2, 4), "size 4 on axis 1"),
+        (torch.empty(2, 3, device="meta"), "is on meta"),
+        ([[1.0, 2.0, 3.0]], "pass a torch.Tensor or a numpy array"),
+        (np.zeros((2, 3), np.int64), "astype(np.float32)"),
+    ],
+    ids=["dtype", "non-contiguous", "rank", "fixed-dim", "device", "type", "numpy-dtype"],
+)
+def test_bad_inputs_refused_with_the_fix(tmp_path, value, fragment):
+    engine = _engine(tmp_path)
+    with pytest.raises(EngineInputError, match="x") as info:
+        engine(value)
+    assert fragment in str(info.value)
+
+
+def test_numpy_input_copied_explicitly(tmp_path):
+    engine = _engine(tmp_path)
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    out = engine(x=x)
+    np.testing.assert_allclose(out["y"].numpy(), 2 * x + 1, rtol=1e-6)
+
+
+def test_engine_bytes_checked_before_deserializing(tmp_path):
+    path = write_fake_engine(tmp_path, ONE_PROFILE)
+    path.write_text(path.read_text().replace("8", "9"))
+    FakeTrtRuntime.last = None
+    with pytest.raises(EngineHashMismatch, match="rebuild"):
+        TensorRTEngine(path, device="cpu", bindings=FAKE_TRT)
+    assert FakeTrtRuntime.last is None  # never reached the runtime
+
+
+def test_host_code_refused_unless_allowed(tmp_path):
+    path = write_fake_engine(tmp_path, ONE_PROFILE, host_code=True)
+    with pytest.raises(HostCodeRefused, match="allow_host_code=True"):
+        TensorRTEngine(path, device="cpu", bindings=FAKE_TRT)
+    TensorRTEngine(path, device="cpu", bindings=FAKE_TRT, allow_host_code=True)
+    assert FakeTrtRuntime.last.engine_host_code_allowed is True
+    _engine(tmp_path / "plain")
+    assert FakeTrtRuntime.last.engine_host_code_allowed is False  # off by default
+
+
+def test_real_bindings_refuse_a_cpu_device(tmp_path):
+    path = write_fake_engine(tmp_path, ONE_PROFILE)
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        TensorRTEngine(path, device="cpu")
+
+
+def test_close_and_context_manager(tmp_path):
+    with _engine(tmp_path) as engine:
+        engine(torch.randn(1, 3))
+    assert engine.closed
+    with pytest.raises(EngineClosedError):
+        engine(torch.randn(1, 3))
+    engine.close()  # idempotent
+
+
+def test_double_is_a_double():
+    assert trt_double.RUNS_ON_HOST_MEMORY and FakeTrtRuntime.__name__.startswith("Fake")

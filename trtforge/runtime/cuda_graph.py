@@ -1,0 +1,81 @@
+"""CUDA graphs: capture a call once per key (shapes, or a binding set), then replay it.
+
+A captured call reads and writes fixed buffers. ``GraphCache`` keeps one capture per key, at most
+``max_entries`` of them (least recently used go first), and frees them on ``clear()``.
+
+Example:
+    >>> cache = GraphCache(torch.device("cuda"))
+    >>> static_x = torch.rand(8, 3, 224, 224, device="cuda")
+    >>> out = cache.replay(("b8",), lambda: model(static_x))   # captured on the first call
+    >>> static_x.copy_(next_batch); out = cache.replay(("b8",), lambda: model(static_x))  # replay
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class CapturedCall:
+    """One captured graph and the outputs its replay writes."""
+
+    graph: Any  # torch.cuda.CUDAGraph
+    outputs: Any
+
+
+def capture(fn: Callable[[], Any], device: torch.device, warmup: int = 2) -> CapturedCall:
+    """Run ``fn`` ``warmup`` times on a side stream (lazy init, autotuning), then capture it."""
+    if device.type != "cuda":
+        raise ValueError(f"CUDA graphs need a CUDA device, got {device}; use a route without graphs on CPU")
+    with torch.cuda.device(device):
+        caller = torch.cuda.current_stream(device)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(caller)
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                fn()
+        caller.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = fn()
+    return CapturedCall(graph, outputs)
+
+
+class GraphCache:
+    """Captured calls by key; replays on the caller's current stream."""
+
+    def __init__(self, device: torch.device, max_entries: int = 16, warmup: int = 2) -> None:
+        self.device = device
+        self.max_entries = max_entries
+        self.warmup = warmup
+        self._entries: OrderedDict[Hashable, CapturedCall] = OrderedDict()
+        self.captures = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
+
+    def replay(self, key: Hashable, fn: Callable[[], Any]) -> Any:
+        """Replay the capture for ``key``; capture ``fn`` first when the key is new."""
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = capture(fn, self.device, self.warmup)
+            self.captures += 1
+            self._entries[key] = entry
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)
+        entry.graph.replay()
+        return entry.outputs
+
+    def clear(self) -> None:
+        """Drop every capture (and its memory pool)."""
+        self._entries.clear()

@@ -1,0 +1,107 @@
+"""The ``Engine`` protocol every route implements, and a small base class for the shared parts.
+
+An engine takes tensors (positionally, in ``inputs`` order, or by name) and returns a dict of
+named output tensors. Outputs may be views into buffers the engine reuses: they stay valid until
+the next call on the same engine; ``clone()`` them to keep them longer.
+
+Example:
+    >>> with trtforge.load("out/efficientnet_lite0_fp16.engine", route="fp16") as engine:
+    ...     engine.inputs[0].shape
+    ...     out = engine(torch.rand(1, 3, 224, 224))
+    (-1, 3, 224, 224)
+    >>> out["logits"].shape
+    torch.Size([1, 1000])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from trtforge.capture.specs import TensorSpec
+
+#: One dict per optimization profile: {input name: {"min": [...], "opt": [...], "max": [...]}}.
+Profiles = tuple[dict[str, dict[str, list[int]]], ...]
+
+
+class EngineInputError(ValueError):
+    """A call's inputs do not fit the engine (count, name, rank, dtype, device, shape, layout)."""
+
+
+class EngineClosedError(RuntimeError):
+    """The engine was closed; load it again."""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What every route offers: specs, a call, a device, a route name and ``close()``."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    profiles: Profiles
+    route: str
+
+    @property
+    def device(self) -> Any: ...
+
+    def __call__(self, *tensors: Any, **named: Any) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Engine: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class EngineBase:
+    """Shared parts: context manager, closing, and matching call arguments to ``inputs``."""
+
+    route: str = "base"
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+    profiles: Profiles = ()
+    _closed: bool = False
+
+    def __enter__(self) -> EngineBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineClosedError(f"this {self.route} engine was closed; load it again with trtforge.load")
+
+    def _arrange(self, tensors: Sequence[Any], named: Mapping[str, Any]) -> list[Any]:
+        """Positional and named arguments → one value per input, in ``inputs`` order."""
+        names = [spec.name for spec in self.inputs]
+        if len(tensors) > len(names):
+            raise EngineInputError(
+                f"{len(tensors)} inputs given, the engine takes {len(names)} ({', '.join(names)}); "
+                "pass one tensor per input"
+            )
+        unknown = sorted(set(named) - set(names))
+        if unknown:
+            raise EngineInputError(
+                f"unknown input name(s) {unknown}; the engine's inputs are {names}"
+            )
+        values: dict[str, Any] = dict(zip(names, tensors, strict=False))
+        for key, value in named.items():
+            if key in values:
+                raise EngineInputError(f"input {key!r} given both by position and by name; give it once")
+            values[key] = value
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise EngineInputError(f"missing input(s) {missing}; the engine's inputs are {names}")
+        return [values[n] for n in names]
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{s.name}:{s.dtype}{list(s.shape)}" for s in self.inputs)
+        return f"<{type(self).__name__} route={self.route} device={getattr(self, 'device', '?')} inputs=[{ins}]>"

@@ -1,0 +1,262 @@
+"""The TensorRT route: a verified engine file, run with the named-tensor API on the caller's stream.
+
+How a call runs:
+
+- inputs are checked (rank, dtype, device, contiguity) and bound by pointer, no copies; numpy
+  arrays and CPU tensors are copied to the engine's device first, explicitly;
+- the input shapes choose the optimization profile (smallest maximum batch that holds them);
+  shapes outside every profile are refused with the allowed ranges in the message;
+- every profile has its own execution context, created on first use, with its outputs
+  preallocated at the profile's maximum shapes; a call returns views of them trimmed to the
+  real output shapes (valid until the next call: ``clone()`` to keep);
+- ``set_input_shape`` runs only when an input's shape changed since the last call on that context;
+- ``execute_async_v3`` runs on the caller's current torch stream; nothing synchronizes;
+- with ``cuda_graph=True`` a call is captured once per binding set (profile, shapes, input
+  addresses) and replayed after.
+
+Threads: one lock per engine guards the contexts, so calls from several threads are safe and run
+one at a time (a context per thread would multiply activation memory; run one engine per thread
+for parallel streams).
+
+Engines that embed host code are refused unless ``allow_host_code=True``.
+
+Example:
+    >>> engine = TensorRTEngine("out/efficientnet_lite0_fp16.engine", device="cuda:0")
+    >>> engine(torch.rand(4, 3, 224, 224, device="cuda"))["logits"].shape
+    torch.Size([4, 1000])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from trtforge.build import trt as trt_shim
+from trtforge.build.sidecar import read_sidecar
+from trtforge.capture.specs import TensorSpec
+from trtforge.runtime.cuda_graph import GraphCache
+from trtforge.runtime.profiles import choose_profile, max_shapes
+from trtforge.runtime.protocol import EngineBase
+from trtforge.runtime.tensors import bind_input, torch_dtype
+
+#: Every TensorRT attribute this route touches, as "Class.attribute" ("Class" alone for a module
+#: attribute). tests/runtime/test_trt_api_surface.py checks each against the installed bindings.
+TRT_API_USED: tuple[str, ...] = (
+    "Logger", "Logger.WARNING", "Runtime", "TensorIOMode", "TensorIOMode.INPUT", "DataType",
+    "Runtime.deserialize_cuda_engine",
+    "ICudaEngine.num_io_tensors", "ICudaEngine.get_tensor_name", "ICudaEngine.get_tensor_mode",
+    "ICudaEngine.get_tensor_dtype", "ICudaEngine.get_tensor_shape",
+    "ICudaEngine.get_tensor_profile_shape", "ICudaEngine.num_optimization_profiles",
+    "ICudaEngine.create_execution_context",
+    "IExecutionContext.set_optimization_profile_async", "IExecutionContext.set_input_shape",
+    "IExecutionContext.set_tensor_address", "IExecutionContext.get_tensor_shape",
+    "IExecutionContext.execute_async_v3",
+)
+
+#: Used only when present (found by hasattr on the object): flavours differ here.
+TRT_API_OPTIONAL: tuple[str, ...] = ("Runtime.engine_host_code_allowed",)
+
+#: TensorRT DataType member name → spec dtype name.
+TRT_DTYPES: dict[str, str] = {
+    "FLOAT": "float32", "HALF": "float16", "BF16": "bfloat16", "INT8": "int8", "INT32": "int32",
+    "INT64": "int64", "BOOL": "bool", "UINT8": "uint8",
+}
+
+
+class HostCodeRefused(PermissionError):
+    """The engine embeds host code and the caller did not allow it."""
+
+
+def _enum_name(value: Any) -> str:
+    name = getattr(value, "name", None)
+    return name if isinstance(name, str) else str(value).rsplit(".", 1)[-1]
+
+
+@dataclass
+class _ContextState:
+    """One execution context, fixed to one profile, with its preallocated outputs."""
+
+    context: Any
+    profile: int
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    addresses: dict[str, int] = field(default_factory=dict)
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+    graphs: GraphCache | None = None
+
+
+class TensorRTEngine(EngineBase):
+    """A TensorRT engine behind the ``Engine`` protocol (see the module docstring)."""
+
+    route = "tensorrt"
+
+    def __init__(
+        self,
+        path: str | Path,
+        device: str | torch.device | None = None,
+        *,
+        cuda_graph: bool = False,
+        allow_host_code: bool = False,
+        bindings: ModuleType | None = None,
+    ) -> None:
+        self.sidecar = read_sidecar(Path(path))
+        engine_path = self.sidecar.verify_engine()  # refuse changed bytes before deserializing
+        if self.sidecar.builder.get("host_code", False) and not allow_host_code:
+            raise HostCodeRefused(
+                f"{engine_path} embeds host code (sidecar builder.host_code=true), which runs on "
+                "this machine when the engine loads. Load it with allow_host_code=True only if you "
+                "trust where it came from"
+            )
+        trt = bindings if bindings is not None else trt_shim.bindings()
+        self._trt = trt
+        self._device = torch.device(device) if device is not None else torch.device("cuda")
+        if self._device.type == "cuda" and self._device.index is None:
+            self._device = torch.device("cuda", torch.cuda.current_device())
+        if self._device.type != "cuda" and not getattr(trt, "RUNS_ON_HOST_MEMORY", False):
+            raise ValueError(
+                f"the TensorRT route needs a CUDA device, got {self._device}; use route='onnxruntime' "
+                "or route='eager' on a machine without a GPU"
+            )
+        self.cuda_graph = cuda_graph and self._device.type == "cuda"
+        self._lock = threading.Lock()
+        with self._device_guard():
+            self._runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+            if hasattr(self._runtime, "engine_host_code_allowed"):
+                self._runtime.engine_host_code_allowed = bool(allow_host_code)
+            self._engine = self._runtime.deserialize_cuda_engine(engine_path.read_bytes())
+        if self._engine is None:
+            raise RuntimeError(
+                f"TensorRT could not deserialize {engine_path}: it was built for another GPU or "
+                f"TensorRT version ({self.sidecar.builder.get('flavour')} "
+                f"{self.sidecar.builder.get('version')}, targets {self.sidecar.builder.get('targets')}). "
+                "Rebuild it on this machine with trtforge build"
+            )
+        self.inputs, self.outputs = self._read_io()
+        self.profiles = self._read_profiles()
+        self._contexts: dict[int, _ContextState] = {}
+
+    # -- reading the engine ---------------------------------------------------------------
+    def _read_io(self) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+        trt, engine = self._trt, self._engine
+        inputs, outputs = [], []
+        for i in range(engine.num_io_tensors):
+            name = engine.get_tensor_name(i)
+            dtype_key = _enum_name(engine.get_tensor_dtype(name))
+            if dtype_key not in TRT_DTYPES:
+                raise TypeError(f"engine tensor {name!r} has type {dtype_key}, which this route cannot bind")
+            spec = TensorSpec(name, TRT_DTYPES[dtype_key], tuple(int(d) for d in engine.get_tensor_shape(name)))
+            is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+            (inputs if is_input else outputs).append(spec)
+        return tuple(inputs), tuple(outputs)
+
+    def _read_profiles(self) -> tuple[dict[str, dict[str, list[int]]], ...]:
+        profiles = []
+        for index in range(self._engine.num_optimization_profiles):
+            profile = {}
+            for spec in self.inputs:
+                lo, opt, hi = self._engine.get_tensor_profile_shape(spec.name, index)
+                profile[spec.name] = {"min": [int(d) for d in lo], "opt": [int(d) for d in opt],
+                                      "max": [int(d) for d in hi]}
+            profiles.append(profile)
+        return tuple(profiles)
+
+    # -- devices and streams --------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def _device_guard(self) -> contextlib.AbstractContextManager:
+        return torch.cuda.device(self._device) if self._device.type == "cuda" else contextlib.nullcontext()
+
+    def _stream_handle(self) -> int:
+        if self._device.type == "cuda":
+            return torch.cuda.current_stream(self._device).cuda_stream
+        return 0
+
+    # -- contexts -------------------------------------------------------------------------
+    def _context(self, profile: int) -> _ContextState:
+        state = self._contexts.get(profile)
+        if state is not None:
+            return state
+        context = self._engine.create_execution_context()
+        if context is None:
+            raise RuntimeError("TensorRT could not create an execution context (out of GPU memory?)")
+        if profile != 0:
+            context.set_optimization_profile_async(profile, self._stream_handle())
+        state = _ContextState(context, profile)
+        # Outputs at the profile maximum: set the largest input shapes, read the output shapes.
+        largest = max_shapes(self.profiles[profile]) if self.profiles else {
+            s.name: s.shape for s in self.inputs}
+        for name, shape in largest.items():
+            context.set_input_shape(name, shape)
+            state.shapes[name] = tuple(shape)
+        for spec in self.outputs:
+            shape = tuple(int(d) for d in context.get_tensor_shape(spec.name))
+            if any(d < 0 for d in shape):
+                raise NotImplementedError(
+                    f"output {spec.name!r} has a data-dependent shape {list(shape)}; this route "
+                    "preallocates outputs and cannot run it"
+                )
+            buffer = torch.empty(shape, dtype=torch_dtype(spec.dtype), device=self._device)
+            context.set_tensor_address(spec.name, buffer.data_ptr())
+            state.buffers[spec.name] = buffer
+        if self.cuda_graph:
+            state.graphs = GraphCache(self._device)
+        self._contexts[profile] = state
+        return state
+
+    # -- the call -------------------------------------------------------------------------
+    def __call__(self, *tensors: Any, **named: Any) -> dict[str, torch.Tensor]:
+        self._check_open()
+        values = self._arrange(tensors, named)
+        bound = [bind_input(spec, value, self._device) for spec, value in zip(self.inputs, values, strict=False)]
+        shapes = {spec.name: tuple(t.shape) for spec, t in zip(self.inputs, bound, strict=False)}
+        profile = choose_profile(self.profiles, shapes)
+        with self._lock, self._device_guard():
+            state = self._context(profile)
+            context = state.context
+            for name, shape in shapes.items():
+                if state.shapes.get(name) != shape:
+                    if not context.set_input_shape(name, shape):
+                        raise RuntimeError(f"TensorRT refused shape {list(shape)} for input {name!r}")
+                    state.shapes[name] = shape
+            for spec, tensor in zip(self.inputs, bound, strict=False):
+                address = tensor.data_ptr()
+                if state.addresses.get(spec.name) != address:
+                    context.set_tensor_address(spec.name, address)
+                    state.addresses[spec.name] = address
+            result = {}
+            for spec in self.outputs:
+                shape = tuple(int(d) for d in context.get_tensor_shape(spec.name))
+                numel = 1
+                for d in shape:
+                    numel *= d
+                result[spec.name] = state.buffers[spec.name].reshape(-1)[:numel].view(shape)
+            if state.graphs is not None:
+                key = (tuple(shapes.items()), tuple(state.addresses[s.name] for s in self.inputs))
+                state.graphs.replay(key, lambda: self._execute(context, self._stream_handle()))
+            else:
+                self._execute(context, self._stream_handle())
+        return result
+
+    @staticmethod
+    def _execute(context: Any, stream: int) -> None:
+        if not context.execute_async_v3(stream):
+            raise RuntimeError("TensorRT execute_async_v3 failed; the log above says why")
+
+    def close(self) -> None:
+        """Free contexts, graphs, output buffers and the engine (idempotent)."""
+        with self._lock:
+            for state in self._contexts.values():
+                if state.graphs is not None:
+                    state.graphs.clear()
+                state.buffers.clear()
+            self._contexts.clear()
+            self._engine = None
+            self._runtime = None
+            self._closed = True

@@ -1,0 +1,95 @@
+"""Turning call arguments into tensors an engine can bind: dtype, device and layout checks.
+
+Rules shared by the routes:
+
+- a torch tensor already on the engine's device is used as it is (bound by pointer, no copy);
+  it must have the spec's dtype and be contiguous;
+- a numpy array or a CPU tensor is copied to the engine's device, explicitly, once;
+- a tensor on another CUDA device, a wrong dtype, or any other type is refused with a message
+  that names the fix.
+
+Example:
+    >>> spec = TensorSpec("x", "float32", (-1, 3))
+    >>> bind_input(spec, np.zeros((2, 3), np.float32), torch.device("cpu")).shape
+    torch.Size([2, 3])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from trtforge.capture.specs import TensorSpec
+from trtforge.runtime.profiles import check_rank_and_dims
+from trtforge.runtime.protocol import EngineInputError
+
+_TORCH_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+    "float64": torch.float64, "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
+    "int32": torch.int32, "int64": torch.int64, "bool": torch.bool,
+}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """Spec dtype name (numpy style) → torch dtype."""
+    try:
+        return _TORCH_DTYPES[name]
+    except KeyError:
+        raise ValueError(f"dtype {name!r} has no torch equivalent; known: {sorted(_TORCH_DTYPES)}") from None
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """torch dtype → spec dtype name."""
+    for name, value in _TORCH_DTYPES.items():
+        if value == dtype:
+            return name
+    raise ValueError(f"torch dtype {dtype} has no spec name")
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    if a.type != b.type:
+        return False
+    if a.type != "cuda":
+        return True
+    ia = a.index if a.index is not None else torch.cuda.current_device()
+    ib = b.index if b.index is not None else torch.cuda.current_device()
+    return ia == ib
+
+
+def bind_input(spec: TensorSpec, value: Any, device: torch.device) -> torch.Tensor:
+    """Check ``value`` against ``spec`` and return a tensor on ``device`` (no copy when possible)."""
+    want = torch_dtype(spec.dtype)
+    if isinstance(value, np.ndarray):
+        if spec.dtype == "bfloat16" or value.dtype != np.dtype(spec.dtype):
+            raise EngineInputError(
+                f"input {spec.name!r} is a numpy {value.dtype} array; the engine expects {spec.dtype}. "
+                f"Convert it first, e.g. x.astype(np.{spec.dtype})"
+            )
+        check_rank_and_dims(spec, value.shape)
+        return torch.from_numpy(np.ascontiguousarray(value)).to(device)
+    if not isinstance(value, torch.Tensor):
+        raise EngineInputError(
+            f"input {spec.name!r} is a {type(value).__name__}; pass a torch.Tensor or a numpy array "
+            f"of dtype {spec.dtype}"
+        )
+    if value.dtype != want:
+        raise EngineInputError(
+            f"input {spec.name!r} has dtype {value.dtype}; the engine expects {want}. Convert it with "
+            f"x.to({want})"
+        )
+    check_rank_and_dims(spec, value.shape)
+    if same_device(value.device, device):
+        if not value.is_contiguous():
+            raise EngineInputError(
+                f"input {spec.name!r} is not contiguous (strides {list(value.stride())}); the engine "
+                "binds it by pointer. Call x.contiguous() first"
+            )
+        return value
+    if value.device.type == "cpu":
+        return value.contiguous().to(device)
+    raise EngineInputError(
+        f"input {spec.name!r} is on {value.device}; this engine was loaded on {device}. Move it with "
+        f"x.to('{device}'), or load the engine with device='{value.device}'"
+    )
