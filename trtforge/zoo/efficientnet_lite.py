@@ -126,4 +126,7 @@ def efficientnet_lite0(pretrained: bool = True) -> EfficientNetLite0:
     model.preprocessing = dict(LITE0_PREPROCESSING)
     # Lets a runtime rebuild the PyTorch routes from the sidecar alone ("module:function").
     model.trtforge_factory = "trtforge.zoo:efficientnet_lite0"
+    model.trtforge_name = "efficientnet_lite0"
+    model.trtforge_input_names = ("images",)
+    model.trtforge_output_names = ("logits",)
     return model.eval()

@@ -1,0 +1,46 @@
+"""What ``trtforge.compile`` returns: the engine, its sidecar and the ONNX graphs beside it.
+
+Example:
+    >>> art = trtforge.compile(model, (x,), precision="fp16")
+    >>> art.engine_path.name, art.sidecar.precision["built"]
+    ('efficientnet_lite0_fp16.engine', 'fp16')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from trtforge.build.sidecar import Sidecar, read_sidecar
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """An engine file plus the sidecar that describes it (and the graphs it came from)."""
+
+    engine_path: Path
+    sidecar_path: Path
+    onnx_path: Path
+    reference_onnx_path: Path
+    sidecar: Sidecar
+
+    @classmethod
+    def open(cls, path: Path) -> Artifact:
+        """An artifact from its sidecar or engine path; checks the engine's sha256."""
+        sidecar = read_sidecar(Path(path))
+        sidecar.verify_engine()
+        base = sidecar.path.parent
+        return cls(
+            engine_path=sidecar.engine_path,
+            sidecar_path=sidecar.path,
+            onnx_path=base / sidecar.source.get("onnx_file", ""),
+            reference_onnx_path=base / sidecar.source.get("reference_onnx_file", ""),
+            sidecar=sidecar,
+        )
+
+    @property
+    def precision(self) -> str:
+        return self.sidecar.precision.get("built", "?")
+
+    def __str__(self) -> str:
+        return f"Artifact({self.engine_path}, precision={self.precision}, {self.sidecar.engine_size} bytes)"

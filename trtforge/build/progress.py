@@ -1,0 +1,92 @@
+"""A rich progress display driven by TensorRT's ``IProgressMonitor``; Ctrl-C cancels cleanly.
+
+Example:
+    >>> with BuildProgress(enabled=True) as monitor:
+    ...     config.progress_monitor = monitor.trt_monitor()
+    ...     plan = builder.build_serialized_network(network, config)
+    >>> monitor.cancelled
+    False
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from trtforge.build import trt
+
+
+class BuildProgress:
+    """Context manager: shows TensorRT's build phases; SIGINT asks TensorRT to stop at the next step."""
+
+    def __init__(self, enabled: bool = True, console: Console | None = None, title: str = "build") -> None:
+        self.enabled = enabled
+        self.cancelled = False
+        self.title = title
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(), console=console or Console(stderr=True), transient=True,
+            disable=not enabled,
+        )
+        self._tasks: dict[str, TaskID] = {}
+        self._previous_handler = None
+
+    # -- context -----------------------------------------------------------------------------
+    def __enter__(self) -> BuildProgress:
+        self._progress.__enter__()
+        if threading.current_thread() is threading.main_thread():
+            self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGINT, self._previous_handler)
+        self._progress.__exit__(*exc)
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        self.cancelled = True
+
+    # -- TensorRT callbacks ------------------------------------------------------------------
+    def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:
+        depth = 0
+        parent = parent_phase
+        while parent is not None and parent in self._tasks and depth < 4:
+            depth += 1
+            parent = None
+        label = ("  " * depth) + f"{self.title}: {phase_name}"
+        self._tasks[phase_name] = self._progress.add_task(label, total=max(num_steps, 1))
+
+    def step_complete(self, phase_name: str, step: int) -> bool:
+        task = self._tasks.get(phase_name)
+        if task is not None:
+            self._progress.update(task, completed=step + 1)
+        return not self.cancelled
+
+    def phase_finish(self, phase_name: str) -> None:
+        task = self._tasks.pop(phase_name, None)
+        if task is not None:
+            self._progress.remove_task(task)
+
+    def trt_monitor(self):
+        """An ``IProgressMonitor`` subclass instance that forwards to this object."""
+        mod = trt.bindings()
+        owner = self
+
+        class _Monitor(mod.IProgressMonitor):
+            def __init__(self) -> None:
+                mod.IProgressMonitor.__init__(self)
+
+            def phase_start(self, phase_name, parent_phase, num_steps):
+                owner.phase_start(phase_name, parent_phase, num_steps)
+
+            def step_complete(self, phase_name, step):
+                return owner.step_complete(phase_name, step)
+
+            def phase_finish(self, phase_name):
+                owner.phase_finish(phase_name)
+
+        return _Monitor()

@@ -1,0 +1,52 @@
+"""Accept an existing ``.onnx`` file as it is (external data included) and describe its I/O.
+
+Example:
+    >>> proto = load_onnx(Path("model.onnx"))
+    >>> inputs, outputs = graph_io(proto)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+
+from trtforge.capture.specs import ONNX_TO_DTYPE, TensorSpec
+
+
+class NotOnnxError(ValueError):
+    """The file is missing or is not an ONNX model."""
+
+
+def load_onnx(path: Path) -> onnx.ModelProto:
+    """Load ``path`` with its external data; a clear error when it is missing or not ONNX."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"model file {path} does not exist; pass an .onnx file or an nn.Module")
+    if path.is_dir():
+        raise NotOnnxError(f"{path} is a directory; pass the .onnx file inside it")
+    try:
+        proto = onnx.load(str(path), load_external_data=True)
+    except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError/RuntimeError/OSError
+        raise NotOnnxError(
+            f"{path} is not an ONNX model ({type(exc).__name__}: {exc}); export one with torch.onnx.export"
+        ) from exc
+    if not proto.graph.node and not proto.graph.output:
+        raise NotOnnxError(f"{path} parsed but holds no graph; is it really an ONNX model?")
+    return proto
+
+
+def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
+    ttype = value.type.tensor_type
+    dims = tuple(
+        int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else -1 for d in ttype.shape.dim
+    )
+    return TensorSpec(value.name, ONNX_TO_DTYPE.get(ttype.elem_type, f"onnx:{ttype.elem_type}"), dims)
+
+
+def graph_io(proto: onnx.ModelProto) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """Graph inputs (initializers excluded) and outputs as TensorSpecs, -1 for dynamic dims."""
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = tuple(_spec(v) for v in proto.graph.input if v.name not in inits)
+    outputs = tuple(_spec(v) for v in proto.graph.output)
+    return inputs, outputs

@@ -1,0 +1,272 @@
+"""``trtforge.compile``: capture → passes → (quantize) → build → artifact, validated up front.
+
+Example:
+    >>> import torch, trtforge
+    >>> from trtforge.zoo import efficientnet_lite0
+    >>> model = efficientnet_lite0()
+    >>> art = trtforge.compile(model, (torch.zeros(1, 3, 224, 224),), precision="fp16", batch=(1, 8, 32))
+    >>> art.engine_path
+    PosixPath('trtforge_out/efficientnet_lite0_fp16.engine')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import re
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+from rich.console import Console
+
+from trtforge._version import __version__
+from trtforge.artifact import Artifact
+from trtforge.build.atomic import atomic_write_bytes
+from trtforge.build.builder import BuildResult, build_engine
+from trtforge.build.config import BuildConfig, BuildConfigError
+from trtforge.build.sidecar import Sidecar, check_writable, is_trtforge_sidecar, sha256_file, write_sidecar
+from trtforge.capture.export import export_onnx, normalize_example_inputs
+from trtforge.capture.onnx_file import load_onnx
+from trtforge.capture.specs import TensorSpec
+from trtforge.passes.cleanup import cleanup
+from trtforge.passes.float16 import convert_float, plan_float
+from trtforge.passes.graph import dtype_summary, has_qdq, load_ir, model_sha256, proto_bytes, to_proto
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass(frozen=True)
+class OutputPaths:
+    """Where one build writes; every path is checked before work starts."""
+
+    directory: Path
+    name: str
+    precision: str
+
+    def engine(self, precision: str | None = None) -> Path:
+        return self.directory / f"{self.name}_{precision or self.precision}.engine"
+
+    def sidecar(self, precision: str | None = None) -> Path:
+        return self.directory / f"{self.name}_{precision or self.precision}.json"
+
+    def onnx(self, precision: str | None = None) -> Path:
+        return self.directory / f"{self.name}_{precision or self.precision}.onnx"
+
+    def reference_onnx(self) -> Path:
+        return self.directory / f"{self.name}_reference_fp32.onnx"
+
+
+def validate_name(name: str) -> str:
+    if not name or "/" in name or "\\" in name or os.sep in name:
+        raise ValueError(f"name {name!r} must be a plain file-name stem without a path separator; "
+                         "put the folder in output_dir=")
+    if not NAME_PATTERN.fullmatch(name):
+        raise ValueError(f"name {name!r}: use letters, digits, '.', '_' and '-' (starting with a letter or digit)")
+    return name
+
+
+def default_name(model_or_onnx: Any) -> str:
+    if isinstance(model_or_onnx, (str, Path)):
+        stem = Path(model_or_onnx).stem
+    else:
+        stem = getattr(model_or_onnx, "trtforge_name", None) or type(model_or_onnx).__name__
+        stem = re.sub(r"(?<!^)(?=[A-Z])", "_", stem).lower()
+    return re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "model"
+
+
+def prepare_output_dir(directory: Path) -> Path:
+    """Create ``directory`` if needed and prove it is writable, before any expensive work."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(f"output_dir {directory} is a file; pass a folder")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".trtforge-write-check-"):
+            pass
+    except OSError as exc:
+        raise PermissionError(
+            f"output_dir {directory} is not writable ({exc.strerror or exc}); choose another output_dir"
+        ) from exc
+    return directory
+
+
+def check_destinations(paths: OutputPaths, precisions: Sequence[str]) -> None:
+    """Refuse to overwrite engines, sidecars or graphs that trtforge did not write."""
+    for precision in precisions:
+        sidecar = paths.sidecar(precision)
+        check_writable(sidecar)
+        for other in (paths.engine(precision), paths.onnx(precision)):
+            if other.exists() and not sidecar.exists():
+                raise FileExistsError(
+                    f"{other} exists without a trtforge sidecar beside it; refusing to overwrite a file "
+                    "trtforge did not write. Move it away or choose another name= or output_dir."
+                )
+
+
+def _capture(model_or_onnx: Any, example_inputs: Any, tmp: Path, input_names, output_names,
+             dynamic_batch: bool) -> tuple[onnx.ModelProto, dict]:
+    if isinstance(model_or_onnx, (str, Path)):
+        path = Path(model_or_onnx)
+        proto = load_onnx(path)
+        return proto, {"kind": "onnx", "original": str(path)}
+    import torch
+
+    if not isinstance(model_or_onnx, torch.nn.Module):
+        raise TypeError(
+            f"compile() takes a torch.nn.Module or a path to an .onnx file, not {type(model_or_onnx).__name__}"
+        )
+    input_names = input_names or getattr(model_or_onnx, "trtforge_input_names", None)
+    output_names = output_names or getattr(model_or_onnx, "trtforge_output_names", None)
+    path = export_onnx(model_or_onnx, example_inputs, tmp / "captured.onnx", input_names=input_names,
+                       output_names=output_names, dynamic_batch=dynamic_batch)
+    source = {"kind": "torch", "module": type(model_or_onnx).__qualname__}
+    factory = getattr(model_or_onnx, "trtforge_factory", None)
+    if factory:
+        source["factory"] = factory
+    return load_onnx(path), source
+
+
+def _static_io(specs: tuple[TensorSpec, ...], config: BuildConfig) -> tuple[TensorSpec, ...]:
+    """With one static batch profile, write that batch into dim 0 instead of -1."""
+    if len(config.batches) != 1 or not config.batches[0].static:
+        return specs
+    batch = config.batches[0].opt
+    return tuple(
+        TensorSpec(s.name, s.dtype, (batch, *s.shape[1:])) if s.shape and s.shape[0] < 0 else s for s in specs
+    )
+
+
+def compile(  # noqa: A001 - the public verb users expect
+    model_or_onnx: Any,
+    example_inputs: Any = None,
+    *,
+    precision: str = "fp16",
+    batch: Any = 1,
+    targets: Sequence[str] | str | None = None,
+    output_dir: str | Path = "trtforge_out",
+    name: str | None = None,
+    preprocessing: Mapping[str, Any] | None = None,
+    notes: str | Sequence[str] | None = None,
+    shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
+    optimization_level: int = 3,
+    workspace_bytes: int | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    calibration_data: Any = None,
+    quant: Any = None,
+    progress: bool = True,
+    console: Console | None = None,
+) -> Artifact:
+    """Turn a PyTorch module (with example inputs) or an ``.onnx`` file into an engine + sidecar.
+
+    Example:
+        >>> art = compile("model.onnx", precision="fp16", batch=[(1, 1, 1), (1, 8, 32)], targets=["sm89"])
+    """
+    console = console or Console(stderr=True)
+    # 1. Everything cheap is validated before capture, passes or build start.
+    config = BuildConfig.create(precision=precision, batch=batch, shapes=shapes, targets=targets,
+                                optimization_level=optimization_level, workspace_bytes=workspace_bytes)
+    if config.precision == "int8" and calibration_data is None:
+        raise BuildConfigError(
+            "precision='int8' needs calibration_data= (an image folder, a .npy file, an array, "
+            "an iterable of input dicts, or a callable); see docs/quantization.md"
+        )
+    name = validate_name(name or default_name(model_or_onnx))
+    if preprocessing is None:
+        preprocessing = getattr(model_or_onnx, "preprocessing", None)
+    if not isinstance(model_or_onnx, (str, Path)):
+        import torch
+
+        if isinstance(model_or_onnx, torch.nn.Module):
+            normalize_example_inputs(model_or_onnx, example_inputs)
+    elif not Path(model_or_onnx).exists():
+        raise FileNotFoundError(f"model file {model_or_onnx} does not exist; pass an .onnx file or an nn.Module")
+    paths = OutputPaths(prepare_output_dir(Path(output_dir)), name, config.precision)
+    float_precision = "fp32" if config.float_dtype is None else {"float16": "fp16", "bfloat16": "bf16"}[config.float_dtype]
+    check_destinations(paths, sorted({config.precision, float_precision}))
+    reference = paths.reference_onnx()
+    if reference.exists() and not any(is_trtforge_sidecar(p) for p in paths.directory.glob(f"{name}_*.json")):
+        raise FileExistsError(
+            f"{reference} exists and no trtforge sidecar of {name!r} is beside it; refusing to overwrite a "
+            "file trtforge did not write. Move it away or choose another name=."
+        )
+
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtforge-")))
+        # Captured with a dynamic batch always: the optimization profiles decide what the engine takes.
+        proto, source = _capture(model_or_onnx, example_inputs, tmp, input_names, output_names, True)
+        # 2. Passes: cleanup (FP32 reference), then precision.
+        reference = cleanup(load_ir(proto))
+        reference_proto = to_proto(reference)
+        reference_bytes = proto_bytes(reference_proto)
+        quant_report = None
+        float_plan = None
+        if config.precision == "fp32":
+            processed = reference_proto
+        elif config.precision in ("fp16", "bf16"):
+            processed_ir = load_ir(onnx.load_from_string(reference_bytes))
+            float_plan = plan_float(processed_ir, config.float_dtype)
+            convert_float(processed_ir, config.float_dtype)
+            processed = to_proto(processed_ir)
+        else:
+            from trtforge.quantize.api import QuantConfig, quantize_model
+
+            result = quantize_model(onnx.load_from_string(reference_bytes), calibration_data,
+                                    quant if quant is not None else QuantConfig(),
+                                    preprocessing=dict(preprocessing) if preprocessing else None,
+                                    progress=progress)
+            processed = result.model
+            quant_report = result.report
+        built_precision = config.precision
+        if config.precision == "int8" and not has_qdq(load_ir(processed)):
+            built_precision = "fp16"  # placement kept every layer in FP16: say so in the file name
+        processed_bytes = proto_bytes(processed)
+        staged = tmp / "processed.onnx"
+        staged.write_bytes(processed_bytes)
+        # 3. Build.
+        result: BuildResult = build_engine(staged, config, name=f"{name}_{built_precision}",
+                                           progress=progress, console=console)
+        # 4. Artifact: engine first, then graphs, then the sidecar (atomic, each).
+        engine_path = paths.engine(built_precision)
+        atomic_write_bytes(engine_path, result.plan, mode=0o644)
+        onnx_path = paths.onnx(built_precision)
+        atomic_write_bytes(onnx_path, processed_bytes)
+        atomic_write_bytes(paths.reference_onnx(), reference_bytes)
+        notes_list = [notes] if isinstance(notes, str) else list(notes or ())
+        if float_plan is not None and float_plan.fp32_nodes:
+            notes_list.append(f"{len(float_plan.fp32_nodes)} node(s) kept in FP32 by the float pass")
+        source.update({
+            "onnx_file": onnx_path.name,
+            "onnx_sha256": model_sha256(processed),
+            "reference_onnx_file": paths.reference_onnx().name,
+            "reference_onnx_sha256": model_sha256(reference_proto),
+        })
+        sidecar = Sidecar(
+            name=name,
+            engine_file=engine_path.name,
+            engine_size=len(result.plan),
+            engine_sha256=sha256_file(engine_path),
+            inputs=_static_io(result.inputs, config),
+            outputs=_static_io(result.outputs, config),
+            profiles=result.profiles,
+            precision={
+                "requested": config.precision,
+                "built": built_precision,
+                "node_dtypes": dtype_summary(load_ir(processed)),
+                "fp32_nodes": dict(float_plan.fp32_nodes) if float_plan else {},
+            },
+            builder={**result.builder, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                     "config": config.key_fields(), "trtforge_version": __version__},
+            source=source,
+            preprocessing=dict(preprocessing) if preprocessing else None,
+            notes=tuple(notes_list),
+            quantization=quant_report,
+        )
+        sidecar_path = write_sidecar(paths.sidecar(built_precision), sidecar)
+    return Artifact(engine_path=engine_path, sidecar_path=sidecar_path, onnx_path=onnx_path,
+                    reference_onnx_path=paths.reference_onnx(), sidecar=Sidecar.from_dict(sidecar.to_dict(), sidecar_path))
