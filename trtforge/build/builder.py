@@ -167,6 +167,7 @@ def build_engine(
         "flavour": info.flavour,
         "version": info.version,
         "targets": list(config.targets) or ["portable"],
+        "offered_targets": list(info.compute_capability_targets),
         "optimization_level": config.optimization_level,
         "workspace_bytes": config.workspace_bytes,
         "strongly_typed": True,

@@ -85,9 +85,8 @@ def _features(mod: ModuleType) -> TrtInfo:
     cc_enum = getattr(mod, "ComputeCapability", None)
     targets: tuple[str, ...] = ()
     if cc_enum is not None:
-        targets = tuple(
-            n.lower() for n in dir(cc_enum) if n.startswith("SM") and n[2:].isdigit()
-        )
+        names = [n for n in dir(cc_enum) if n.startswith("SM") and n[2:].isdigit()]
+        targets = tuple(n.lower() for n in sorted(names, key=lambda n: int(n[2:])))
     has_strong_flag = creation is not None and hasattr(creation, "STRONGLY_TYPED")
     # Full TensorRT 10 needs the STRONGLY_TYPED flag; TensorRT 11 and RTX are strongly typed only
     # (RTX keeps the flag as a no-op). A binding without FP16/INT8 builder flags is typed by default.

@@ -1,0 +1,32 @@
+"""Where an engine can run, said in words for tables and docs.
+
+Example:
+    >>> where_it_runs({"flavour": "tensorrt_rtx", "targets": ["sm86"]})
+    'TensorRT-RTX: sm86 GPUs'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: Compute capability → GPU generation, for readable tables.
+GENERATIONS: dict[str, str] = {
+    "sm75": "Turing", "sm80": "Ampere A100", "sm86": "Ampere", "sm87": "Orin", "sm89": "Ada",
+    "sm90": "Hopper", "sm100": "Blackwell DC", "sm120": "Blackwell", "sm121": "GB10",
+}
+
+
+def where_it_runs(builder: Mapping[str, Any]) -> str:
+    """Short text: the flavour and the GPU classes an engine built with ``builder`` targets."""
+    flavour = builder.get("flavour", "?")
+    targets = [t for t in builder.get("targets", []) if t != "portable"]
+    label = "TensorRT-RTX" if flavour == "tensorrt_rtx" else "TensorRT"
+    if builder.get("hardware_compatibility"):
+        return f"{label}: {builder['hardware_compatibility']} GPUs"
+    if targets:
+        return f"{label}: " + ", ".join(f"{t} ({GENERATIONS.get(t, '?')})" for t in targets)
+    if flavour == "tensorrt_rtx":
+        offered = builder.get("offered_targets") or ["sm75", "sm121"]
+        return f"{label}: {offered[0]}–{offered[-1]} GPUs (portable)"
+    return f"{label}: the GPU model it was built on"
