@@ -10,5 +10,6 @@ from trtforge._version import __version__
 from trtforge.artifact import Artifact
 from trtforge.build.config import BuildConfig
 from trtforge.pipeline import compile  # noqa: A004 - the public verb
+from trtforge.runtime.load import load
 
-__all__ = ["Artifact", "BuildConfig", "__version__", "compile"]
+__all__ = ["Artifact", "BuildConfig", "__version__", "compile", "load"]

@@ -1,0 +1,95 @@
+"""PyTorch and ONNX Runtime routes agree with the model they came from (real weights, real photos)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import trtforge
+from trtforge.capture.specs import TensorSpec
+from trtforge.runtime import Engine, EngineInputError
+from trtforge.runtime.torch_routes import TorchEngine, export_aot_package
+
+
+@pytest.fixture(scope="module")
+def reference(lite0, photo_batch) -> torch.Tensor:
+    with torch.inference_mode():
+        return lite0(torch.from_numpy(photo_batch))
+
+
+def _check_close(out: torch.Tensor, ref: torch.Tensor, tol: float) -> None:
+    assert out.dtype == torch.float32 and out.shape == ref.shape
+    rel = ((out - ref).norm() / ref.norm()).item()
+    assert rel < tol, f"relative error {rel:.2e} over {tol:.0e}"
+    assert torch.equal(out.argmax(1), ref.argmax(1))
+
+
+def test_onnxruntime_route_matches_model(lite0_sidecar, photo_batch, reference):
+    with trtforge.load(lite0_sidecar, route="onnxruntime") as engine:
+        assert isinstance(engine, Engine) and engine.route == "onnxruntime"
+        assert engine.inputs[0].shape == (-1, 3, 224, 224) and engine.outputs[0].name == "logits"
+        _check_close(engine(photo_batch)["logits"], reference, 1e-5)
+
+
+@pytest.mark.parametrize(("route", "tol"), [("eager", 1e-6), ("fp16", 1e-2), ("cuda_graph", 1e-2)])
+def test_torch_routes_match_model(lite0_sidecar, photo_batch, reference, route, tol):
+    # No GPU here: every route falls back to the CPU; cuda_graph runs its FP16 module without graphs.
+    with trtforge.load(lite0_sidecar, route=route) as engine:
+        assert engine.device == torch.device("cpu") and engine.route == route
+        _check_close(engine(images=torch.from_numpy(photo_batch))["logits"], reference, tol)
+        assert engine.graph_captures == 0
+
+
+def test_fp16_route_leaves_the_callers_model_alone(lite0):
+    spec = TensorSpec("images", "float32", (-1, 3, 224, 224))
+    TorchEngine(lite0, [spec], ["logits"], route="fp16", device="cpu").close()
+    assert next(lite0.parameters()).dtype == torch.float32
+
+
+def test_compiled_route_with_torch_compile():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    spec = TensorSpec("x", "float32", (-1, 8))
+    x = torch.randn(5, 8)
+    # "default" keeps the test short on 2 cores; the route's default is "max-autotune" (see bench/).
+    with TorchEngine(model, [spec], ["y"], route="compiled", device="cpu", compile_mode="default") as engine:
+        torch.testing.assert_close(engine(x)["y"], model(x).detach())
+
+
+def test_compiled_route_from_aot_package_without_the_model(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
+    spec = TensorSpec("x", "float32", (-1, 8))
+    package = export_aot_package(model, [spec], tmp_path / "mlp_aot_cpu.pt2", device="cpu", batch=(1, 8))
+    with TorchEngine(None, [spec], ["y"], route="compiled", device="cpu", aot_package=package) as engine:
+        for batch in (1, 7):
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(engine(x)["y"], model(x).detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_batch_out_of_profile_refused_with_range(lite0_sidecar):
+    with trtforge.load(lite0_sidecar, route="eager") as engine:
+        with pytest.raises(EngineInputError, match=r"\[1, 3, 224, 224\]\.\.\[8, 3, 224, 224\]"):
+            engine(torch.zeros(9, 3, 224, 224))
+        with pytest.raises(EngineInputError, match="rank 3"):
+            engine(torch.zeros(3, 224, 224))
+        with pytest.raises(EngineInputError, match="expects torch.float32"):
+            engine(torch.zeros(1, 3, 224, 224, dtype=torch.float16))
+        with pytest.raises(EngineInputError, match="is on meta"):
+            engine(torch.zeros(1, 3, 224, 224, device="meta"))
+    with trtforge.load(lite0_sidecar, route="onnxruntime") as engine:
+        with pytest.raises(EngineInputError, match="outside every optimization profile"):
+            engine(np.zeros((9, 3, 224, 224), np.float32))
+
+
+def test_load_refusals(lite0_sidecar, tmp_path):
+    with pytest.raises(ValueError, match="unknown route 'tensorflow'"):
+        trtforge.load(lite0_sidecar, route="tensorflow")
+    onnx = lite0_sidecar.parent / "efficientnet_lite0_fp32.onnx"
+    with pytest.raises(ValueError, match="route='onnxruntime'"):
+        trtforge.load(onnx, route="eager")
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        trtforge.load(lite0_sidecar, route="eager", device="cuda")
+    text = lite0_sidecar.read_text().replace("trtforge.zoo:efficientnet_lite0", "os:getcwd")
+    (tmp_path / "evil.json").write_text(text)
+    with pytest.raises(PermissionError, match="trust_factory=True"):
+        trtforge.load(tmp_path / "evil.json", route="eager")

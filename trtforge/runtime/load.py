@@ -1,0 +1,121 @@
+"""``trtforge.load``: one entry point that returns an ``Engine`` for any route.
+
+The routes, as data (name, what runs, what it needs):
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from trtforge.build.sidecar import Sidecar, read_sidecar
+from trtforge.runtime.protocol import Engine
+
+#: (route, what runs, what it needs). README's routes table is this table.
+ROUTES: tuple[tuple[str, str, str], ...] = (
+    ("tensorrt", "the TensorRT engine, execute_async_v3 on the caller's stream; cuda_graph=True to replay",
+     "a CUDA GPU, TensorRT 10+ or TensorRT-RTX bindings, the .engine with its sidecar"),
+    ("eager", "the PyTorch model in FP32", "torch; the model (zoo factory in the sidecar, or model=)"),
+    ("fp16", "the PyTorch model in FP16, channels-last on the GPU", "torch; the model; a GPU for speed"),
+    ("cuda_graph", "the FP16 model captured as one CUDA graph per batch size",
+     "torch with CUDA; the model (on CPU: plain FP16)"),
+    ("compiled", "torch.compile(mode='max-autotune') in FP16, or an AOTInductor .pt2 beside the engine",
+     "torch, a C++ compiler, Triton on GPU; the model unless the .pt2 exists"),
+    ("onnxruntime", "the FP32 reference ONNX graph in ONNX Runtime (CPU, or the CUDA provider)",
+     "onnxruntime; the .onnx beside the engine"),
+)
+ROUTE_NAMES: tuple[str, ...] = tuple(r[0] for r in ROUTES)
+
+#: Factories named in sidecars are imported only from these packages unless trust_factory=True.
+TRUSTED_FACTORY_PREFIXES: tuple[str, ...] = ("trtforge.",)
+
+
+def aot_package_path(sidecar: Sidecar, device_type: str) -> Path:
+    """Where the compiled route keeps its AOTInductor package: beside the engine."""
+    base = sidecar.path.parent if sidecar.path is not None else Path(".")
+    return base / f"{sidecar.name}_aot_{device_type}.pt2"
+
+
+def model_from_factory(factory: str, trust_factory: bool = False) -> Any:
+    """``"package.module:function"`` → ``function()`` (an eval-mode nn.Module)."""
+    module_name, sep, function = factory.partition(":")
+    if not sep or not function:
+        raise ValueError(f"factory {factory!r} is not 'module:function'")
+    if not trust_factory and not module_name.startswith(TRUSTED_FACTORY_PREFIXES):
+        raise PermissionError(
+            f"the sidecar names factory {factory!r} outside {TRUSTED_FACTORY_PREFIXES}; importing it "
+            "would run its code. Pass model= yourself, or trust_factory=True if you trust the sidecar"
+        )
+    return getattr(importlib.import_module(module_name), function)().eval()
+
+
+def _onnx_file(sidecar: Sidecar, which: str) -> Path:
+    key = {"reference": "reference_onnx_file", "processed": "onnx_file"}[which]
+    name = sidecar.source.get(key) or sidecar.source.get("onnx_file")
+    if not name:
+        raise ValueError(
+            f"sidecar {sidecar.path} names no ONNX file (source.{key}); the onnxruntime route needs one"
+        )
+    return sidecar.path.parent / name
+
+
+def load(
+    path: str | Path,
+    route: str = "tensorrt",
+    device: Any = None,
+    *,
+    model: Any = None,
+    trust_factory: bool = False,
+    **options: Any,
+) -> Engine:
+    """Load the engine at ``path`` (the ``.engine``, its ``.json`` sidecar, or an ``.onnx``).
+
+    Options per route: ``tensorrt``: ``cuda_graph``, ``allow_host_code``; ``compiled``:
+    ``compile_mode``, ``aot_package`` (default: ``<name>_aot_<device>.pt2`` beside the engine, used
+    when it exists); ``onnxruntime``: ``onnx`` ("reference" FP32 graph, default, or "processed").
+
+    Example:
+        >>> engine = trtforge.load("out/efficientnet_lite0_fp16.engine", route="cuda_graph")
+        >>> engine.route, engine.device
+        ('cuda_graph', device(type='cuda', index=0))
+    """
+    if route not in ROUTE_NAMES:
+        raise ValueError(f"unknown route {route!r}; choose one of {ROUTE_NAMES}")
+    path = Path(path)
+    if path.suffix == ".onnx":
+        if route != "onnxruntime":
+            raise ValueError(f"{path} is an ONNX file: load it with route='onnxruntime', or load its engine")
+        from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
+
+        return OnnxRuntimeEngine(path, device, **options)
+    if route == "tensorrt":
+        from trtforge.runtime.tensorrt_route import TensorRTEngine
+
+        return TensorRTEngine(path, device, **options)
+    sidecar = read_sidecar(path)
+    if route == "onnxruntime":
+        from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
+
+        onnx = _onnx_file(sidecar, options.pop("onnx", "reference"))
+        return OnnxRuntimeEngine(onnx, device, profiles=sidecar.profiles, **options)
+
+    from trtforge.runtime.torch_routes import TorchEngine, default_device
+
+    target = default_device(device)
+    if route == "compiled":
+        package = options.pop("aot_package", None)
+        package = Path(package) if package is not None else aot_package_path(sidecar, target.type)
+        if package.is_file():
+            return TorchEngine(None, sidecar.inputs, sidecar.outputs, route=route, device=target,
+                               profiles=sidecar.profiles, aot_package=package)
+    if model is None:
+        factory = sidecar.source.get("factory")
+        if not factory:
+            raise ValueError(
+                f"route {route!r} runs the PyTorch model, and sidecar {sidecar.path} names no factory "
+                "(only zoo models do). Pass the model: trtforge.load(path, route=..., model=my_module)"
+            )
+        model = model_from_factory(factory, trust_factory)
+    return TorchEngine(model, sidecar.inputs, sidecar.outputs, route=route, device=target,
+                       profiles=sidecar.profiles, **options)

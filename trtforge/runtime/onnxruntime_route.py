@@ -1,0 +1,100 @@
+"""The ONNX Runtime route: the reference that runs anywhere (CPU, or the CUDA provider if present).
+
+Inputs go through the same checks as every route; outputs come back as torch tensors on the
+engine's device (the CPU with the CPU provider).
+
+Example:
+    >>> engine = OnnxRuntimeEngine("out/efficientnet_lite0_fp32.onnx")
+    >>> engine(np.zeros((1, 3, 224, 224), np.float32))["logits"].shape
+    torch.Size([1, 1000])
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from trtforge.capture.specs import TensorSpec
+from trtforge.runtime.profiles import choose_profile
+from trtforge.runtime.protocol import EngineBase, Profiles
+from trtforge.runtime.tensors import bind_input
+
+#: ONNX Runtime type strings → spec dtype names.
+ORT_DTYPES: dict[str, str] = {
+    "tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
+    "tensor(int8)": "int8", "tensor(uint8)": "uint8", "tensor(int32)": "int32",
+    "tensor(int64)": "int64", "tensor(bool)": "bool",
+}
+
+
+def _spec(arg: Any) -> TensorSpec:
+    if arg.type not in ORT_DTYPES:
+        raise TypeError(f"ONNX tensor {arg.name!r} has type {arg.type}, which this route cannot pass")
+    shape = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in arg.shape)
+    return TensorSpec(arg.name, ORT_DTYPES[arg.type], shape)
+
+
+class OnnxRuntimeEngine(EngineBase):
+    """An ONNX file run by ONNX Runtime, behind the ``Engine`` protocol."""
+
+    route = "onnxruntime"
+
+    def __init__(
+        self,
+        onnx_path: str | Path,
+        device: str | torch.device | None = None,
+        *,
+        profiles: Profiles = (),
+        threads: int | None = None,
+    ) -> None:
+        import onnxruntime as ort
+
+        onnx_path = Path(onnx_path)
+        if not onnx_path.is_file():
+            raise FileNotFoundError(f"no ONNX file at {onnx_path}")
+        want = torch.device(device) if device is not None else torch.device("cpu")
+        providers = ["CPUExecutionProvider"]
+        if want.type == "cuda":
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                raise ValueError(
+                    f"device {want} asked for, but this onnxruntime has no CUDA provider "
+                    f"({ort.get_available_providers()}); use device='cpu' or install onnxruntime-gpu"
+                )
+            index = want.index if want.index is not None else 0
+            providers = [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+            want = torch.device("cuda", index)
+        options = ort.SessionOptions()
+        if threads is not None:
+            options.intra_op_num_threads = threads
+        self._session = ort.InferenceSession(str(onnx_path), options, providers=providers)
+        self._device = want
+        self.onnx_path = onnx_path
+        self.inputs = tuple(_spec(a) for a in self._session.get_inputs())
+        self.outputs = tuple(_spec(a) for a in self._session.get_outputs())
+        self.profiles = tuple(profiles)
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def providers(self) -> list[str]:
+        return self._session.get_providers()
+
+    def __call__(self, *tensors: Any, **named: Any) -> dict[str, torch.Tensor]:
+        self._check_open()
+        values = self._arrange(tensors, named)
+        host = torch.device("cpu")
+        feeds: dict[str, np.ndarray] = {}
+        for spec, value in zip(self.inputs, values, strict=True):
+            feeds[spec.name] = bind_input(spec, value, host).numpy()
+        choose_profile(self.profiles, {k: v.shape for k, v in feeds.items()})
+        results = self._session.run([s.name for s in self.outputs], feeds)
+        return {s.name: torch.from_numpy(r).to(self._device) for s, r in zip(self.outputs, results, strict=True)}
+
+    def close(self) -> None:
+        self._session = None
+        self._closed = True
