@@ -98,7 +98,9 @@ def load(
         from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
 
         onnx = _onnx_file(sidecar, options.pop("onnx", "reference"))
-        return OnnxRuntimeEngine(onnx, device, profiles=sidecar.profiles, **options)
+        engine = OnnxRuntimeEngine(onnx, device, profiles=sidecar.profiles, **options)
+        engine.sidecar = sidecar
+        return engine
 
     from trtforge.runtime.torch_routes import TorchEngine, default_device
 
@@ -107,8 +109,10 @@ def load(
         package = options.pop("aot_package", None)
         package = Path(package) if package is not None else aot_package_path(sidecar, target.type)
         if package.is_file():
-            return TorchEngine(None, sidecar.inputs, sidecar.outputs, route=route, device=target,
-                               profiles=sidecar.profiles, aot_package=package)
+            engine = TorchEngine(None, sidecar.inputs, sidecar.outputs, route=route, device=target,
+                                 profiles=sidecar.profiles, aot_package=package)
+            engine.sidecar = sidecar
+            return engine
     if model is None:
         factory = sidecar.source.get("factory")
         if not factory:
@@ -117,5 +121,7 @@ def load(
                 "(only zoo models do). Pass the model: trtforge.load(path, route=..., model=my_module)"
             )
         model = model_from_factory(factory, trust_factory)
-    return TorchEngine(model, sidecar.inputs, sidecar.outputs, route=route, device=target,
-                       profiles=sidecar.profiles, **options)
+    engine = TorchEngine(model, sidecar.inputs, sidecar.outputs, route=route, device=target,
+                         profiles=sidecar.profiles, **options)
+    engine.sidecar = sidecar  # the predictor reads its preprocessing record from here
+    return engine

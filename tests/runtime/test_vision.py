@@ -1,0 +1,139 @@
+"""Predictor preprocessing against PIL/NumPy references, DETR decoding against a reference, bad images."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from skimage import data
+
+import trtforge
+from trtforge.vision import Predictor, PreprocessConfig, Preprocessor, decode_image
+from trtforge.vision.decode import detections_from_topk, detr_topk
+from trtforge.vision.preprocess import ImageInputError
+from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
+
+CONFIG = PreprocessConfig.from_dict(LITE0_PREPROCESSING)
+MEAN = np.array(LITE0_PREPROCESSING["mean"])
+STD = np.array(LITE0_PREPROCESSING["std"])
+
+
+def resize_bilinear_reference(image: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
+    """Bilinear resize in float64, half-pixel centres, no antialias, edge-clamped (NumPy only)."""
+
+    def taps(n_in: int, n_out: int):
+        src = np.clip((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0, None)
+        i0 = np.minimum(np.floor(src).astype(int), n_in - 1)
+        return i0, np.minimum(i0 + 1, n_in - 1), src - i0
+
+    y0, y1, wy = taps(image.shape[0], out_h)
+    x0, x1, wx = taps(image.shape[1], out_w)
+    img = image.astype(np.float64)
+    wx = wx[None, :, None]
+    top = img[y0][:, x0] * (1 - wx) + img[y0][:, x1] * wx
+    bottom = img[y1][:, x0] * (1 - wx) + img[y1][:, x1] * wx
+    return top * (1 - wy[:, None, None]) + bottom * wy[:, None, None]
+
+
+def _pixels(model_input: torch.Tensor) -> np.ndarray:
+    """Model input (1, 3, H, W) back to [0, 1] pixels HWC, to compare in units of 1/255."""
+    x = model_input[0].double().numpy().transpose(1, 2, 0)
+    return x * STD + MEAN
+
+
+@pytest.mark.parametrize("size", [(720, 1280), (300, 451), (97, 64)], ids=["down-16:9", "down", "up"])
+def test_preprocessing_matches_numpy_reference_within_1_over_255(tmp_path, size):
+    photo = np.asarray(Image.fromarray(data.chelsea()).resize(size[::-1], Image.BICUBIC))
+    path = tmp_path / "photo.png"
+    Image.fromarray(photo).save(path)
+    ours = _pixels(Preprocessor(CONFIG, torch.device("cpu"))([decode_image(path)]))
+    # Reference: PIL decode, NumPy resize and scale.
+    reference = resize_bilinear_reference(np.asarray(Image.open(path).convert("RGB")), 224, 224) / 255.0
+    assert np.abs(ours - reference).max() <= 1 / 255
+
+
+def test_antialias_record_matches_pil_bilinear_within_1_over_255():
+    config = PreprocessConfig.from_dict({**LITE0_PREPROCESSING, "antialias": True})
+    photo = data.astronaut()  # 512², downscaled to 224²: PIL's bilinear filter antialiases
+    ours = _pixels(Preprocessor(config, torch.device("cpu"))([photo]))
+    pil = np.asarray(Image.fromarray(photo).resize((224, 224), Image.BILINEAR), np.float64) / 255.0
+    assert np.abs(ours - pil).max() <= 1 / 255
+
+
+def test_bgr_record_swaps_channels():
+    photo = data.astronaut()
+    rgb = Preprocessor(PreprocessConfig((224, 224)), torch.device("cpu"))([photo])
+    bgr = Preprocessor(PreprocessConfig((224, 224), channel_order="BGR"), torch.device("cpu"))([photo])
+    torch.testing.assert_close(bgr, rgb.flip(1))
+
+
+def detr_reference(logits, boxes, height, width, k, threshold):
+    """Plain loops: every (query, class) pair, sigmoid, sort, take k, convert, threshold."""
+    pairs = []
+    for q in range(logits.shape[0]):
+        for c in range(logits.shape[1]):
+            pairs.append((1 / (1 + np.exp(-logits[q, c])), q, c))
+    pairs.sort(key=lambda p: -p[0])
+    out = []
+    for score, q, c in pairs[:k]:
+        if score <= threshold:
+            continue
+        cx, cy, w, h = boxes[q]
+        out.append((score, c, [(cx - w / 2) * width, (cy - h / 2) * height, (cx + w / 2) * width, (cy + h / 2) * height]))
+    return out
+
+
+def test_detr_decoding_matches_reference_on_crafted_tensors():
+    rng = np.random.default_rng(0)
+    queries, classes, k = 30, 5, 10
+    logits = rng.normal(-4, 1, (2, queries, classes)).astype(np.float32)
+    # Crafted: strong pairs, one query strong in two classes, one pair just under the threshold.
+    logits[0, 3, 1], logits[0, 3, 4], logits[0, 17, 0], logits[0, 29, 2] = 5.0, 3.0, 2.0, -0.01
+    logits[1, 0, 4] = 1.0
+    boxes = rng.uniform(0.1, 0.6, (2, queries, 4)).astype(np.float32)
+    sizes = [(720, 1280), (480, 640)]
+    top = detr_topk(torch.from_numpy(logits), torch.from_numpy(boxes), torch.tensor(sizes), k=k)
+    ours = detections_from_topk(top, threshold=0.5, labels=["a", "b", "c", "d", "e"])
+    assert [len(d) for d in ours] == [3, 1]
+    for b, (height, width) in enumerate(sizes):
+        ref = detr_reference(logits[b], boxes[b], height, width, k, 0.5)
+        assert len(ours[b]) == len(ref)
+        np.testing.assert_allclose(ours[b].confidence, [r[0] for r in ref], rtol=1e-6)
+        np.testing.assert_array_equal(ours[b].class_id, [r[1] for r in ref])
+        np.testing.assert_allclose(ours[b].xyxy, [r[2] for r in ref], rtol=1e-5)
+    assert ours[0].label == ("b", "e", "a")
+
+
+@pytest.mark.parametrize("route", ["onnxruntime", "eager"])
+def test_predictor_classifies_real_photo_like_the_model(lite0_sidecar, lite0, route):
+    photo = data.chelsea()  # a tabby cat
+    with trtforge.load(lite0_sidecar, route=route) as engine:
+        predict = Predictor(engine, task="classification", top_k=5)
+        single = predict(photo)
+        batch = predict([photo, Image.fromarray(data.astronaut()), photo[:200, :300]])
+    x = Preprocessor(CONFIG, torch.device("cpu"))([photo])
+    with torch.inference_mode():
+        expected = lite0(x).softmax(-1)[0].topk(5)
+    np.testing.assert_array_equal(single.class_id, expected.indices.numpy())
+    np.testing.assert_allclose(single.score, expected.values.numpy(), rtol=1e-4, atol=1e-5)
+    assert single.class_id[0] in (281, 282, 285)  # tabby, tiger cat, Egyptian cat
+    assert len(batch) == 3 and batch[0].class_id[0] == single.class_id[0]
+
+
+@pytest.mark.parametrize(
+    ("image", "error", "fragment"),
+    [
+        ({"pixels": 1}, ImageInputError, "unknown image type dict"),
+        (np.zeros((32, 32, 3), np.float32), ImageInputError, "dtype float32"),
+        (np.zeros((32, 32, 4), np.uint8), ImageInputError, "x[..., :3]"),
+        (torch.zeros(3, 32, 32, dtype=torch.uint8), ImageInputError, "permute(1, 2, 0)"),
+        ("/nonexistent/cat.jpg", FileNotFoundError, "no image file"),
+    ],
+    ids=["type", "dtype", "rgba", "chw", "path"],
+)
+def test_bad_images_refused_with_the_fix(lite0_sidecar, image, error, fragment):
+    with trtforge.load(lite0_sidecar, route="eager") as engine:
+        with pytest.raises(error) as info:
+            Predictor(engine)(image)
+    assert fragment in str(info.value)

@@ -1,0 +1,122 @@
+"""Postprocessing on the GPU: classification top-k and DETR-style box decoding.
+
+Each task has a fixed-size tensor stage (capturable in a CUDA graph: no syncs, no data-dependent
+shapes) and a host stage that thresholds and wraps the few numbers left in plain dataclasses.
+
+DETR-style decoding (as RF-DETR / Deformable-DETR post-process): per-class sigmoid over
+``logits (B, Q, C)``, top-k over all (query, class) pairs, the chosen queries' boxes
+``(cx, cy, w, h)`` in [0, 1] → ``(x1, y1, x2, y2)`` in pixels of the original image, then a score
+threshold.
+
+Example:
+    >>> top = detr_topk(logits, boxes, torch.tensor([[720, 1280]]), k=100)
+    >>> dets = detections_from_topk(top, threshold=0.5)[0]
+    >>> dets.xyxy.shape, dets.class_id[:3]
+    ((17, 4), array([0, 0, 2]))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Classification:
+    """Top-k classes of one image, best first."""
+
+    class_id: np.ndarray  # (k,) int64
+    score: np.ndarray  # (k,) float32 softmax probabilities
+    label: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Detections:
+    """Boxes of one image above the threshold, best first (xyxy pixels of the original image)."""
+
+    xyxy: np.ndarray  # (n, 4) float32
+    confidence: np.ndarray  # (n,) float32
+    class_id: np.ndarray  # (n,) int64
+    label: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.confidence)
+
+    def to_supervision(self):
+        """As ``supervision.Detections`` (needs ``pip install supervision``)."""
+        try:
+            import supervision as sv
+        except ImportError as exc:
+            raise ImportError("to_supervision() needs the supervision package: pip install supervision") from exc
+        return sv.Detections(
+            xyxy=self.xyxy, confidence=self.confidence, class_id=self.class_id,
+            data={"class_name": np.array(self.label)},
+        )
+
+
+def _label(labels: Sequence[str] | None, index: int) -> str:
+    if labels is not None and 0 <= index < len(labels):
+        return labels[index]
+    return f"class_{index}"
+
+
+# -- classification ---------------------------------------------------------------------------
+def classification_topk(logits: torch.Tensor, k: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, C) logits → (scores, class ids), each (B, k): softmax then top-k. Capturable."""
+    k = min(k, logits.shape[-1])
+    return logits.float().softmax(-1).topk(k, dim=-1)
+
+
+def classifications_from_topk(
+    topk: tuple[torch.Tensor, torch.Tensor], labels: Sequence[str] | None = None
+) -> list[Classification]:
+    scores, ids = (t.cpu().numpy() for t in topk)
+    return [
+        Classification(ids[b].astype(np.int64), scores[b].astype(np.float32),
+                       tuple(_label(labels, int(i)) for i in ids[b]))
+        for b in range(len(ids))
+    ]
+
+
+# -- DETR-style detection ---------------------------------------------------------------------
+def detr_topk(
+    logits: torch.Tensor, boxes: torch.Tensor, image_sizes: torch.Tensor, k: int = 100
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Top-k (query, class) pairs → (scores (B, k), class ids (B, k), xyxy pixel boxes (B, k, 4)).
+
+    ``image_sizes`` is (B, 2) as (height, width) of the original images. Capturable.
+    """
+    if logits.dim() != 3 or boxes.dim() != 3 or boxes.shape[-1] != 4 or boxes.shape[:2] != logits.shape[:2]:
+        raise ValueError(
+            f"DETR decoding takes logits (B, Q, C) and boxes (B, Q, 4); got {tuple(logits.shape)} and "
+            f"{tuple(boxes.shape)}"
+        )
+    batch, queries, classes = logits.shape
+    k = min(k, queries * classes)
+    scores, index = logits.float().sigmoid().flatten(1).topk(k, dim=1)
+    query = torch.div(index, classes, rounding_mode="floor")
+    class_id = index % classes
+    chosen = boxes.float().gather(1, query.unsqueeze(-1).expand(-1, -1, 4))
+    cx, cy, w, h = chosen.unbind(-1)
+    xyxy = torch.stack((cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h), dim=-1)
+    height, width = image_sizes.float().unbind(-1)
+    scale = torch.stack((width, height, width, height), dim=-1).unsqueeze(1)
+    return scores, class_id, xyxy * scale
+
+
+def detections_from_topk(
+    topk: tuple[torch.Tensor, torch.Tensor, torch.Tensor], threshold: float = 0.5,
+    labels: Sequence[str] | None = None,
+) -> list[Detections]:
+    """Host stage: keep scores above ``threshold`` (already sorted, best first)."""
+    scores, class_id, xyxy = (t.cpu().numpy() for t in topk)
+    out = []
+    for b in range(len(scores)):
+        keep = scores[b] > threshold
+        ids = class_id[b][keep].astype(np.int64)
+        out.append(Detections(xyxy[b][keep].astype(np.float32), scores[b][keep].astype(np.float32), ids,
+                              tuple(_label(labels, int(i)) for i in ids)))
+    return out

@@ -1,0 +1,165 @@
+"""Image preprocessing as tensor code: decode once on the CPU, then resize and normalise on the GPU.
+
+The steps follow the sidecar's ``preprocessing`` record: bilinear resize with half-pixel centres
+(``align_corners=False``), no antialias unless the record asks for it, ``x * scale``, minus mean,
+over std, channel order, NCHW. uint8 pixels cross to the GPU through a reused pinned buffer.
+
+Example:
+    >>> pre = Preprocessor(PreprocessConfig.from_dict(LITE0_PREPROCESSING), torch.device("cuda"))
+    >>> u8 = pre.upload([decode_image("cat.jpg")])       # (1, H, W, 3) uint8 on the GPU
+    >>> pre.transform(u8).shape                          # (1, 3, 224, 224) float32
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ImageLike = Any  # str | Path | PIL.Image.Image | np.ndarray | torch.Tensor
+
+ACCEPTED_IMAGES = (
+    "a file path, a PIL.Image, an HWC uint8 numpy array or torch tensor (RGB), or a list of these"
+)
+
+
+class ImageInputError(TypeError):
+    """An image the predictor cannot take; the message lists what it accepts."""
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    """The preprocessing a model expects; built from the sidecar's record."""
+
+    size: tuple[int, int]  # (height, width)
+    mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    std: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    scale: float = 1.0 / 255.0
+    interpolation: str = "bilinear"
+    antialias: bool = False
+    channel_order: str = "RGB"
+    layout: str = "NCHW"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PreprocessConfig:
+        """From a sidecar ``preprocessing`` dict (``resize`` is ``[height, width]``)."""
+        if "resize" not in data:
+            raise ValueError(f"preprocessing record {dict(data)} has no 'resize': [height, width]")
+        config = cls(
+            size=(int(data["resize"][0]), int(data["resize"][1])),
+            mean=tuple(float(v) for v in data.get("mean", (0.0, 0.0, 0.0))),
+            std=tuple(float(v) for v in data.get("std", (1.0, 1.0, 1.0))),
+            scale=float(data.get("scale", 1.0 / 255.0)),
+            interpolation=str(data.get("interpolation", "bilinear")),
+            antialias=bool(data.get("antialias", False)),
+            channel_order=str(data.get("channel_order", "RGB")).upper(),
+            layout=str(data.get("layout", "NCHW")).upper(),
+        )
+        if config.interpolation not in ("bilinear", "bicubic", "nearest"):
+            raise ValueError(f"interpolation {config.interpolation!r}: use bilinear, bicubic or nearest")
+        if config.channel_order not in ("RGB", "BGR") or config.layout not in ("NCHW", "NHWC"):
+            raise ValueError(f"channel_order {config.channel_order} / layout {config.layout} not supported")
+        return config
+
+
+def decode_image(image: ImageLike) -> np.ndarray | torch.Tensor:
+    """Anything the predictor accepts → an HWC uint8 RGB array (tensors stay tensors, on their device)."""
+    if isinstance(image, (str, Path)):
+        from PIL import Image
+
+        path = Path(image)
+        if not path.is_file():
+            raise FileNotFoundError(f"no image file at {path}")
+        with Image.open(path) as img:
+            return np.asarray(img.convert("RGB"))
+    if type(image).__module__.startswith("PIL."):
+        return np.asarray(image.convert("RGB"))
+    if isinstance(image, (np.ndarray, torch.Tensor)):
+        dtype_ok = image.dtype == (np.uint8 if isinstance(image, np.ndarray) else torch.uint8)
+        if not dtype_ok:
+            raise ImageInputError(
+                f"image array has dtype {image.dtype}; pass uint8 pixels (0-255), e.g. "
+                "(x * 255).round().astype(np.uint8)"
+            )
+        if image.ndim == 2:
+            image = image[..., None].repeat(3, axis=2) if isinstance(image, np.ndarray) else image[..., None].expand(-1, -1, 3)
+        if image.ndim != 3 or image.shape[2] != 3:
+            raise ImageInputError(
+                f"image array has shape {tuple(image.shape)}; pass HWC with 3 channels (RGB). "
+                "For CHW use x.permute(1, 2, 0); for RGBA drop alpha with x[..., :3]"
+            )
+        return image
+    raise ImageInputError(f"unknown image type {type(image).__name__}; pass {ACCEPTED_IMAGES}")
+
+
+class Preprocessor:
+    """Uploads uint8 images and turns them into the model's input tensor on ``device``."""
+
+    def __init__(self, config: PreprocessConfig, device: torch.device, dtype: torch.dtype = torch.float32) -> None:
+        self.config = config
+        self.device = torch.device(device)
+        self.dtype = dtype
+        mean = torch.tensor(config.mean, dtype=torch.float32)
+        std = torch.tensor(config.std, dtype=torch.float32)
+        # x * scale, minus mean, over std  ==  x * a + b, one fused multiply-add on the GPU.
+        self._a = (config.scale / std).view(1, 3, 1, 1).to(self.device)
+        self._b = (-mean / std).view(1, 3, 1, 1).to(self.device)
+        self._staging: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def _pinned(self, shape: tuple[int, ...]) -> torch.Tensor:
+        buffer = self._staging.get(shape)
+        if buffer is None:
+            buffer = torch.empty(shape, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
+            self._staging = {shape: buffer}  # keep one: frames of one stream share a size
+        return buffer
+
+    def upload(self, images: Sequence[np.ndarray | torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
+        """Same-size HWC uint8 images → one (B, H, W, 3) uint8 tensor on the device (``out`` if given).
+
+        Host images go through a reused pinned buffer and one non-blocking copy. The caller must
+        synchronize before the next upload reuses that buffer (the predictor does: it reads its
+        results back on the host).
+        """
+        shape = (len(images), *tuple(images[0].shape))
+        if any(tuple(im.shape) != shape[1:] for im in images):
+            raise ValueError("upload() takes images of one size; transform them one by one")
+        if out is None:
+            out = torch.empty(shape, dtype=torch.uint8, device=self.device)
+        if all(isinstance(im, torch.Tensor) and im.device == out.device for im in images):
+            for i, im in enumerate(images):
+                out[i].copy_(im)
+            return out
+        if self.device.type != "cuda":
+            for i, im in enumerate(images):
+                out[i].copy_(torch.as_tensor(im))
+            return out
+        staging = self._pinned(shape)
+        for i, im in enumerate(images):
+            staging[i].copy_(torch.as_tensor(im) if isinstance(im, np.ndarray) else im)
+        out.copy_(staging, non_blocking=True)
+        return out
+
+    def transform(self, u8: torch.Tensor) -> torch.Tensor:
+        """(B, H, W, 3) uint8 → the model input: resized, normalised, NCHW (capturable: no syncs)."""
+        config = self.config
+        x = u8.permute(0, 3, 1, 2).float()
+        if config.channel_order == "BGR":
+            x = x.flip(1)
+        if tuple(x.shape[-2:]) != config.size:
+            kwargs = {} if config.interpolation == "nearest" else {"align_corners": False, "antialias": config.antialias}
+            x = F.interpolate(x, size=config.size, mode=config.interpolation, **kwargs)
+        x = torch.addcmul(self._b, x, self._a)
+        if config.layout == "NHWC":
+            x = x.permute(0, 2, 3, 1)
+        return x.contiguous().to(self.dtype)
+
+    def __call__(self, images: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
+        """Decoded images (any sizes) → one model-input batch on the device."""
+        if all(tuple(im.shape) == tuple(images[0].shape) for im in images):
+            return self.transform(self.upload(images))
+        return torch.cat([self.transform(self.upload([im])) for im in images])
