@@ -31,9 +31,9 @@ class DemoRow:
 
 def ort_logits(onnx_path: Path, x: np.ndarray, input_name: str, batch: int = 16) -> np.ndarray:
     """Run ``onnx_path`` in ONNX Runtime on the CPU, in batches."""
-    import onnxruntime as ort
+    from trtforge.ort_session import session as ort_session
 
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    session = ort_session(onnx_path)
     return np.concatenate([session.run(None, {input_name: x[i : i + batch]})[0] for i in range(0, len(x), batch)])
 
 

@@ -34,6 +34,7 @@ class BuildProgress:
         )
         self._tasks: dict[str, TaskID] = {}
         self._previous_handler = None
+        self._trt_monitor = None
 
     # -- context -----------------------------------------------------------------------------
     def __enter__(self) -> BuildProgress:
@@ -72,7 +73,13 @@ class BuildProgress:
             self._progress.remove_task(task)
 
     def trt_monitor(self):
-        """An ``IProgressMonitor`` subclass instance that forwards to this object."""
+        """An ``IProgressMonitor`` subclass instance that forwards to this object.
+
+        The instance is kept on ``self``: TensorRT holds only a raw pointer, so a monitor that Python
+        collects mid-build would crash the process.
+        """
+        if self._trt_monitor is not None:
+            return self._trt_monitor
         mod = trt.bindings()
         owner = self
 
@@ -89,4 +96,5 @@ class BuildProgress:
             def phase_finish(self, phase_name):
                 owner.phase_finish(phase_name)
 
-        return _Monitor()
+        self._trt_monitor = _Monitor()
+        return self._trt_monitor

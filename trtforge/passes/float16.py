@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
+import onnx_ir.passes.common as common
 
 from trtforge.passes.graph import has_qdq
 
 FLOAT_TARGETS: dict[str, ir.DataType] = {"float16": ir.DataType.FLOAT16, "bfloat16": ir.DataType.BFLOAT16}
 FP16_MAX = 65504.0
 FP16_TINY = 2.0**-24  # smallest FP16 subnormal; smaller non-zero constants flush to 0
+BF16_MIN_OPSET = 22  # first opset whose Conv/pooling/... type constraints admit bfloat16
 SMALL_CONSTANT = 16  # constants up to this many elements are scalars/epsilons, checked for underflow
 
 #: Normalisations: their reductions overflow or lose precision in FP16.
@@ -205,6 +207,9 @@ def apply_float(model: ir.Model, plan: FloatPlan) -> ir.Model:
     """Apply ``plan`` in place: cast initializers, retype values, insert Casts; I/O stays FP32."""
     low = FLOAT_TARGETS[plan.dtype]
     graph = model.graph
+    if low == ir.DataType.BFLOAT16 and model.opset_imports.get("", 0) < BF16_MIN_OPSET:
+        # Opset 22 only widens type constraints (Conv, pooling, ... accept bfloat16); semantics are unchanged.
+        model.opset_imports[""] = BF16_MIN_OPSET
     low_inits: set[str] = set()
     for name, value in graph.initializers.items():
         if _is_float32(value) and name not in plan.fp32_initializers and value.const_value is not None:
@@ -259,10 +264,23 @@ def apply_float(model: ir.Model, plan: FloatPlan) -> ir.Model:
     return model
 
 
+def infer_types(model: ir.Model) -> ir.Model:
+    """Fill in every value's dtype (ONNX shape inference), so the pass sees each float edge."""
+    common.ShapeInferencePass()(model)
+    missing = [v.name for n in model.graph for v in n.outputs if v.dtype is None]
+    if missing:
+        raise ValueError(
+            f"cannot infer the dtype of {len(missing)} value(s) (first: {missing[:3]}); "
+            "run onnx.shape_inference or re-export the model with value_info"
+        )
+    return model
+
+
 def convert_float(model: ir.Model, dtype: str = "float16") -> ir.Model:
     """Plan and apply the float pass; returns the same model, now FP16/BF16 inside, FP32 at the edges.
 
     Example:
         >>> convert_float(load_ir(Path("m.onnx")), "bfloat16")
     """
+    infer_types(model)
     return apply_float(model, plan_float(model, dtype))
