@@ -1,0 +1,298 @@
+"""INT8 post-training quantization: ``QuantConfig`` and ``quantize_model``.
+
+The steps, in order, on the FP32 graph: load and check the calibration data (errors before any
+work), SmoothQuant (optional), observers and calibrators (or the calibration cache), the
+placement (rules or measured), the frozen ``QuantPlan``, bias correction (optional), the
+accuracy report on held-back samples (ONNX Runtime, FP32 scales); then the FP16 pass and the
+same plan applied with FP16 scales: the graph handed to TensorRT.
+
+Example:
+    >>> result = quantize_model(fp32_proto, Path("calib/"), QuantConfig(calibrator="entropy"),
+    ...                         preprocessing=LITE0_PREPROCESSING)
+    >>> result.report["measured"]["top1_agreement"]
+    0.98
+    >>> onnx.save(result.model, "lite0_int8_qdq.onnx")
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from trtforge.quantize import placement as placement_mod
+from trtforge.quantize.calib_cache import CalibrationCache
+from trtforge.quantize.calibrators import CALIBRATORS, calibrate, weight_scales
+from trtforge.quantize.data import CalibrationDataError, batches, check_count, data_hash, load_calibration
+from trtforge.quantize.graph_tools import GraphIndex, ensure_node_names, ensure_opset, input_specs
+from trtforge.quantize.observers import observe
+from trtforge.quantize.plan import QuantInput, QuantLayer, QuantPlan, fp16_scales
+from trtforge.quantize.qdq import apply_plan
+from trtforge.quantize.report import compare_outputs, print_report, run_model
+
+PLACEMENTS = ("default", "auto")
+TASKS = ("auto", "classification", "embedding", "other")
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """How to quantize. Defaults: percentile (99.99) calibrator, RF-DETR placement rules, 20 % held back.
+
+    Example:
+        >>> QuantConfig(calibrator="percentile", percentile=99.99, smoothquant=0.5,
+        ...             bias_correction=True, placement="auto", error_budget=0.05,
+        ...             exclude=(r"_fc",))
+    """
+
+    calibrator: str = "percentile"
+    percentile: float = 99.99
+    smoothquant: float | None = None  # alpha; None = off
+    bias_correction: bool = False
+    placement: str = "default"
+    error_budget: float = 0.05  # mean relative L2 of the outputs, for placement="auto"
+    exclude: tuple[str, ...] = ()
+    include: tuple[str, ...] = ()
+    max_images: int = 128
+    holdout: float = 0.2  # share of samples held back for the accuracy report (never calibrated on)
+    batch_size: int = 8
+    num_bins: int = 2048
+    cache_dir: Path | None = None
+    task: str = "auto"  # "classification" adds top-1/top-5 agreement to the report
+
+    def __post_init__(self) -> None:
+        if self.calibrator not in CALIBRATORS:
+            raise ValueError(f"calibrator={self.calibrator!r}; choose one of {', '.join(CALIBRATORS)}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement={self.placement!r}; choose 'default' (rules) or 'auto' (measured)")
+        if self.smoothquant is not None and not 0.0 <= self.smoothquant <= 1.0:
+            raise ValueError(f"smoothquant alpha={self.smoothquant} must lie in [0, 1] (0.5 is usual), or None")
+        if not 0.0 < self.holdout < 1.0:
+            raise ValueError(f"holdout={self.holdout} must lie in (0, 1), e.g. 0.2")
+        if self.task not in TASKS:
+            raise ValueError(f"task={self.task!r}; choose one of {', '.join(TASKS)}")
+        # Tuples, so the frozen config hashes and compares by value even when given lists.
+        object.__setattr__(self, "exclude", tuple(self.exclude))
+        object.__setattr__(self, "include", tuple(self.include))
+        placement_mod.validate_patterns(self.exclude, "exclude")
+        placement_mod.validate_patterns(self.include, "include")
+
+    def calibration_key(self) -> dict[str, Any]:
+        """The settings that change the scales (part of the calibration cache key)."""
+        return {"calibrator": self.calibrator, "percentile": self.percentile if self.calibrator == "percentile" else None,
+                "num_bins": self.num_bins, "smoothquant": self.smoothquant}
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["cache_dir"] = str(self.cache_dir) if self.cache_dir else None
+        data["exclude"], data["include"] = list(self.exclude), list(self.include)
+        return data
+
+
+@dataclass
+class QuantResult:
+    """The Q/DQ FP16 graph for TensorRT, its FP32 twin for ONNX Runtime, the plan and the report."""
+
+    model: onnx.ModelProto
+    sim_model: onnx.ModelProto
+    fp32_model: onnx.ModelProto
+    plan: QuantPlan
+    report: dict[str, Any]
+    sensitivity: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _progress(enabled: bool):
+    if not enabled:
+        return contextlib.nullcontext(None)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    transient=False)
+
+
+def _batch_size(specs, config: QuantConfig) -> int:
+    static = {s[2][0] for s in specs if s[2] and s[2][0] not in (None, 0)}
+    return int(next(iter(static))) if static else config.batch_size
+
+
+def _macs(c: placement_mod.Candidate, index: GraphIndex, shapes: dict[str, tuple[int, ...]]) -> int:
+    out = shapes.get(c.output)
+    if not out:
+        return 0
+    per_sample = int(np.prod(out[1:])) if len(out) > 1 else int(np.prod(out))
+    if c.op_type == "Conv":
+        w = index.constant(c.weight[1])
+        return per_sample * int(np.prod(w.shape[1:]))
+    if c.op_type == "ConvTranspose":
+        w = index.constant(c.weight[1])
+        inp = shapes.get(c.activations[0][1], ())
+        return int(np.prod(inp[1:])) * int(np.prod(w.shape[1:])) if inp else 0
+    if c.weight is not None and c.op_type == "Gemm":
+        w = index.constant(c.weight[1])
+        node = index.producer[c.output]
+        k = w.shape[1] if (c.weight[0] == 1 and placement_mod.attr(node, "transB", 0)) else w.shape[0]
+        return per_sample * int(k)
+    a = shapes.get(c.activations[0][1])
+    if c.activations[0][0] == 0 and a:
+        return per_sample * int(a[-1])
+    if c.weight is not None:
+        w = index.constant(c.weight[1])
+        return per_sample * int(w.shape[-2] if w.ndim >= 2 else w.shape[0])
+    return 0
+
+
+def build_full_plan(
+    model: onnx.ModelProto,
+    analysis: placement_mod.Analysis,
+    amax: dict[str, float],
+    shapes: dict[str, tuple[int, ...]],
+    calibrator: str,
+) -> QuantPlan:
+    """A plan that quantizes every candidate (placement then removes layers from it)."""
+    index = GraphIndex(model)
+    layers, total = [], 0
+    for c in analysis.candidates:
+        macs = _macs(c, index, shapes)
+        total += macs
+        inputs = [QuantInput(idx, name, fp16_scales([amax[name] / 127.0])) for idx, name in c.activations]
+        if c.weight is not None:
+            idx, name, axis = c.weight
+            scales = weight_scales(index.constant(name), axis)
+            inputs.append(QuantInput(idx, name, fp16_scales(scales), axis, True))
+        layers.append(QuantLayer(c.output, c.op_type, c.label, tuple(sorted(inputs, key=lambda q: q.index)), macs))
+    return QuantPlan(tuple(layers), (), calibrator, total)
+
+
+def plan_from_decisions(full: QuantPlan, decisions: dict[str, str | None]) -> QuantPlan:
+    keep = [layer for layer in full.layers if not decisions.get(layer.output)]
+    excluded = tuple((layer.label, decisions[layer.output]) for layer in full.layers if decisions.get(layer.output))
+    return QuantPlan(tuple(keep), excluded, full.calibrator, full.total_macs)
+
+
+def _task(model: onnx.ModelProto, config: QuantConfig, preprocessing) -> str:
+    if config.task != "auto":
+        return config.task
+    specs = input_specs(model)
+    out = model.graph.output[0].type.tensor_type.shape.dim
+    image_input = len(specs) == 1 and len(specs[0][2]) == 4 and specs[0][1].kind == "f"
+    if image_input and len(out) == 2 and out[1].HasField("dim_value") and out[1].dim_value >= 5:
+        return "classification"
+    return "other"
+
+
+def calibrate_model(
+    model: onnx.ModelProto,
+    analysis: placement_mod.Analysis,
+    calib_batches: list[dict[str, np.ndarray]],
+    config: QuantConfig,
+    progress=None,
+) -> tuple[dict[str, float], dict[str, tuple[int, ...]]]:
+    """amax per activation tensor (with ``config.calibrator``) and the observed shapes."""
+    tensors = sorted({name for c in analysis.candidates for _, name in c.activations})
+    shapes_of = [c.output for c in analysis.candidates]
+    stats = observe(model, tensors, calib_batches, shapes_of=shapes_of + tensors, num_bins=config.num_bins,
+                    progress=progress, total=len(calib_batches))
+    amax = {name: calibrate(stats.histograms[name], config.calibrator, config.percentile) for name in tensors}
+    return amax, stats.shapes
+
+
+def quantize_model(
+    fp32_proto: onnx.ModelProto,
+    calibration_data,
+    config: QuantConfig | None = None,
+    preprocessing: dict | None = None,
+    progress: bool = True,
+) -> QuantResult:
+    """FP32 ONNX graph + calibration data → Q/DQ FP16 graph for TensorRT, with a measured report.
+
+    Example:
+        >>> result = quantize_model(proto, np.load("calib.npy"), QuantConfig())
+        >>> result.report["coverage"]        # share of MACs in INT8
+        0.91
+    """
+    from trtforge.quantize import bias_correction, sensitivity, smoothquant
+
+    config = config or QuantConfig()
+    model = onnx.ModelProto()
+    model.CopyFrom(fp32_proto)
+    model = ensure_node_names(ensure_opset(model, 19))
+    reference = model
+    specs = input_specs(model)
+    samples = load_calibration(calibration_data, specs, preprocessing, config.max_images)
+    batch = _batch_size(specs, config)
+    held = max(1, int(round(len(samples) * config.holdout)))
+    check_count(samples, batch, held)
+    if len(samples) - held < batch:
+        raise CalibrationDataError(f"{len(samples)} samples leave fewer than one batch of {batch} for calibration")
+    calib, holdout = samples[: len(samples) - held], samples[len(samples) - held :]
+    calib_batches, held_batches = batches(calib, batch), batches(holdout, batch)
+    report: dict[str, Any] = {
+        "calibrator": config.calibrator,
+        "percentile": config.percentile if config.calibrator == "percentile" else None,
+        "smoothquant_alpha": config.smoothquant,
+        "bias_correction": config.bias_correction,
+        "placement": config.placement,
+        "samples": {"calibration": len(calib), "held_back": len(holdout)},
+    }
+    with _progress(progress) as bar:
+        if config.smoothquant is not None:
+            model, sq_info = smoothquant.smooth(model, calib_batches, config.smoothquant, progress=bar)
+            report["smoothquant"] = sq_info
+        analysis = placement_mod.analyse(model)
+        if not analysis.candidates:
+            raise ValueError("the graph has no Conv, ConvTranspose, MatMul or Gemm layer with float inputs to quantize")
+        cache = CalibrationCache(config.cache_dir) if config.cache_dir else None
+        graph_hash = cache.graph_hash(model) if cache else None
+        data_sha = data_hash(calib)
+        entry = cache.load(graph_hash, data_sha, config.calibration_key()) if cache else None
+        if entry is None:
+            amax, shapes = calibrate_model(model, analysis, calib_batches, config, bar)
+            if cache:
+                cache.save(graph_hash, data_sha, config.calibration_key(), amax, shapes)
+            report["cache"] = "miss" if cache else "off"
+        else:
+            amax, shapes = entry
+            report["cache"] = "hit"
+        full = build_full_plan(model, analysis, amax, shapes, config.calibrator)
+        if config.placement == "auto":
+            decisions = placement_mod.decide(analysis, config.exclude, config.include, rules=False)
+            base = plan_from_decisions(full, decisions)
+            plan, ranking = sensitivity.auto_place(model, base, analysis, held_batches, config.error_budget,
+                                                   progress=bar)
+            report["error_budget"] = config.error_budget
+            report["sensitivity"] = ranking
+        else:
+            plan = plan_from_decisions(full, placement_mod.decide(analysis, config.exclude, config.include))
+        if config.bias_correction:
+            model, bc_info = bias_correction.correct_biases(model, plan, calib_batches, progress=bar)
+            report["bias_correction_layers"] = bc_info
+        sim = apply_plan(model, plan)
+        task = _task(model, config, preprocessing)
+        ref_out = run_model(reference, held_batches)
+        sim_out = run_model(sim, held_batches)
+    report["task"] = task
+    report["measured"] = compare_outputs(ref_out, sim_out, classification=task == "classification")
+    report["coverage"] = plan.coverage
+    report["int8_layers"] = len(plan.layers)
+    report["layers_total"] = len(analysis.candidates)
+    report["excluded_layers"] = [{"layer": label, "reason": reason} for label, reason in plan.excluded]
+    report["graph_sha256"] = CalibrationCache.graph_hash(model)
+    report["data_sha256"] = data_sha
+    fp16 = to_fp16(model)
+    qdq = apply_plan(fp16, plan)
+    if progress:
+        print_report(report)
+    return QuantResult(model=qdq, sim_model=sim, fp32_model=model, plan=plan, report=report,
+                       sensitivity=report.get("sensitivity", []))
+
+
+def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The FP16 pass of ``trtforge.passes`` (FP32 graph I/O kept) as an ONNX proto."""
+    from trtforge.passes.float16 import convert_float
+    from trtforge.passes.graph import load_ir, to_proto
+
+    converted = to_proto(convert_float(load_ir(model), "float16"))
+    return ensure_node_names(ensure_opset(converted, 19))

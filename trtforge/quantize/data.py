@@ -1,0 +1,279 @@
+"""Calibration data: every accepted source becomes a list of one-sample feeds, checked up front.
+
+Accepted sources:
+* a directory of images: sorted by file name, the first ``max_images``, preprocessed as the
+  sidecar's ``preprocessing`` dict says (NumPy/PIL here; no GPU code);
+* a ``.npy`` file or a float array shaped like the input (already normalised);
+* an iterable of dicts of arrays (multi-input models such as MiniLM), one sample or a batch each;
+* a callable returning any of the above.
+
+Errors (``CalibrationDataError``) name the problem and the fix, and come before calibration.
+
+Example:
+    >>> samples = load_calibration(Path("calib/"), model_inputs, LITE0_PREPROCESSING)
+    >>> samples[0]["images"].shape
+    (1, 3, 224, 224)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm"})
+InputSpec = tuple[str, np.dtype, tuple]  # (name, dtype, shape with None for dynamic dims)
+
+
+class CalibrationDataError(ValueError):
+    """Calibration data that cannot be used; the message says how to fix it."""
+
+
+# -- images ----------------------------------------------------------------------------------
+def _resize_bilinear(img: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Bilinear resize without antialiasing (half-pixel centres, like torch align_corners=False)."""
+    in_h, in_w = img.shape[:2]
+
+    def coords(out_size: int, in_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        pos = (np.arange(out_size, dtype=np.float64) + 0.5) * (in_size / out_size) - 0.5
+        pos = np.clip(pos, 0, in_size - 1)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, in_size - 1)
+        return lo, hi, (pos - lo).astype(np.float32)
+
+    y0, y1, wy = coords(height, in_h)
+    x0, x1, wx = coords(width, in_w)
+    img = img.astype(np.float32)
+    top = img[y0][:, x0] * (1 - wx)[None, :, None] + img[y0][:, x1] * wx[None, :, None]
+    bottom = img[y1][:, x0] * (1 - wx)[None, :, None] + img[y1][:, x1] * wx[None, :, None]
+    return top * (1 - wy)[:, None, None] + bottom * wy[:, None, None]
+
+
+def preprocess_image(image, preprocessing: Mapping) -> np.ndarray:
+    """One PIL image or HxWxC uint8 array → a float32 (1, C, H, W) or (1, H, W, C) array.
+
+    Example:
+        >>> preprocess_image(Image.open("cat.jpg"), LITE0_PREPROCESSING).shape
+        (1, 3, 224, 224)
+    """
+    from PIL import Image
+
+    if isinstance(image, np.ndarray):
+        image = Image.fromarray(image)
+    image = image.convert("RGB")
+    arr = np.asarray(image)
+    height, width = (int(v) for v in preprocessing.get("resize", arr.shape[:2]))
+    interpolation = preprocessing.get("interpolation", "bilinear")
+    if interpolation == "bilinear" and not preprocessing.get("antialias", False):
+        arr = _resize_bilinear(arr, height, width)
+    else:
+        modes = {"bilinear": Image.BILINEAR, "nearest": Image.NEAREST, "bicubic": Image.BICUBIC}
+        if interpolation not in modes:
+            raise CalibrationDataError(
+                f"preprocessing interpolation {interpolation!r} is not supported for calibration images; "
+                f"use one of {sorted(modes)}, or pass preprocessed arrays instead of a directory"
+            )
+        arr = np.asarray(image.resize((width, height), modes[interpolation]), dtype=np.float32)
+    arr = arr.astype(np.float32) * float(preprocessing.get("scale", 1.0 / 255.0))
+    if preprocessing.get("channel_order", "RGB").upper() == "BGR":
+        arr = arr[..., ::-1]
+    mean = np.asarray(preprocessing.get("mean", [0.0, 0.0, 0.0]), dtype=np.float32)
+    std = np.asarray(preprocessing.get("std", [1.0, 1.0, 1.0]), dtype=np.float32)
+    arr = (arr - mean) / std
+    if preprocessing.get("layout", "NCHW").upper() == "NCHW":
+        arr = arr.transpose(2, 0, 1)
+    return np.ascontiguousarray(arr[None], dtype=np.float32)
+
+
+def image_files(directory: Path, max_images: int) -> list[Path]:
+    files = sorted(p for p in Path(directory).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    return files[:max_images]
+
+
+# -- sources → samples -------------------------------------------------------------------------
+def _split_batch(name: str, arr: np.ndarray, rank: int) -> list[np.ndarray]:
+    if arr.ndim == rank:
+        return [arr[i : i + 1] for i in range(arr.shape[0])]
+    if arr.ndim == rank - 1:
+        return [arr[None]]
+    raise CalibrationDataError(
+        f"calibration input {name!r} has shape {arr.shape} (rank {arr.ndim}), but the model input has "
+        f"rank {rank}; pass arrays shaped like the input, e.g. (N, ...) with the model's other dims"
+    )
+
+
+def _check_array(name: str, arr: np.ndarray, spec: InputSpec) -> np.ndarray:
+    _, dtype, shape = spec
+    arr = np.asarray(arr)
+    if dtype.kind == "f":
+        if arr.dtype.kind in "iub":
+            raise CalibrationDataError(
+                f"calibration input {name!r} is an integer array ({arr.dtype}), which looks like raw pixels; "
+                "the model takes normalised floats. Pass a directory of images (trtforge applies the "
+                "sidecar's preprocessing), or normalise first, e.g. "
+                "((x / 255.0 - mean) / std).astype(np.float32) in the model's layout"
+            )
+        if arr.dtype.kind != "f":
+            raise CalibrationDataError(f"calibration input {name!r} has dtype {arr.dtype}; pass float32 arrays")
+        arr = arr.astype(dtype, copy=False)
+    elif dtype.kind in "iu":
+        if arr.dtype.kind not in "iu":
+            raise CalibrationDataError(
+                f"calibration input {name!r} has dtype {arr.dtype}, but the model takes {dtype} "
+                "(token ids or masks); pass integer arrays"
+            )
+        arr = arr.astype(dtype, copy=False)
+    for axis, (got, want) in enumerate(zip(arr.shape[1:], shape[1:], strict=False), start=1):
+        if want is not None and want > 0 and got != want:
+            raise CalibrationDataError(
+                f"calibration input {name!r} has shape {arr.shape}; the model expects {_fmt(shape)} "
+                f"(axis {axis} is {got}, not {want}). Resize or pad the data to the model's input shape"
+            )
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        bad = int((~np.isfinite(arr)).sum())
+        raise CalibrationDataError(
+            f"calibration input {name!r} contains {bad} NaN/Inf values; remove or repair those samples"
+        )
+    return arr
+
+
+def _fmt(shape: tuple) -> str:
+    return "(" + ", ".join("N" if i == 0 and d is None else ("?" if d is None else str(d))
+                           for i, d in enumerate(shape)) + ")"
+
+
+def _from_arrays(data: Mapping[str, np.ndarray], specs: Sequence[InputSpec]) -> list[dict[str, np.ndarray]]:
+    by_name = {s[0]: s for s in specs}
+    missing = [n for n in by_name if n not in data]
+    extra = [n for n in data if n not in by_name]
+    if missing or extra:
+        raise CalibrationDataError(
+            f"calibration dict has keys {sorted(data)}; the model's inputs are {sorted(by_name)} "
+            f"(missing {missing}, unknown {extra}). Use the model's input names as keys"
+        )
+    split = {}
+    for name, spec in by_name.items():
+        arr = _check_array(name, np.asarray(data[name]), spec)
+        split[name] = _split_batch(name, arr, len(spec[2]))
+    counts = {n: len(v) for n, v in split.items()}
+    if len(set(counts.values())) != 1:
+        raise CalibrationDataError(f"calibration inputs hold different sample counts {counts}; give each the same N")
+    n = next(iter(counts.values()))
+    return [{name: split[name][i] for name in by_name} for i in range(n)]
+
+
+def load_calibration(
+    source,
+    specs: Sequence[InputSpec],
+    preprocessing: Mapping | None = None,
+    max_images: int = 128,
+) -> list[dict[str, np.ndarray]]:
+    """Every sample as a feed dict of arrays with batch 1; raises CalibrationDataError early."""
+    if source is None:
+        raise CalibrationDataError(
+            "precision='int8' needs calibration data: pass calibration_data= a directory of images, "
+            "a .npy file, a float array, an iterable of dicts of arrays, or a callable"
+        )
+    if callable(source) and not isinstance(source, (str, Path, np.ndarray)):
+        source = source()
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if path.is_dir():
+            return _load_image_dir(path, specs, preprocessing, max_images)
+        if path.suffix == ".npy" and path.is_file():
+            source = np.load(path, allow_pickle=False)
+        elif not path.exists():
+            raise CalibrationDataError(f"calibration data {path} does not exist; pass an image directory or a .npy file")
+        else:
+            raise CalibrationDataError(
+                f"calibration data {path} is neither a directory of images nor a .npy file; "
+                "save arrays with np.save(path, x) or point at a folder of images"
+            )
+    if isinstance(source, np.ndarray):
+        if len(specs) != 1:
+            raise CalibrationDataError(
+                f"the model has {len(specs)} inputs ({', '.join(s[0] for s in specs)}); pass an iterable "
+                "of dicts {input_name: array} instead of one array"
+            )
+        return _from_arrays({specs[0][0]: source}, specs)
+    if isinstance(source, Mapping):
+        return _from_arrays(source, specs)
+    if isinstance(source, Iterable):
+        samples: list[dict[str, np.ndarray]] = []
+        for item in source:
+            if isinstance(item, Mapping):
+                samples.extend(_from_arrays(item, specs))
+            elif isinstance(item, np.ndarray) and len(specs) == 1:
+                samples.extend(_from_arrays({specs[0][0]: item}, specs))
+            else:
+                raise CalibrationDataError(
+                    f"calibration iterable yielded {type(item).__name__}; yield dicts {{input_name: array}}"
+                )
+        return samples
+    raise CalibrationDataError(
+        f"calibration_data of type {type(source).__name__} is not supported; pass a directory of images, "
+        "a .npy file, a float array, an iterable of dicts of arrays, or a callable returning one of these"
+    )
+
+
+def _load_image_dir(path: Path, specs, preprocessing, max_images: int) -> list[dict[str, np.ndarray]]:
+    from PIL import Image
+
+    if len(specs) != 1:
+        raise CalibrationDataError(
+            f"a directory of images calibrates single-input models; this one has inputs "
+            f"{[s[0] for s in specs]}. Pass an iterable of dicts of arrays instead"
+        )
+    if not preprocessing:
+        raise CalibrationDataError(
+            f"calibration images in {path} need the model's preprocessing (resize, mean, std, layout); "
+            "give compile(..., preprocessing=...) or pass already-normalised arrays (.npy)"
+        )
+    files = image_files(path, max_images)
+    if not files:
+        raise CalibrationDataError(
+            f"{path} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))}); put calibration images there"
+        )
+    name = specs[0][0]
+    out = []
+    for file in files:
+        with Image.open(file) as img:
+            arr = preprocess_image(img, preprocessing)
+        out.append({name: _check_array(name, arr, specs[0])})
+    return out
+
+
+def check_count(samples: Sequence[dict], batch_size: int, held_back: int) -> None:
+    """Enough samples for one calibration batch plus the held-back ones?"""
+    need = batch_size + held_back
+    if len(samples) < need:
+        raise CalibrationDataError(
+            f"{len(samples)} calibration samples are too few: one batch of {batch_size} plus {held_back} "
+            f"held back for the accuracy report needs {need}. Give more samples (128 is typical), or lower "
+            "QuantConfig.batch_size / holdout"
+        )
+
+
+def batches(samples: Sequence[dict[str, np.ndarray]], batch_size: int) -> list[dict[str, np.ndarray]]:
+    """Concatenate one-sample feeds into batches (the last one may be smaller)."""
+    out = []
+    for start in range(0, len(samples), batch_size):
+        chunk = samples[start : start + batch_size]
+        out.append({k: np.concatenate([s[k] for s in chunk], axis=0) for k in chunk[0]})
+    return out
+
+
+def data_hash(samples: Iterable[dict[str, np.ndarray]]) -> str:
+    """sha256 over names, dtypes, shapes and bytes of every sample, in order."""
+    digest = hashlib.sha256()
+    for sample in samples:
+        for name in sorted(sample):
+            arr = np.ascontiguousarray(sample[name])
+            digest.update(f"{name}|{arr.dtype}|{arr.shape}".encode())
+            digest.update(arr.tobytes())
+    return digest.hexdigest()
+
+
+SampleSource = Callable[[], object] | Path | str | np.ndarray | Iterable

@@ -1,0 +1,118 @@
+"""Observers: run the FP32 graph in ONNX Runtime and record, per tensor, |x|max and a histogram.
+
+Histograms stream: each batch is added to 2048 bins over [0, range]; a batch whose |x|max
+exceeds the range grows it (to the next power-of-two multiple) and re-bins the old counts, so
+memory stays bounded whatever the number of samples.
+
+Example:
+    >>> stats = observe(proto, ["conv_in", "mm_in"], batches, per_channel=["ln_out"])
+    >>> stats.histograms["conv_in"].amax
+    5.73
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from trtforge.quantize.graph_tools import ort_session, with_outputs
+
+NUM_BINS = 2048
+
+
+class Histogram:
+    """Streaming histogram of |x| with ``num_bins`` equal bins over ``[0, edges[-1]]``."""
+
+    def __init__(self, num_bins: int = NUM_BINS) -> None:
+        self.num_bins = num_bins
+        self.counts = np.zeros(num_bins, dtype=np.int64)
+        self.range = 0.0
+        self.amax = 0.0
+        self.zeros = 0  # exact zeros (post-ReLU): any scale represents them exactly
+
+    @property
+    def nonzero_counts(self) -> np.ndarray:
+        counts = self.counts.copy()
+        counts[0] -= self.zeros
+        return counts
+
+    @property
+    def edges(self) -> np.ndarray:
+        return np.linspace(0.0, self.range if self.range > 0 else 1.0, self.num_bins + 1)
+
+    def _rebin(self, new_range: float) -> None:
+        if self.range > 0 and self.counts.any():
+            old_width = self.range / self.num_bins
+            centres = (np.arange(self.num_bins) + 0.5) * old_width
+            idx = np.minimum((centres / new_range * self.num_bins).astype(np.int64), self.num_bins - 1)
+            counts = np.zeros_like(self.counts)
+            np.add.at(counts, idx, self.counts)
+            self.counts = counts
+        self.range = new_range
+
+    def update(self, values: np.ndarray) -> None:
+        x = np.abs(np.asarray(values, dtype=np.float32).ravel())
+        if x.size == 0:
+            return
+        self.zeros += int(np.count_nonzero(x == 0))
+        batch_max = float(x.max())
+        self.amax = max(self.amax, batch_max)
+        if batch_max > self.range:
+            new_range = batch_max if self.range == 0 else self.range
+            while new_range < batch_max:
+                new_range *= 2.0
+            self._rebin(new_range)
+        if self.range == 0:  # all zeros so far
+            self.counts[0] += x.size
+            return
+        idx = np.minimum((x * (self.num_bins / self.range)).astype(np.int64), self.num_bins - 1)
+        self.counts += np.bincount(idx, minlength=self.num_bins)
+
+    def to_dict(self) -> dict:
+        return {"range": self.range, "amax": self.amax, "zeros": self.zeros, "counts": self.counts.tolist()}
+
+
+@dataclass
+class ObservedStats:
+    """Per-tensor histograms, per-channel |x|max (last axis) and observed shapes."""
+
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+    channel_amax: dict[str, np.ndarray] = field(default_factory=dict)
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    samples: int = 0
+
+
+def observe(
+    model: onnx.ModelProto,
+    tensors: Sequence[str],
+    batches: Iterable[dict[str, np.ndarray]],
+    per_channel: Sequence[str] = (),
+    shapes_of: Sequence[str] = (),
+    num_bins: int = NUM_BINS,
+    progress=None,
+    total: int | None = None,
+) -> ObservedStats:
+    """Run ``model`` on ``batches`` and record statistics of ``tensors`` (FP32 graph only)."""
+    wanted = list(dict.fromkeys([*tensors, *per_channel, *shapes_of]))
+    session = ort_session(with_outputs(model, wanted))
+    stats = ObservedStats(histograms={t: Histogram(num_bins) for t in tensors})
+    task = progress.add_task("calibrating", total=total) if progress is not None else None
+    for batch in batches:
+        outs = session.run(wanted, batch)
+        values = dict(zip(wanted, outs, strict=True))
+        for name in tensors:
+            stats.histograms[name].update(values[name])
+        for name in per_channel:
+            arr = np.abs(np.asarray(values[name], dtype=np.float32))
+            amax = arr.reshape(-1, arr.shape[-1]).max(axis=0)
+            prev = stats.channel_amax.get(name)
+            stats.channel_amax[name] = amax if prev is None else np.maximum(prev, amax)
+        for name in shapes_of:
+            stats.shapes.setdefault(name, tuple(int(d) for d in np.shape(values[name])))
+        stats.samples += int(next(iter(batch.values())).shape[0])
+        if task is not None:
+            progress.advance(task)
+    return stats

@@ -1,0 +1,298 @@
+"""Placement: which Conv/ConvTranspose/MatMul/Gemm layers run in INT8, and why the others do not.
+
+The default rules are RF-DETR's measured ones, kept as data (``RULES``):
+* a convolution whose input channels are not a multiple of 32 stays FP16;
+* the final head (a layer with no Conv/MatMul/Gemm after it) stays FP16;
+then two structural constraints:
+* an attention block (Q/K/V projections, QKᵀ, ·V, output projection) is all INT8 or all FP16;
+* an MLP's first projection is quantized only when its second one is.
+``include=[regex]`` forces layers into INT8 and ``exclude=[regex]`` forces them to FP16; a
+pattern matches an op type exactly (``"ConvTranspose"``) or searches the layer's label, node
+name or output name. ``exclude`` wins over ``include``.
+
+Example:
+    >>> analysis = analyse(proto)
+    >>> decisions = decide(analysis, exclude=[r"_fc"])
+    >>> decisions["logits"]
+    'excluded by pattern \'_fc\''
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import onnx
+
+from trtforge.quantize.graph_tools import MAC_OPS, SHAPE_OPS, GraphIndex, attr, layer_label
+
+NONLINEAR_OPS = frozenset({"Relu", "Gelu", "Erf", "Tanh", "Sigmoid", "Clip", "HardSwish", "HardSigmoid",
+                           "LeakyRelu", "Softplus", "Mish", "Elu", "Selu", "FastGelu", "QuickGelu"})
+#: Ops an attention path may pass through between the MatMuls and the Softmax.
+ATTENTION_PATH_OPS = SHAPE_OPS | {"Add", "Mul", "Div", "Sub", "Where", "Dropout", "Slice", "Expand"}
+BIAS_OPS = frozenset({"Add", "Mul", "Div", "Sub"})
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A layer the quantizer could run in INT8."""
+
+    node: str
+    output: str
+    op_type: str
+    label: str
+    activations: tuple[tuple[int, str], ...]  # (input index, tensor name)
+    weight: tuple[int, str, int | None] | None  # (input index, constant name, channel axis)
+    in_channels: int | None
+    is_head: bool
+
+
+@dataclass(frozen=True)
+class Analysis:
+    candidates: tuple[Candidate, ...]
+    attention_blocks: tuple[tuple[str, ...], ...]  # outputs of each block's layers
+    mlp_pairs: tuple[tuple[str, str], ...]  # (first projection output, second projection output)
+
+    def by_output(self) -> dict[str, Candidate]:
+        return {c.output: c for c in self.candidates}
+
+    def groups(self) -> list[tuple[str, tuple[str, ...]]]:
+        """(name, layer outputs) units for sensitivity: attention blocks, MLPs, single layers."""
+        cands = self.by_output()
+        seen: set[str] = set()
+        out = []
+        for i, block in enumerate(self.attention_blocks):
+            out.append((f"attention[{i}] {cands[block[0]].label}", block))
+            seen |= set(block)
+        for first, second in self.mlp_pairs:
+            if first in seen or second in seen:
+                continue
+            out.append((f"mlp {cands[first].label} → {cands[second].label}", (first, second)))
+            seen |= {first, second}
+        for c in self.candidates:
+            if c.output not in seen:
+                out.append((c.label, (c.output,)))
+        return out
+
+
+def _weight_axis(node: onnx.NodeProto, index: int, rank: int) -> int | None:
+    if node.op_type == "Conv":
+        return 0
+    if node.op_type == "ConvTranspose":
+        return 1 if attr(node, "group", 1) == 1 else None
+    if node.op_type == "Gemm":
+        if index == 1:
+            return 0 if attr(node, "transB", 0) else 1
+        return None
+    if node.op_type == "MatMul" and index == 1 and rank >= 2:
+        return rank - 1
+    return None
+
+
+def _reaches_mac(index: GraphIndex, start: str) -> bool:
+    seen, stack = set(), [start]
+    while stack:
+        name = stack.pop()
+        for user, _ in index.consumers.get(name, ()):
+            if user.op_type in MAC_OPS:
+                return True
+            for out in user.output:
+                if out and out not in seen:
+                    seen.add(out)
+                    stack.append(out)
+    return False
+
+
+def _candidate(node: onnx.NodeProto, index: GraphIndex) -> Candidate | None:
+    if node.op_type not in MAC_OPS:
+        return None
+    data_inputs = [0, 1] if node.op_type in ("MatMul", "Gemm") else [0, 1]
+    activations, weight = [], None
+    for idx in data_inputs:
+        if idx >= len(node.input) or not node.input[idx]:
+            return None
+        name = node.input[idx]
+        value = index.constant(name)
+        if value is None:
+            activations.append((idx, name))
+        elif value.dtype.kind == "f" and weight is None and (idx == 1 or node.op_type in ("MatMul", "Gemm")):
+            weight = (idx, name, _weight_axis(node, idx, value.ndim))
+        else:
+            return None
+    if node.op_type in ("Conv", "ConvTranspose") and (weight is None or not activations):
+        return None
+    in_channels = None
+    if weight is not None and node.op_type == "Conv":
+        w = index.constant(weight[1])
+        in_channels = int(w.shape[1]) * int(attr(node, "group", 1))
+    elif weight is not None and node.op_type == "ConvTranspose":
+        in_channels = int(index.constant(weight[1]).shape[0])
+    return Candidate(
+        node=node.name, output=node.output[0], op_type=node.op_type, label=layer_label(node, index),
+        activations=tuple(activations), weight=weight, in_channels=in_channels,
+        is_head=not _reaches_mac(index, node.output[0]),
+    )
+
+
+def _walk(index: GraphIndex, start: str, through: frozenset[str], forward: bool, depth: int = 8) -> list[onnx.NodeProto]:
+    """MAC nodes reached from tensor ``start`` through ``through`` ops (non-constant data edges)."""
+    found, seen = [], set()
+    frontier = [start]
+    for _ in range(depth):
+        nxt = []
+        for name in frontier:
+            if forward:
+                nodes = [n for n, _ in index.consumers.get(name, ())]
+            else:
+                nodes = [index.producer[name]] if name in index.producer else []
+            for node in nodes:
+                if node.name in seen:
+                    continue
+                seen.add(node.name)
+                if node.op_type in MAC_OPS:
+                    found.append(node)
+                    continue
+                if node.op_type not in through:
+                    continue
+                if forward:
+                    nxt.extend(o for o in node.output if o)
+                else:
+                    data = [i for i in node.input[: (1 if node.op_type in SHAPE_OPS else len(node.input))]
+                            if i and not index.is_constant(i)]
+                    if node.op_type in BIAS_OPS and len(data) != 1:
+                        continue  # a residual or a mask join: not a single data path
+                    nxt.extend(data)
+        frontier = nxt
+    return found
+
+
+def analyse(model: onnx.ModelProto) -> Analysis:
+    """Find the candidates, the attention blocks and the MLP pairs of ``model``."""
+    index = GraphIndex(model)
+    candidates = [c for node in model.graph.node if (c := _candidate(node, index)) is not None]
+    cand = {c.node: c for c in candidates}
+    blocks: list[tuple[str, ...]] = []
+    in_block: set[str] = set()
+    for node in model.graph.node:
+        if node.op_type != "Softmax":
+            continue
+        qk = [n for n in _walk(index, node.input[0], ATTENTION_PATH_OPS | {"Where"}, forward=False)
+              if n.name in cand and not cand[n.name].weight]
+        av = [n for n in _walk(index, node.output[0], ATTENTION_PATH_OPS | {"IsNaN", "Not"}, forward=True)
+              if n.name in cand and not cand[n.name].weight]
+        if not qk or not av:
+            continue
+        members = {qk[0].name, av[0].name}
+        for mm in (qk[0], av[0]):
+            for name in mm.input:
+                if name == node.output[0]:
+                    continue
+                members |= {n.name for n in _walk(index, name, ATTENTION_PATH_OPS, forward=False)
+                            if n.name in cand and cand[n.name].weight}
+        members |= {n.name for n in _walk(index, av[0].output[0], SHAPE_OPS, forward=True)
+                    if n.name in cand and cand[n.name].weight}
+        members.discard(node.name)
+        outs = tuple(cand[m].output for m in sorted(members, key=lambda m: list(cand).index(m)))
+        blocks.append(outs)
+        in_block |= members
+    pairs = []
+    for c in candidates:
+        if c.op_type not in ("MatMul", "Gemm") or not c.weight or c.node in in_block or not c.activations:
+            continue
+        before = _walk(index, c.activations[0][1], NONLINEAR_OPS | BIAS_OPS | SHAPE_OPS, forward=False)
+        firsts = [n for n in before if n.name in cand and cand[n.name].weight and n.op_type in ("MatMul", "Gemm")]
+        if len(firsts) == 1 and firsts[0].name not in in_block and _has_nonlinearity(index, firsts[0], c):
+            pairs.append((cand[firsts[0].name].output, c.output))
+    return Analysis(tuple(candidates), tuple(blocks), tuple(pairs))
+
+
+def _has_nonlinearity(index: GraphIndex, first: onnx.NodeProto, second: Candidate) -> bool:
+    seen, stack = set(), [first.output[0]]
+    while stack:
+        name = stack.pop()
+        for user, _ in index.consumers.get(name, ()):
+            if user.name == second.node or user.name in seen or user.op_type in MAC_OPS:
+                continue
+            seen.add(user.name)
+            if user.op_type in NONLINEAR_OPS:
+                return True
+            stack.extend(o for o in user.output if o)
+    return False
+
+
+# -- rules (data) -------------------------------------------------------------------------------
+def _channels_rule(c: Candidate) -> str | None:
+    if c.op_type in ("Conv", "ConvTranspose") and c.in_channels is not None and c.in_channels % 32:
+        return f"input channels {c.in_channels} not a multiple of 32 (INT8 kernels gain nothing)"
+    return None
+
+
+def _head_rule(c: Candidate) -> str | None:
+    return "final head (no Conv/MatMul/Gemm after it)" if c.is_head else None
+
+
+RULES: tuple[tuple[str, Callable[[Candidate], str | None]], ...] = (
+    ("channels_multiple_of_32", _channels_rule),
+    ("final_head_fp16", _head_rule),
+)
+
+
+def _matches(pattern: str, c: Candidate) -> bool:
+    if pattern == c.op_type:
+        return True
+    rx = re.compile(pattern)
+    return any(rx.search(s) for s in (c.label, c.node, c.output))
+
+
+def validate_patterns(patterns: Sequence[str], what: str) -> None:
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as exc:
+            raise ValueError(f"{what} pattern {p!r} is not a valid regular expression ({exc}); "
+                             "escape special characters, e.g. r'blocks\\.0\\.'") from exc
+
+
+def decide(
+    analysis: Analysis,
+    exclude: Sequence[str] = (),
+    include: Sequence[str] = (),
+    rules: bool = True,
+) -> dict[str, str | None]:
+    """Layer output → None (INT8) or the reason it stays FP16."""
+    validate_patterns(exclude, "exclude")
+    validate_patterns(include, "include")
+    decisions: dict[str, str | None] = {}
+    forced_in: set[str] = set()
+    for c in analysis.candidates:
+        reason = None
+        if rules:
+            for _, rule in RULES:
+                reason = rule(c)
+                if reason:
+                    break
+        if any(_matches(p, c) for p in include):
+            reason, _ = None, forced_in.add(c.output)
+        hit = next((p for p in exclude if _matches(p, c)), None)
+        if hit is not None:
+            reason = f"excluded by pattern {hit!r}"
+            forced_in.discard(c.output)
+        decisions[c.output] = reason
+    return constrain(analysis, decisions, forced_in)
+
+
+def constrain(analysis: Analysis, decisions: dict[str, str | None], forced_in: set[str] = frozenset()) -> dict[str, str | None]:
+    """Apply the structural constraints (attention all-or-nothing, MLP first-only-if-second)."""
+    decisions = dict(decisions)
+    labels = {c.output: c.label for c in analysis.candidates}
+    for block in analysis.attention_blocks:
+        fp16 = [o for o in block if decisions.get(o)]
+        if fp16:
+            for o in block:
+                if not decisions.get(o) and o not in forced_in:
+                    decisions[o] = f"attention block is all INT8 or all FP16 ({labels[fp16[0]]} stays FP16)"
+    for first, second in analysis.mlp_pairs:
+        if decisions.get(second) and not decisions.get(first) and first not in forced_in:
+            decisions[first] = f"MLP first projection follows its second ({labels[second]} stays FP16)"
+    return decisions

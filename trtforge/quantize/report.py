@@ -1,0 +1,103 @@
+"""Accuracy of a Q/DQ graph against its FP32 graph: relative L2, cosine, top-1/top-5 agreement.
+
+Example:
+    >>> ref, sim = run_model(fp32, batches), run_model(qdq_fp32, batches)
+    >>> compare_outputs(ref, sim, classification=True)["top1_agreement"]
+    0.97
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+
+from trtforge.quantize.graph_tools import ort_session
+
+
+def run_model(model: onnx.ModelProto, batches: Sequence[dict[str, np.ndarray]], session=None) -> list[np.ndarray]:
+    """Every graph output over all batches, concatenated along the batch axis."""
+    session = session or ort_session(model)
+    outs: list[list[np.ndarray]] = []
+    for batch in batches:
+        res = session.run(None, batch)
+        if not outs:
+            outs = [[] for _ in res]
+        for i, r in enumerate(res):
+            outs[i].append(np.asarray(r, dtype=np.float32))
+    return [np.concatenate(o, axis=0) for o in outs]
+
+
+def per_sample_errors(ref: list[np.ndarray], test: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sample relative L2 and cosine over all outputs flattened together."""
+    r = np.concatenate([o.reshape(o.shape[0], -1) for o in ref], axis=1).astype(np.float64)
+    t = np.concatenate([o.reshape(o.shape[0], -1) for o in test], axis=1).astype(np.float64)
+    rel = np.linalg.norm(t - r, axis=1) / np.maximum(np.linalg.norm(r, axis=1), 1e-12)
+    cos = np.sum(r * t, axis=1) / np.maximum(np.linalg.norm(r, axis=1) * np.linalg.norm(t, axis=1), 1e-12)
+    return rel, cos
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    z = x - x.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def classification_metrics(ref_logits: np.ndarray, test_logits: np.ndarray) -> dict[str, float]:
+    """top-1 agreement, top-5 overlap, and mean softmax KL(ref‖test)."""
+    top1 = float(np.mean(ref_logits.argmax(-1) == test_logits.argmax(-1)))
+    k = min(5, ref_logits.shape[-1])
+    r5 = np.argsort(-ref_logits, axis=-1)[:, :k]
+    t5 = np.argsort(-test_logits, axis=-1)[:, :k]
+    overlap = float(np.mean([len(set(a) & set(b)) / k for a, b in zip(r5, t5, strict=True)]))
+    p, q = softmax(ref_logits.astype(np.float64)), softmax(test_logits.astype(np.float64))
+    kl = float(np.mean(np.sum(p * (np.log(np.maximum(p, 1e-30)) - np.log(np.maximum(q, 1e-30))), axis=-1)))
+    top5_contains = float(np.mean([a[0] in b for a, b in zip(r5, t5, strict=True)]))
+    return {"top1_agreement": top1, "top5_overlap": overlap, "top5_agreement": top5_contains, "softmax_kl": kl}
+
+
+def compare_outputs(ref: list[np.ndarray], test: list[np.ndarray], classification: bool = False) -> dict[str, float]:
+    rel, cos = per_sample_errors(ref, test)
+    out = {"rel_l2_mean": float(rel.mean()), "rel_l2_max": float(rel.max()),
+           "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min()), "samples": int(rel.size)}
+    if classification and ref[0].ndim == 2:
+        out.update(classification_metrics(ref[0], test[0]))
+    return out
+
+
+def print_report(report: dict) -> None:
+    """The report as a rich table (measured error, coverage, excluded layers)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="INT8 quantization report (ONNX Runtime, held-back samples vs FP32)")
+    table.add_column("item")
+    table.add_column("value", justify="right")
+    alpha = report.get("smoothquant_alpha")
+    rows = [
+        ("calibrator", report["calibrator"] + (f" ({report['percentile']})" if report.get("percentile") else "")),
+        ("SmoothQuant α", "off" if alpha is None else f"{alpha:g}"),
+        ("bias correction", "on" if report.get("bias_correction") else "off"),
+        ("placement", report["placement"]),
+        ("samples (calibration / held back)", f"{report['samples']['calibration']} / {report['samples']['held_back']}"),
+        ("INT8 layers", f"{report['int8_layers']} of {report['layers_total']}"),
+        ("INT8 coverage (MACs)", f"{100 * report['coverage']:.1f} %"),
+    ]
+    m = report["measured"]
+    rows += [("relative L2 (mean / max)", f"{m['rel_l2_mean']:.4f} / {m['rel_l2_max']:.4f}"),
+             ("cosine (mean / min)", f"{m['cosine_mean']:.5f} / {m['cosine_min']:.5f}")]
+    if "top1_agreement" in m:
+        rows += [("top-1 agreement", f"{m['top1_agreement']:.3f}"), ("top-5 overlap", f"{m['top5_overlap']:.3f}"),
+                 ("softmax KL", f"{m['softmax_kl']:.4f}")]
+    for k, v in rows:
+        table.add_row(k, v)
+    console.print(table)
+    if report.get("excluded_layers"):
+        ex = Table(title="layers kept in FP16")
+        ex.add_column("layer")
+        ex.add_column("reason")
+        for item in report["excluded_layers"]:
+            ex.add_row(item["layer"], item["reason"])
+        console.print(ex)
