@@ -1,0 +1,66 @@
+"""The TensorRT shim's feature detection and the batch-spec → profile logic."""
+
+from __future__ import annotations
+
+import pytest
+
+from trtforge.build import trt
+from trtforge.build.profiles import BatchProfile, BatchSpecError, parse_batch, resolve_profiles
+from trtforge.capture.specs import TensorSpec
+
+
+def test_shim_reports_installed_flavour():
+    info = trt.info()
+    mod = trt.bindings()
+    assert info.flavour == mod.__name__
+    assert info.version == mod.__version__
+    assert info.strongly_typed_flag == hasattr(mod.NetworkDefinitionCreationFlag, "STRONGLY_TYPED")
+    assert info.fp16_builder_flag == hasattr(mod.BuilderFlag, "FP16")
+    if info.is_rtx:
+        assert info.strongly_typed_by_default and not info.fp16_builder_flag
+        assert {"sm75", "sm86", "sm89", "sm120"} <= set(info.compute_capability_targets)
+    assert trt.network_flags() in (0, 1 << int(mod.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+
+
+def test_compute_capability_lookup():
+    if not trt.info().compute_capability_targets:
+        pytest.skip("flavour without compute-capability targets")
+    assert trt.compute_capability("sm89") == trt.bindings().ComputeCapability.SM89
+    with pytest.raises(ValueError, match="unknown target 'sm42'"):
+        trt.compute_capability("sm42")
+
+
+def test_missing_bindings_name_the_pip_command(monkeypatch):
+    monkeypatch.setattr(trt, "FLAVOURS", ("tensorrt_not_here", "tensorrt_rtx_not_here"))
+    trt.bindings.cache_clear()
+    try:
+        with pytest.raises(trt.TensorRTNotFoundError, match="pip install tensorrt-rtx-cu13"):
+            trt.bindings()
+    finally:
+        trt.bindings.cache_clear()
+    monkeypatch.undo()
+    assert trt.bindings().__name__ in ("tensorrt", "tensorrt_rtx")
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [(1, [(1, 1, 1)]), ("8", [(8, 8, 8)]), ((1, 8, 32), [(1, 8, 32)]), ("1:8:32", [(1, 8, 32)]),
+     ([(1, 1, 1), (1, 8, 32)], [(1, 1, 1), (1, 8, 32)]), ("1:1:1,1:8:32", [(1, 1, 1), (1, 8, 32)])],
+)
+def test_parse_batch(spec, expected):
+    assert [(p.min, p.opt, p.max) for p in parse_batch(spec)] == expected
+
+
+def test_resolve_profiles_fills_batch_and_needs_other_dims():
+    images = TensorSpec("images", "float32", (-1, 3, 224, 224))
+    assert resolve_profiles([images], (BatchProfile(1, 8, 32),)) == (
+        {"images": {"min": [1, 3, 224, 224], "opt": [8, 3, 224, 224], "max": [32, 3, 224, 224]}},
+    )
+    tokens = TensorSpec("ids", "int64", (-1, -1))
+    with pytest.raises(BatchSpecError, match="dynamic dims beyond the batch.*shapes="):
+        resolve_profiles([tokens], (BatchProfile(1, 1, 1),))
+    profile = resolve_profiles([tokens], (BatchProfile(1, 1, 1),), {"ids": ((1, 8), (4, 64), (8, 128))})
+    assert profile[0]["ids"] == {"min": [1, 8], "opt": [4, 64], "max": [8, 128]}
+    fixed = TensorSpec("x", "float32", (4, 3))
+    with pytest.raises(BatchSpecError, match="fixed batch 4"):
+        resolve_profiles([fixed], (BatchProfile(1, 8, 8),))
