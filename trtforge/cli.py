@@ -57,6 +57,13 @@ def build(
     workspace_mb: Annotated[int | None, typer.Option(help="workspace limit in MiB")] = None,
     calib: Annotated[Path | None, typer.Option(help="int8: calibration images folder or .npy")] = None,
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+    cache: Annotated[bool, typer.Option(help="use the engine cache")] = True,
+    cache_dir: Annotated[Path | None, typer.Option(help="engine cache folder")] = None,
+    timing_cache: Annotated[Path | None, typer.Option(help="timing cache file (full TensorRT)")] = None,
+    hardware_compatibility: Annotated[str | None, typer.Option(help="ampere_plus | same_compute_capability")] = None,
+    version_compatible: Annotated[bool, typer.Option(help="embed the lean runtime (host code)")] = False,
+    refittable: Annotated[bool, typer.Option(help="allow trtforge refit")] = False,
+    strip_weights: Annotated[bool, typer.Option(help="weight-stripped plan (refit before use)")] = False,
 ) -> None:
     """Build an engine + sidecar from an ONNX file."""
     from trtforge.pipeline import compile as compile_model
@@ -64,7 +71,9 @@ def build(
     art = compile_model(
         model, precision=precision, batch=batch, targets=target or None, output_dir=output_dir, name=name,
         optimization_level=opt_level, workspace_bytes=workspace_mb * (1 << 20) if workspace_mb else None,
-        calibration_data=calib, progress=not quiet,
+        calibration_data=calib, progress=not quiet, cache=cache, cache_dir=cache_dir, timing_cache=timing_cache,
+        hardware_compatibility=hardware_compatibility, version_compatible=version_compatible,
+        refittable=refittable, strip_weights=strip_weights,
     )
     console.print(f"[green]built[/] {art.engine_path} ({art.sidecar.engine_size / 1e6:.1f} MB, "
                   f"{art.sidecar.builder.get('build_seconds', 0):.1f} s) + {art.sidecar_path.name}")
@@ -87,8 +96,9 @@ def inspect(path: Annotated[Path, typer.Argument(help="an .engine or its .json s
         verdict = "[green]sha256 OK[/]"
         ok = True
     except (EngineHashMismatch, FileNotFoundError) as exc:
-        verdict = f"[red]{exc}[/]"
+        verdict = "[red]sha256 MISMATCH (see below)[/]"
         ok = False
+        problem = str(exc)
     summary = Table(title=f"{sc.name}  ({sc.path})", show_header=False)
     summary.add_row("engine", f"{sc.engine_file}  {sc.engine_size / 1e6:.2f} MB  {verdict}")
     summary.add_row("precision", f"{sc.precision.get('built')} (requested {sc.precision.get('requested')}); "
@@ -124,6 +134,7 @@ def inspect(path: Annotated[Path, typer.Argument(help="an .engine or its .json s
                 prof.add_row(str(i), name, _shape(triple["min"]), _shape(triple["opt"]), _shape(triple["max"]))
         console.print(prof)
     if not ok:
+        console.print(f"[bold red]error:[/] {problem}", soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -137,6 +148,73 @@ def demo(
     from trtforge.demo import run_demo
 
     run_demo(output_dir=output_dir, crops=crops, console=console)
+
+
+cache_app = typer.Typer(no_args_is_help=True, help="The engine cache: ls | prune | clear.")
+app.add_typer(cache_app, name="cache")
+CacheDirOption = Annotated[Path | None, typer.Option("--cache-dir", help="default: $TRTFORGE_CACHE_DIR or "
+                                                     "~/.cache/trtforge/engines")]
+
+
+@cache_app.command("ls")
+@user_errors
+def cache_ls(cache_dir: CacheDirOption = None) -> None:
+    """List entries: key, model, precision, targets, size and last use (most recent first)."""
+    import datetime as dt
+
+    from trtforge.build.engine_cache import EngineCache
+
+    cache = EngineCache(cache_dir)
+    entries = cache.entries()
+    table = Table(title=f"engine cache {cache.directory}  ({sum(e.size for e in entries) / 1e6:.1f} MB of "
+                  f"{cache.max_bytes / 1e9:.1f} GB)")
+    for col in ("key", "model", "precision", "targets", "MB", "last use"):
+        table.add_column(col)
+    for e in entries:
+        when = dt.datetime.fromtimestamp(e.last_use).isoformat(sep=" ", timespec="seconds")
+        table.add_row(e.key[:16], e.model, e.precision, e.targets, f"{e.size / 1e6:.2f}", when)
+    console.print(table)
+
+
+@cache_app.command("prune")
+@user_errors
+def cache_prune(
+    cache_dir: CacheDirOption = None,
+    max_mb: Annotated[float | None, typer.Option(help="evict least recently used entries down to this size")] = None,
+    older_than_days: Annotated[float | None, typer.Option(help="remove entries unused for this many days")] = None,
+) -> None:
+    """Remove old entries and evict down to the size limit; tidy half-written leftovers."""
+    from trtforge.build.engine_cache import EngineCache
+
+    cache = EngineCache(cache_dir)
+    removed = cache.prune(max_bytes=int(max_mb * 1e6) if max_mb is not None else None,
+                          older_than_s=older_than_days * 86400 if older_than_days is not None else None)
+    console.print(f"pruned {len(removed)} entr{'y' if len(removed) == 1 else 'ies'} "
+                  f"({sum(e.size for e in removed) / 1e6:.1f} MB) from {cache.directory}")
+
+
+@cache_app.command("clear")
+@user_errors
+def cache_clear(cache_dir: CacheDirOption = None) -> None:
+    """Remove every entry."""
+    from trtforge.build.engine_cache import EngineCache
+
+    cache = EngineCache(cache_dir)
+    console.print(f"cleared {cache.clear()} entries from {cache.directory}")
+
+
+@app.command()
+@user_errors
+def refit(
+    engine: Annotated[Path, typer.Argument(help="a refittable .engine (or its .json)")],
+    weights: Annotated[Path, typer.Option(help="new weights: a .onnx, or a state_dict .pt")],
+) -> None:
+    """Refit new weights into an engine in place (atomically); its sidecar gets the new sha256."""
+    from trtforge.build.refit import refit_engine
+
+    report = refit_engine(engine, weights)
+    console.print(f"[green]refitted[/] {report.engine} with {report.weights} weights from {report.source}; "
+                  f"sha256 {report.old_sha256[:12]}… → {report.new_sha256[:12]}…")
 
 
 def main() -> None:  # pragma: no cover - console entry

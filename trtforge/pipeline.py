@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
+import logging
 import os
 import re
 import tempfile
@@ -29,15 +31,18 @@ from trtforge.artifact import Artifact
 from trtforge.build.atomic import atomic_write_bytes
 from trtforge.build.builder import BuildResult, build_engine
 from trtforge.build.config import BuildConfig, BuildConfigError
+from trtforge.build.engine_cache import CacheEntry, EngineCache, engine_key
+from trtforge.build.portability import file_suffix
 from trtforge.build.sidecar import Sidecar, check_writable, is_trtforge_sidecar, sha256_file, write_sidecar
 from trtforge.capture.export import export_onnx, normalize_example_inputs
 from trtforge.capture.onnx_file import load_onnx
 from trtforge.capture.specs import TensorSpec
 from trtforge.passes.cleanup import cleanup
-from trtforge.passes.float16 import convert_float, plan_float
+from trtforge.passes.float16 import apply_float, infer_types, plan_float
 from trtforge.passes.graph import dtype_summary, has_qdq, load_ir, model_sha256, proto_bytes, to_proto
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -47,15 +52,17 @@ class OutputPaths:
     directory: Path
     name: str
     precision: str
+    #: Portability options (targets, hardware level, ...), so they never overwrite the default engine.
+    suffix: str = ""
 
     def engine(self, precision: str | None = None) -> Path:
-        return self.directory / f"{self.name}_{precision or self.precision}.engine"
+        return self.directory / f"{self.name}_{precision or self.precision}{self.suffix}.engine"
 
     def sidecar(self, precision: str | None = None) -> Path:
-        return self.directory / f"{self.name}_{precision or self.precision}.json"
+        return self.directory / f"{self.name}_{precision or self.precision}{self.suffix}.json"
 
     def onnx(self, precision: str | None = None) -> Path:
-        return self.directory / f"{self.name}_{precision or self.precision}.onnx"
+        return self.directory / f"{self.name}_{precision or self.precision}{self.suffix}.onnx"
 
     def reference_onnx(self) -> Path:
         return self.directory / f"{self.name}_reference_fp32.onnx"
@@ -108,12 +115,23 @@ def check_destinations(paths: OutputPaths, precisions: Sequence[str]) -> None:
                 )
 
 
+def _source_info(model_or_onnx: Any) -> dict:
+    """The sidecar's ``source`` facts that need no capture."""
+    if isinstance(model_or_onnx, (str, Path)):
+        return {"kind": "onnx", "original": str(model_or_onnx)}
+    source = {"kind": "torch", "module": type(model_or_onnx).__qualname__}
+    factory = getattr(model_or_onnx, "trtforge_factory", None)
+    if factory:
+        source["factory"] = factory
+    return source
+
+
 def _capture(model_or_onnx: Any, example_inputs: Any, tmp: Path, input_names, output_names,
              dynamic_batch: bool) -> tuple[onnx.ModelProto, dict]:
     if isinstance(model_or_onnx, (str, Path)):
         path = Path(model_or_onnx)
         proto = load_onnx(path)
-        return proto, {"kind": "onnx", "original": str(path)}
+        return proto, _source_info(path)
     import torch
 
     if not isinstance(model_or_onnx, torch.nn.Module):
@@ -124,11 +142,7 @@ def _capture(model_or_onnx: Any, example_inputs: Any, tmp: Path, input_names, ou
     output_names = output_names or getattr(model_or_onnx, "trtforge_output_names", None)
     path = export_onnx(model_or_onnx, example_inputs, tmp / "captured.onnx", input_names=input_names,
                        output_names=output_names, dynamic_batch=dynamic_batch)
-    source = {"kind": "torch", "module": type(model_or_onnx).__qualname__}
-    factory = getattr(model_or_onnx, "trtforge_factory", None)
-    if factory:
-        source["factory"] = factory
-    return load_onnx(path), source
+    return load_onnx(path), _source_info(model_or_onnx)
 
 
 def _static_io(specs: tuple[TensorSpec, ...], config: BuildConfig) -> tuple[TensorSpec, ...]:
@@ -161,8 +175,19 @@ def compile(  # noqa: A001 - the public verb users expect
     quant: Any = None,
     progress: bool = True,
     console: Console | None = None,
+    cache: bool = True,
+    cache_dir: str | Path | None = None,
+    timing_cache: str | Path | None = None,
+    hardware_compatibility: str | None = None,
+    version_compatible: bool = False,
+    refittable: bool = False,
+    strip_weights: bool = False,
 ) -> Artifact:
     """Turn a PyTorch module (with example inputs) or an ``.onnx`` file into an engine + sidecar.
+
+    A second call with the same arguments is a cache hit (``cache_dir``, default
+    ``~/.cache/trtforge/engines`` or ``$TRTFORGE_CACHE_DIR``; ``cache=False`` turns it off).
+    Portability options add a file-name suffix (``_sm89``, ``_ampere_plus``, ...); see docs/portability.md.
 
     Example:
         >>> art = compile("model.onnx", precision="fp16", batch=[(1, 1, 1), (1, 8, 32)], targets=["sm89"])
@@ -170,13 +195,16 @@ def compile(  # noqa: A001 - the public verb users expect
     console = console or Console(stderr=True)
     # 1. Everything cheap is validated before capture, passes or build start.
     config = BuildConfig.create(precision=precision, batch=batch, shapes=shapes, targets=targets,
-                                optimization_level=optimization_level, workspace_bytes=workspace_bytes)
+                                optimization_level=optimization_level, workspace_bytes=workspace_bytes,
+                                hardware_compatibility=hardware_compatibility,
+                                version_compatible=version_compatible, refittable=refittable,
+                                strip_weights=strip_weights, timing_cache=timing_cache)
     if config.precision == "int8" and calibration_data is None:
         raise BuildConfigError(
             "precision='int8' needs calibration_data= (an image folder, a .npy file, an array, "
             "an iterable of input dicts, or a callable); see docs/quantization.md"
         )
-    name = validate_name(name or default_name(model_or_onnx))
+    name = validate_name(default_name(model_or_onnx) if name is None else name)
     if preprocessing is None:
         preprocessing = getattr(model_or_onnx, "preprocessing", None)
     if not isinstance(model_or_onnx, (str, Path)):
@@ -186,7 +214,7 @@ def compile(  # noqa: A001 - the public verb users expect
             normalize_example_inputs(model_or_onnx, example_inputs)
     elif not Path(model_or_onnx).exists():
         raise FileNotFoundError(f"model file {model_or_onnx} does not exist; pass an .onnx file or an nn.Module")
-    paths = OutputPaths(prepare_output_dir(Path(output_dir)), name, config.precision)
+    paths = OutputPaths(prepare_output_dir(Path(output_dir)), name, config.precision, file_suffix(config))
     float_precision = "fp32" if config.float_dtype is None else {"float16": "fp16", "bfloat16": "bf16"}[config.float_dtype]
     check_destinations(paths, sorted({config.precision, float_precision}))
     reference = paths.reference_onnx()
@@ -196,77 +224,205 @@ def compile(  # noqa: A001 - the public verb users expect
             "file trtforge did not write. Move it away or choose another name=."
         )
 
+    engine_cache = EngineCache(cache_dir) if cache else None
     with contextlib.ExitStack() as stack:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtforge-")))
-        # Captured with a dynamic batch always: the optimization profiles decide what the engine takes.
-        proto, source = _capture(model_or_onnx, example_inputs, tmp, input_names, output_names, True)
-        # 2. Passes: cleanup (FP32 reference), then precision.
-        reference = cleanup(load_ir(proto))
-        reference_proto = to_proto(reference)
-        reference_bytes = proto_bytes(reference_proto)
-        quant_report = None
-        float_plan = None
-        if config.precision == "fp32":
-            processed = reference_proto
-        elif config.precision in ("fp16", "bf16"):
-            processed_ir = load_ir(onnx.load_from_string(reference_bytes))
-            float_plan = plan_float(processed_ir, config.float_dtype)
-            convert_float(processed_ir, config.float_dtype)
-            processed = to_proto(processed_ir)
-        else:
-            from trtforge.quantize.api import QuantConfig, quantize_model
+        built: _Built | None = None
+        request = None
+        if engine_cache is not None and config.precision != "int8":
+            # A cheap key over what was asked: a hit skips export, passes and build.
+            from trtforge.request_key import request_key
 
-            result = quantize_model(onnx.load_from_string(reference_bytes), calibration_data,
-                                    quant if quant is not None else QuantConfig(),
-                                    preprocessing=dict(preprocessing) if preprocessing else None,
-                                    progress=progress)
-            processed = result.model
-            quant_report = result.report
-        built_precision = config.precision
-        if config.precision == "int8" and not has_qdq(load_ir(processed)):
-            built_precision = "fp16"  # placement kept every layer in FP16: say so in the file name
-        processed_bytes = proto_bytes(processed)
-        staged = tmp / "processed.onnx"
-        staged.write_bytes(processed_bytes)
-        # 3. Build.
-        result: BuildResult = build_engine(staged, config, name=f"{name}_{built_precision}",
-                                           progress=progress, console=console)
+            request = request_key(model_or_onnx, example_inputs, config, name=name, input_names=input_names,
+                                  output_names=output_names)
+            stack.enter_context(engine_cache.lock(f"request-{request}"))
+            key = engine_cache.lookup_request(request)
+            entry = engine_cache.get(key) if key else None
+            if entry is not None:
+                built = _Built.from_entry(entry)
+        if built is None:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtforge-")))
+            built = _capture_and_build(model_or_onnx, example_inputs, config, name=name, tmp=tmp,
+                                       input_names=input_names, output_names=output_names,
+                                       calibration_data=calibration_data, quant=quant,
+                                       preprocessing=preprocessing, engine_cache=engine_cache,
+                                       progress=progress, console=console)
+            if request is not None:
+                engine_cache.remember_request(request, built.key)
+        if built.hit:
+            log.info("cache hit: %s (%s…)", name, built.key[:12])
+            if progress:
+                console.print(f"[green]cache hit[/] {name} ({built.key[:12]}…)")
         # 4. Artifact: engine first, then graphs, then the sidecar (atomic, each).
+        record = built.record
+        built_precision = record["precision"]["built"]
         engine_path = paths.engine(built_precision)
-        atomic_write_bytes(engine_path, result.plan, mode=0o644)
+        atomic_write_bytes(engine_path, built.plan, mode=0o644)
         onnx_path = paths.onnx(built_precision)
-        atomic_write_bytes(onnx_path, processed_bytes)
-        atomic_write_bytes(paths.reference_onnx(), reference_bytes)
+        atomic_write_bytes(onnx_path, built.processed_onnx)
+        atomic_write_bytes(paths.reference_onnx(), built.reference_onnx)
         notes_list = [notes] if isinstance(notes, str) else list(notes or ())
-        if float_plan is not None and float_plan.fp32_nodes:
-            notes_list.append(f"{len(float_plan.fp32_nodes)} node(s) kept in FP32 by the float pass")
-        source.update({
+        notes_list += record["notes"]
+        source = {
+            **_source_info(model_or_onnx),
             "onnx_file": onnx_path.name,
-            "onnx_sha256": model_sha256(processed),
+            "onnx_sha256": record["onnx_sha256"],
             "reference_onnx_file": paths.reference_onnx().name,
-            "reference_onnx_sha256": model_sha256(reference_proto),
-        })
+            "reference_onnx_sha256": record["reference_onnx_sha256"],
+        }
+        cache_info = {"key": built.key, "hit": built.hit} if engine_cache is not None else {"enabled": False}
         sidecar = Sidecar(
             name=name,
             engine_file=engine_path.name,
-            engine_size=len(result.plan),
+            engine_size=len(built.plan),
             engine_sha256=sha256_file(engine_path),
-            inputs=_static_io(result.inputs, config),
-            outputs=_static_io(result.outputs, config),
-            profiles=result.profiles,
-            precision={
+            inputs=tuple(TensorSpec.from_dict(d) for d in record["inputs"]),
+            outputs=tuple(TensorSpec.from_dict(d) for d in record["outputs"]),
+            profiles=tuple(record["profiles"]),
+            precision=record["precision"],
+            builder={**record["builder"], "cache": cache_info},
+            source=source,
+            preprocessing=dict(preprocessing) if preprocessing else None,
+            notes=tuple(notes_list),
+            quantization=record["quantization"],
+        )
+        sidecar_path = write_sidecar(paths.sidecar(built_precision), sidecar)
+    return Artifact(engine_path=engine_path, sidecar_path=sidecar_path, onnx_path=onnx_path,
+                    reference_onnx_path=paths.reference_onnx(), sidecar=Sidecar.from_dict(sidecar.to_dict(), sidecar_path))
+
+
+@dataclass(frozen=True)
+class _Built:
+    """One build's products, fresh or read back from the engine cache."""
+
+    key: str
+    plan: bytes
+    processed_onnx: bytes
+    reference_onnx: bytes
+    #: JSON-able facts of the build: inputs, outputs, profiles, precision, builder, hashes, notes.
+    record: dict
+    hit: bool = False
+
+    def files(self) -> dict[str, bytes]:
+        return {"engine": self.plan, "processed.onnx": self.processed_onnx,
+                "reference.onnx": self.reference_onnx, "record.json": json.dumps(self.record).encode()}
+
+    @classmethod
+    def from_entry(cls, entry: CacheEntry) -> _Built:
+        files = entry.files
+        return cls(key=entry.key, plan=files["engine"], processed_onnx=files["processed.onnx"],
+                   reference_onnx=files["reference.onnx"], record=json.loads(files["record.json"]), hit=True)
+
+
+def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: BuildConfig, *, name: str, tmp: Path,
+                       input_names, output_names, calibration_data, quant, preprocessing,
+                       engine_cache: EngineCache | None, progress: bool, console: Console) -> _Built:
+    """Capture → passes → (quantize) → engine-cache lookup → build → store."""
+    # Captured with a dynamic batch always: the optimization profiles decide what the engine takes.
+    proto, _source = _capture(model_or_onnx, example_inputs, tmp, input_names, output_names, True)
+    # 2. Passes: cleanup (FP32 reference), then precision.
+    reference = cleanup(load_ir(proto))
+    reference_proto = to_proto(reference)
+    reference_bytes = proto_bytes(reference_proto)
+    quant_report = None
+    float_plan = None
+    if config.precision == "fp32":
+        processed = reference_proto
+    elif config.precision in ("fp16", "bf16"):
+        processed_ir = load_ir(onnx.load_from_string(reference_bytes))
+        float_plan = plan_float(infer_types(processed_ir), config.float_dtype)
+        apply_float(processed_ir, float_plan)
+        processed = to_proto(processed_ir)
+    else:
+        from trtforge.quantize.api import QuantConfig, quantize_model
+
+        result = quantize_model(onnx.load_from_string(reference_bytes), calibration_data,
+                                quant if quant is not None else QuantConfig(),
+                                preprocessing=dict(preprocessing) if preprocessing else None,
+                                progress=progress)
+        processed = result.model
+        quant_report = result.report
+    built_precision = config.precision
+    if config.precision == "int8" and not has_qdq(load_ir(processed)):
+        built_precision = "fp16"  # placement kept every layer in FP16: say so in the file name
+    processed_bytes = proto_bytes(processed)
+    network_name = f"{name}_{built_precision}"
+    key = engine_key(processed_bytes, config, network_name=network_name)
+    with engine_cache.lock(key) if engine_cache is not None else contextlib.nullcontext():
+        entry = engine_cache.get(key) if engine_cache is not None else None
+        if entry is not None:
+            return _Built.from_entry(entry)
+        staged = tmp / "processed.onnx"
+        staged.write_bytes(processed_bytes)
+        # 3. Build.
+        result: BuildResult = build_engine(staged, config, name=network_name, progress=progress, console=console)
+        notes = []
+        if float_plan is not None and float_plan.fp32_nodes:
+            notes.append(f"{len(float_plan.fp32_nodes)} node(s) kept in FP32 by the float pass")
+        record = {
+            "inputs": [s.as_dict() for s in _static_io(result.inputs, config)],
+            "outputs": [s.as_dict() for s in _static_io(result.outputs, config)],
+            "profiles": list(result.profiles),
+            "precision": {
                 "requested": config.precision,
                 "built": built_precision,
                 "node_dtypes": dtype_summary(load_ir(processed)),
                 "fp32_nodes": dict(float_plan.fp32_nodes) if float_plan else {},
             },
-            builder={**result.builder, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                     "config": config.key_fields(), "trtforge_version": __version__},
-            source=source,
-            preprocessing=dict(preprocessing) if preprocessing else None,
-            notes=tuple(notes_list),
-            quantization=quant_report,
-        )
-        sidecar_path = write_sidecar(paths.sidecar(built_precision), sidecar)
-    return Artifact(engine_path=engine_path, sidecar_path=sidecar_path, onnx_path=onnx_path,
-                    reference_onnx_path=paths.reference_onnx(), sidecar=Sidecar.from_dict(sidecar.to_dict(), sidecar_path))
+            "builder": {**result.builder,
+                        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                        "config": config.key_fields(), "trtforge_version": __version__},
+            "onnx_sha256": model_sha256(processed),
+            "reference_onnx_sha256": model_sha256(reference_proto),
+            "notes": notes,
+            "quantization": quant_report,
+        }
+        built = _Built(key=key, plan=result.plan, processed_onnx=processed_bytes, reference_onnx=reference_bytes,
+                       record=json.loads(json.dumps(record)))
+        if engine_cache is not None:
+            engine_cache.put(key, built.files(), {
+                "model": name, "precision": built_precision, "targets": list(config.targets),
+                "options": file_suffix(config).lstrip("_"), "engine_size": len(result.plan),
+            })
+        return built
+
+
+def build_matrix(
+    model_or_onnx: Any,
+    example_inputs: Any = None,
+    *,
+    targets: Sequence[str],
+    multi_target: bool = True,
+    console: Console | None = None,
+    **options: Any,
+) -> list[Artifact]:
+    """One engine per compute capability (TensorRT-RTX), and one multi-target engine when asked.
+
+    Every engine gets its target suffix (``_sm86``; ``_sm80_sm86_sm89`` for the multi-target one)
+    and its size in its sidecar; a table compares them. ``options`` go to ``compile``.
+
+    Example:
+        >>> arts = build_matrix(model, (x,), targets=["sm80", "sm86", "sm89", "sm120"], precision="fp16")
+        >>> [a.engine_path.name for a in arts][-1]
+        'efficientnet_lite0_fp16_sm80_sm86_sm89_sm120.engine'
+    """
+    from rich.table import Table
+
+    targets = [str(t).lower() for t in targets]
+    if not targets:
+        raise ValueError("build_matrix needs targets=[...], e.g. ['sm80', 'sm86', 'sm89', 'sm120']")
+    if "targets" in options:
+        raise TypeError("build_matrix takes targets= once, as its own argument")
+    for target in targets:  # refuse an unknown target before the first (expensive) build
+        BuildConfig.create(precision=options.get("precision", "fp16"), targets=[target])
+    console = console or Console(stderr=True)
+    plans: list[list[str]] = [[t] for t in targets] + ([targets] if multi_target and len(targets) > 1 else [])
+    artifacts = [compile(model_or_onnx, example_inputs, targets=plan, console=console, **options) for plan in plans]
+    table = Table(title="build matrix")
+    for column in ("targets", "engine", "MB", "cache"):
+        table.add_column(column)
+    for plan, art in zip(plans, artifacts, strict=True):
+        hit = art.sidecar.builder.get("cache", {}).get("hit")
+        table.add_row(",".join(plan), art.engine_path.name, f"{art.sidecar.engine_size / 1e6:.2f}",
+                      "hit" if hit else "built")
+    console.print(table)
+    return artifacts

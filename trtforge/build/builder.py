@@ -16,8 +16,10 @@ from rich.console import Console
 
 from trtforge.build import trt
 from trtforge.build.config import BuildConfig
+from trtforge.build.portability import apply_portability, builder_record
 from trtforge.build.profiles import resolve_profiles
 from trtforge.build.progress import BuildProgress
+from trtforge.build.timing_cache import TimingCacheSession
 from trtforge.capture.specs import TensorSpec
 
 log = logging.getLogger(__name__)
@@ -131,6 +133,7 @@ def configure(builder, network, config: BuildConfig, monitor: BuildProgress | No
         for index, target in enumerate(config.targets):
             if not cfg.set_compute_capability(trt.compute_capability(target), index):
                 raise BuildFailedError(f"TensorRT refused target {target}")
+    apply_portability(cfg, config, mod)
     if monitor is not None and info.progress_monitor:
         cfg.progress_monitor = monitor.trt_monitor()
     return cfg, inputs, profiles
@@ -151,9 +154,13 @@ def build_engine(
     network, _parser = parse_network(builder, Path(onnx_path), logger)
     network.name = name
     start = time.perf_counter()
-    with BuildProgress(enabled=progress, console=console, title=name) as monitor:
+    timing = TimingCacheSession(config.timing_cache)
+    with BuildProgress(enabled=progress, console=console, title=name) as monitor, timing:
         cfg, inputs, profiles = configure(builder, network, config, monitor)
+        timing.attach(cfg)
         plan = builder.build_serialized_network(network, cfg)
+        if plan is not None:
+            timing.save()
     seconds = time.perf_counter() - start
     if monitor.cancelled:
         raise BuildCancelled(f"build of {name} cancelled by the user; nothing was written")
@@ -171,6 +178,8 @@ def build_engine(
         "optimization_level": config.optimization_level,
         "workspace_bytes": config.workspace_bytes,
         "strongly_typed": True,
+        **builder_record(config),
+        "timing_cache": timing.active,
         "build_seconds": round(seconds, 3),
     }
     return BuildResult(

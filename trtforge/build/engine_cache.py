@@ -1,0 +1,343 @@
+"""The engine cache: a rebuild costs nothing when nothing that changes the engine changed.
+
+Layout under the cache folder (default ``~/.cache/trtforge/engines``, or ``$TRTFORGE_CACHE_DIR``)::
+
+    entries/<key>.zst     engine + processed ONNX + reference ONNX + build record, zstd-compressed
+    entries/<key>.json    the entry's sidecar: model, precision, sizes, sha256 of the .zst; its
+                          modification time is the entry's last use (LRU eviction)
+    requests/<rkey>.json  a cheap request key → the engine key (lets a hit skip export and passes)
+    locks/<key>.lock      one builder per key across processes
+
+Two keys. The **engine key** is a sha256 over the processed ONNX bytes, the build config, the
+TensorRT flavour and version, and trtforge's version: everything that changes the engine's bytes.
+The **request key** is a sha256 over what ``compile`` was asked (the module's class sources,
+structure and state_dict bytes, the example input shapes, the ONNX file's bytes, every option
+that matters, and the library versions); it maps to the engine key, so a hit reads one small JSON
+and one compressed entry and never exports or runs passes.
+
+Entries are written atomically (the ``.zst`` first, then its ``.json``); a reader checks the
+``.zst``'s sha256 and each member's sha256, and a corrupt or truncated entry is deleted with a
+warning and rebuilt. When the folder grows past ``max_bytes`` the least recently used entries go.
+
+Example:
+    >>> cache = EngineCache()                       # ~/.cache/trtforge/engines
+    >>> key = engine_key(processed_bytes, config, network_name="m_fp16")
+    >>> with cache.lock(key):
+    ...     entry = cache.get(key) or cache.put(key, files, meta)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import logging
+import os
+import struct
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zstandard
+from filelock import FileLock, Timeout
+
+from trtforge._version import __version__
+from trtforge.build import trt
+from trtforge.build.atomic import atomic_write_bytes
+
+log = logging.getLogger(__name__)
+
+ENV_CACHE_DIR = "TRTFORGE_CACHE_DIR"
+ENV_CACHE_MAX_BYTES = "TRTFORGE_CACHE_MAX_BYTES"
+DEFAULT_CACHE_DIR = Path("~/.cache/trtforge/engines")
+DEFAULT_MAX_BYTES = 20 * (1 << 30)
+#: Bumped when the entry layout changes; part of every key.
+ENTRY_FORMAT = 1
+MAGIC = b"TRTFCE1\n"
+GENERATOR = "trtforge-engine-cache"
+ZSTD_LEVEL = 3
+#: How long a process waits for another one building the same key.
+LOCK_TIMEOUT_S = 3600.0
+
+
+class CacheEntryCorrupt(ValueError):
+    """A cache entry whose bytes do not match the hashes recorded for it."""
+
+
+def default_cache_dir() -> Path:
+    """``$TRTFORGE_CACHE_DIR`` when set, else ``~/.cache/trtforge/engines``."""
+    return Path(os.environ.get(ENV_CACHE_DIR) or DEFAULT_CACHE_DIR).expanduser()
+
+
+def default_max_bytes() -> int:
+    value = os.environ.get(ENV_CACHE_MAX_BYTES)
+    if not value:
+        return DEFAULT_MAX_BYTES
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise ValueError(f"{ENV_CACHE_MAX_BYTES}={value!r} must be a byte count, e.g. 10737418240") from exc
+
+
+def digest_of(fields: Mapping[str, Any]) -> str:
+    """sha256 of ``fields`` as canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def toolchain() -> dict[str, Any]:
+    """The TensorRT flavour and version and trtforge's version: part of every key."""
+    info = trt.info()
+    return {"flavour": info.flavour, "tensorrt": info.version, "trtforge": __version__, "format": ENTRY_FORMAT}
+
+
+def engine_key(processed_onnx: bytes, config: Any, *, network_name: str) -> str:
+    """The key over everything that changes the engine's bytes.
+
+    ``network_name`` is written into the plan, so it belongs to the key; the output folder does not.
+    """
+    return digest_of({
+        "kind": "engine",
+        "onnx_sha256": hashlib.sha256(processed_onnx).hexdigest(),
+        "config": config.key_fields(),
+        "network_name": network_name,
+        **toolchain(),
+    })
+
+
+# -- the entry container -----------------------------------------------------------------------
+def pack(files: Mapping[str, bytes]) -> bytes:
+    """``MAGIC`` then, per member in name order: u16 name length, name, u64 size, bytes."""
+    out = [MAGIC]
+    for name in sorted(files):
+        raw = name.encode()
+        out += [struct.pack("<H", len(raw)), raw, struct.pack("<Q", len(files[name])), files[name]]
+    return b"".join(out)
+
+
+def unpack(data: bytes) -> dict[str, bytes]:
+    if not data.startswith(MAGIC):
+        raise CacheEntryCorrupt("entry does not start with the trtforge cache header")
+    files: dict[str, bytes] = {}
+    pos = len(MAGIC)
+    while pos < len(data):
+        if pos + 2 > len(data):
+            raise CacheEntryCorrupt("entry is truncated")
+        (n,) = struct.unpack_from("<H", data, pos)
+        name = data[pos + 2: pos + 2 + n].decode()
+        pos += 2 + n
+        if pos + 8 > len(data):
+            raise CacheEntryCorrupt("entry is truncated")
+        (size,) = struct.unpack_from("<Q", data, pos)
+        pos += 8
+        if pos + size > len(data):
+            raise CacheEntryCorrupt("entry is truncated")
+        files[name] = data[pos: pos + size]
+        pos += size
+    return files
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One entry read back and verified: its members' bytes and its sidecar."""
+
+    key: str
+    files: dict[str, bytes]
+    meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    """What ``trtforge cache ls`` shows for one entry."""
+
+    key: str
+    model: str
+    precision: str
+    targets: str
+    size: int
+    last_use: float
+    created: str
+
+
+class EngineCache:
+    """A folder of compressed engine entries with LRU eviction (see the module docstring)."""
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None, max_bytes: int | None = None) -> None:
+        self.directory = Path(directory).expanduser() if directory is not None else default_cache_dir()
+        self.max_bytes = default_max_bytes() if max_bytes is None else int(max_bytes)
+        if self.max_bytes <= 0:
+            raise ValueError(f"cache max_bytes={self.max_bytes} must be positive")
+        if self.directory.exists() and not self.directory.is_dir():
+            raise NotADirectoryError(f"cache_dir {self.directory} is a file; pass a folder")
+        for sub in ("entries", "requests", "locks"):
+            (self.directory / sub).mkdir(parents=True, exist_ok=True)
+
+    # -- paths -----------------------------------------------------------------------------
+    def blob_path(self, key: str) -> Path:
+        return self.directory / "entries" / f"{key}.zst"
+
+    def meta_path(self, key: str) -> Path:
+        return self.directory / "entries" / f"{key}.json"
+
+    def request_path(self, request_key: str) -> Path:
+        return self.directory / "requests" / f"{request_key}.json"
+
+    @contextlib.contextmanager
+    def lock(self, key: str) -> Iterator[None]:
+        """Hold the per-key lock; a second process building the same key waits here, then hits."""
+        lock = FileLock(str(self.directory / "locks" / f"{key}.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            log.info("another process is building %s…; waiting for it", key[:12])
+            lock.acquire(timeout=LOCK_TIMEOUT_S)
+        try:
+            yield
+        finally:
+            lock.release()
+
+    # -- request keys ------------------------------------------------------------------------
+    def lookup_request(self, request_key: str) -> str | None:
+        """The engine key a request key was mapped to, or None."""
+        try:
+            data = json.loads(self.request_path(request_key).read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            log.warning("cache request record %s is unreadable; deleting it", request_key[:12])
+            self.request_path(request_key).unlink(missing_ok=True)
+            return None
+        return data.get("engine_key") if isinstance(data, dict) else None
+
+    def remember_request(self, request_key: str, key: str) -> None:
+        atomic_write_bytes(self.request_path(request_key), json.dumps({"engine_key": key}).encode())
+
+    # -- entries ---------------------------------------------------------------------------
+    def _discard(self, key: str, why: str) -> None:
+        log.warning("engine cache entry %s… is %s; deleting it and rebuilding", key[:12], why)
+        self.blob_path(key).unlink(missing_ok=True)
+        self.meta_path(key).unlink(missing_ok=True)
+
+    def get(self, key: str) -> CacheEntry | None:
+        """The verified entry for ``key`` (and its last use updated), or None on a miss."""
+        meta_path = self.meta_path(key)
+        try:
+            meta = json.loads(meta_path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            self._discard(key, "unreadable (its .json is not valid JSON)")
+            return None
+        try:
+            blob = self.blob_path(key).read_bytes()
+        except FileNotFoundError:
+            self._discard(key, "missing its compressed file")
+            return None
+        try:
+            if hashlib.sha256(blob).hexdigest() != meta.get("sha256") or len(blob) != meta.get("size"):
+                raise CacheEntryCorrupt("corrupt or truncated (sha256 mismatch)")
+            files = unpack(zstandard.ZstdDecompressor().decompress(blob))
+            for name, info in meta.get("files", {}).items():
+                if name not in files or hashlib.sha256(files[name]).hexdigest() != info["sha256"]:
+                    raise CacheEntryCorrupt(f"corrupt (member {name} does not match its sha256)")
+        except (CacheEntryCorrupt, zstandard.ZstdError) as exc:
+            self._discard(key, str(exc))
+            return None
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(meta_path)  # last use, for LRU
+        return CacheEntry(key=key, files=files, meta=meta)
+
+    def put(self, key: str, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> CacheEntry:
+        """Compress and store ``files`` under ``key`` atomically, then evict down to ``max_bytes``."""
+        blob = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).compress(pack(files))
+        record = {
+            **meta,
+            "generator": GENERATOR,
+            "key": key,
+            "size": len(blob),
+            "raw_size": sum(len(v) for v in files.values()),
+            "sha256": hashlib.sha256(blob).hexdigest(),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "files": {name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                      for name, data in sorted(files.items())},
+            **toolchain(),
+        }
+        atomic_write_bytes(self.blob_path(key), blob)
+        atomic_write_bytes(self.meta_path(key), (json.dumps(record, indent=2) + "\n").encode())
+        self.evict(keep=key)
+        return CacheEntry(key=key, files=dict(files), meta=record)
+
+    # -- listing and housekeeping ----------------------------------------------------------
+    def entries(self) -> list[EntryInfo]:
+        """Every readable entry, most recently used first."""
+        found = []
+        for meta_path in (self.directory / "entries").glob("*.json"):
+            try:
+                meta = json.loads(meta_path.read_text())
+                last_use = meta_path.stat().st_mtime
+            except (OSError, ValueError):
+                continue
+            if not isinstance(meta, dict) or meta.get("generator") != GENERATOR:
+                continue
+            found.append(EntryInfo(
+                key=meta_path.stem, model=str(meta.get("model", "?")), precision=str(meta.get("precision", "?")),
+                targets=",".join(meta.get("targets") or ["portable"]), size=int(meta.get("size", 0)),
+                last_use=last_use, created=str(meta.get("created", "?")),
+            ))
+        return sorted(found, key=lambda e: e.last_use, reverse=True)
+
+    def total_bytes(self) -> int:
+        return sum(e.size for e in self.entries())
+
+    def remove(self, key: str) -> None:
+        self.meta_path(key).unlink(missing_ok=True)
+        self.blob_path(key).unlink(missing_ok=True)
+
+    def evict(self, keep: str | None = None, max_bytes: int | None = None) -> list[EntryInfo]:
+        """Delete least recently used entries until the total is at most ``max_bytes``."""
+        limit = self.max_bytes if max_bytes is None else max_bytes
+        entries = self.entries()
+        total = sum(e.size for e in entries)
+        removed = []
+        for entry in reversed(entries):  # oldest use first
+            if total <= limit:
+                break
+            if entry.key == keep:
+                continue
+            self.remove(entry.key)
+            total -= entry.size
+            removed.append(entry)
+            log.info("engine cache: evicted %s… (%s, %d bytes)", entry.key[:12], entry.model, entry.size)
+        return removed
+
+    def prune(self, max_bytes: int | None = None, older_than_s: float | None = None) -> list[EntryInfo]:
+        """Remove entries unused for ``older_than_s`` seconds, then evict to ``max_bytes``; tidy leftovers."""
+        removed = []
+        if older_than_s is not None:
+            cutoff = time.time() - older_than_s
+            for entry in self.entries():
+                if entry.last_use < cutoff:
+                    self.remove(entry.key)
+                    removed.append(entry)
+        removed += self.evict(max_bytes=max_bytes)
+        live = {e.key for e in self.entries()}
+        for blob in (self.directory / "entries").glob("*.zst"):
+            if blob.stem not in live:
+                blob.unlink(missing_ok=True)  # a .zst whose .json never landed (a crash mid-put)
+        for request in (self.directory / "requests").glob("*.json"):
+            target = self.lookup_request(request.stem)
+            if target not in live:
+                request.unlink(missing_ok=True)
+        return removed
+
+    def clear(self) -> int:
+        """Remove every entry and request record; return how many entries went."""
+        count = len(self.entries())
+        for folder in ("entries", "requests"):
+            for path in (self.directory / folder).iterdir():
+                if path.is_file():
+                    path.unlink(missing_ok=True)
+        return count

@@ -1,0 +1,128 @@
+"""The cheap request key: what ``compile`` was asked, hashed without exporting anything.
+
+It maps to the engine key in the engine cache, so a repeated ``compile`` skips export, passes
+and build. It covers everything capture and the passes read: for a module, the source of every
+module class in it, its structure (``repr``), its state_dict bytes, the example inputs' names,
+shapes and dtypes; for an ONNX file, its bytes and those of its external data files; plus every
+compile option that reaches the engine, and the versions of torch, onnx, onnx-ir, onnxscript,
+TensorRT and trtforge. Requests it cannot hash (int8 with calibration data) get no request key;
+they still hit at the engine key, after capture and quantization.
+
+Example:
+    >>> key = request_key(model, (torch.zeros(1, 3, 224, 224),), config, name="lite0", input_names=None,
+    ...                   output_names=None)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import inspect
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trtforge.build.config import BuildConfig
+from trtforge.build.engine_cache import digest_of, toolchain
+
+#: Distributions whose versions change the captured or processed graph.
+GRAPH_LIBRARIES: tuple[str, ...] = ("torch", "onnx", "onnx-ir", "onnxscript")
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for dist in GRAPH_LIBRARIES:
+        try:
+            found[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            found[dist] = "absent"
+    return found
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def onnx_fingerprint(path: Path) -> dict[str, Any]:
+    """sha256 of an ONNX file and of every external data file it names."""
+    import onnx
+
+    from trtforge.capture.onnx_file import load_onnx
+
+    path = Path(path)
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - protobuf raises many types; load_onnx says what is wrong
+        load_onnx(path)
+        raise
+    if not proto.graph.node and not proto.graph.output:
+        load_onnx(path)  # not really ONNX: the same clear error as without the cache
+    locations = set()
+    for tensor in proto.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            locations.update(e.value for e in tensor.external_data if e.key == "location")
+    return {
+        "onnx_sha256": _file_sha256(path),
+        "external": {loc: _file_sha256(path.parent / loc) for loc in sorted(locations)},
+    }
+
+
+def module_fingerprint(model: Any, example_inputs: Any) -> dict[str, Any]:
+    """Class sources, structure, state_dict bytes and example input shapes of a ``torch.nn.Module``."""
+    import torch
+
+    from trtforge.capture.export import normalize_example_inputs
+
+    sources = {}
+    for cls in sorted({type(m) for m in model.modules()}, key=lambda c: f"{c.__module__}.{c.__qualname__}"):
+        try:
+            text = inspect.getsource(cls)
+        except (OSError, TypeError):
+            text = "no source"
+        sources[f"{cls.__module__}.{cls.__qualname__}"] = hashlib.sha256(text.encode()).hexdigest()
+    state = hashlib.sha256()
+    for name, tensor in model.state_dict(keep_vars=False).items():
+        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+        state.update(f"{name}|{flat.dtype}|{tuple(tensor.shape)}|".encode())
+        state.update(flat.view(torch.uint8).numpy().tobytes())
+    args, kwargs = normalize_example_inputs(model, example_inputs)
+    return {
+        "module": f"{type(model).__module__}.{type(model).__qualname__}",
+        "sources": sources,
+        "structure": hashlib.sha256(repr(model).encode()).hexdigest(),
+        "state_sha256": state.hexdigest(),
+        "args": [[str(t.dtype), list(t.shape)] for t in args],
+        "kwargs": {k: [str(t.dtype), list(t.shape)] for k, t in sorted(kwargs.items())},
+        "input_names": list(getattr(model, "trtforge_input_names", None) or []),
+        "output_names": list(getattr(model, "trtforge_output_names", None) or []),
+    }
+
+
+def request_key(
+    model_or_onnx: Any,
+    example_inputs: Any,
+    config: BuildConfig,
+    *,
+    name: str,
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+) -> str:
+    """sha256 over what ``compile`` was asked (see the module docstring)."""
+    if isinstance(model_or_onnx, (str, Path)):
+        model = {"kind": "onnx", **onnx_fingerprint(Path(model_or_onnx))}
+    else:
+        model = {"kind": "torch", **module_fingerprint(model_or_onnx, example_inputs)}
+    return digest_of({
+        "kind": "request",
+        "model": model,
+        "config": config.key_fields(),
+        "name": name,
+        "input_names": list(input_names or []),
+        "output_names": list(output_names or []),
+        "libraries": _versions(),
+        **toolchain(),
+    })
