@@ -16,11 +16,13 @@ from trtforge.build.config import BuildConfig
 from trtforge.build.sidecar import read_sidecar, sha256_file
 from trtforge.ort_session import session
 
+STATIC = {"min": [1, 3, 224, 224], "opt": [1, 3, 224, 224], "max": [1, 3, 224, 224]}
+DYNAMIC = {"min": [1, 3, 224, 224], "opt": [8, 3, 224, 224], "max": [32, 3, 224, 224]}
+
 
 @pytest.mark.parametrize(
     ("precision", "batch", "profile"),
-    [("fp32", 1, {"min": [1, 3, 224, 224], "opt": [1, 3, 224, 224], "max": [1, 3, 224, 224]}),
-     ("fp16", (1, 8, 32), {"min": [1, 3, 224, 224], "opt": [8, 3, 224, 224], "max": [32, 3, 224, 224]})],
+    [("fp32", 1, STATIC), ("fp32", (1, 8, 32), DYNAMIC), ("fp16", 1, STATIC), ("fp16", (1, 8, 32), DYNAMIC)],
 )
 def test_efficientnet_lite0_builds(lite0_onnx, tmp_path, precision, batch, profile):
     art = trtforge.compile(lite0_onnx, precision=precision, batch=batch, output_dir=tmp_path,

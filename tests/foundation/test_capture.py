@@ -1,0 +1,82 @@
+"""Capture: the dynamo exporter, the TorchScript fallback, and ONNX files with external data."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+import trtforge
+from trtforge.build.builder import BuildCancelled, build_engine
+from trtforge.build.config import BuildConfig
+from trtforge.build.progress import BuildProgress
+from trtforge.capture.export import export_onnx
+from trtforge.capture.onnx_file import graph_io, load_onnx
+from trtforge.ort_session import session
+
+
+class DataDependent(torch.nn.Module):
+    """Branches on a tensor value: torch.export refuses it, the TorchScript tracer takes one branch."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+
+def test_dynamo_export_names_io_and_dynamic_batch(tmp_path, lite0):
+    path = export_onnx(lite0, (torch.zeros(1, 3, 224, 224),), tmp_path / "m.onnx",
+                       input_names=["images"], output_names=["logits"])
+    inputs, outputs = graph_io(load_onnx(path))
+    assert [(s.name, s.shape) for s in inputs] == [("images", (-1, 3, 224, 224))]
+    assert [(s.name, s.shape) for s in outputs] == [("logits", (-1, 1000))]
+    x = np.random.default_rng(0).standard_normal((3, 3, 224, 224)).astype(np.float32)
+    with torch.no_grad():
+        ref = lite0(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(session(path).run(None, {"images": x})[0], ref, atol=1e-3, rtol=1e-3)
+
+
+def test_torchscript_fallback_is_logged(tmp_path, caplog):
+    x = torch.ones(2, 4)
+    with caplog.at_level(logging.WARNING, logger="trtforge.capture.export"):
+        path = export_onnx(DataDependent(), (x,), tmp_path / "dd.onnx", input_names=["x"])
+    assert any("falling back to the TorchScript exporter" in r.message for r in caplog.records)
+    out = session(path).run(None, {"x": np.ones((3, 4), np.float32)})[0]
+    np.testing.assert_allclose(out, 2 * np.ones((3, 4)))  # traced branch, dynamic batch kept
+
+
+def test_onnx_with_external_data_is_accepted(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    path = export_onnx(model, (torch.zeros(1, 64),), tmp_path / "mlp.onnx", input_names=["x"])
+    proto = onnx.load(str(path))
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    onnx.save_model(proto, str(ext / "mlp.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="mlp.weights", size_threshold=0)
+    assert (ext / "mlp.weights").stat().st_size > 64 * 64 * 4
+    art = trtforge.compile(ext / "mlp.onnx", precision="fp16", batch=(1, 4, 8), output_dir=tmp_path / "out",
+                           progress=False)
+    x = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
+    with torch.no_grad():
+        ref = model(torch.from_numpy(x)).numpy()
+    out = session(art.onnx_path).run(None, {"x": x})[0]
+    np.testing.assert_allclose(out, ref, atol=2e-2, rtol=2e-2)
+
+
+def test_ctrl_c_cancels_the_build_cleanly(lite0_onnx, monkeypatch):
+    original = BuildProgress.phase_start
+
+    def interrupt_once(self, phase_name, parent_phase, num_steps):
+        original(self, phase_name, parent_phase, num_steps)
+        if parent_phase is None:
+            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends
+
+    monkeypatch.setattr(BuildProgress, "phase_start", interrupt_once)
+    with pytest.raises(BuildCancelled, match="cancelled by the user"):
+        build_engine(lite0_onnx, BuildConfig.create(precision="fp32"), name="cancel_me", progress=False)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
