@@ -29,3 +29,26 @@ def export_tiny(path: Path, seed: int = 0) -> Path:
     torch.onnx.export(model, (torch.zeros(*EXAMPLE_SHAPE),), str(path), dynamo=False, input_names=["x"],
                       output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=20)
     return path
+
+
+def _worker(cache_dir: str, output_dir: str, start_at: float) -> None:
+    """Compile TinyNet (seed 0) once ``start_at`` arrives; print what the sidecar says about the cache."""
+    import hashlib
+    import json
+    import time
+
+    import trtforge
+
+    torch.manual_seed(0)
+    model = TinyNet().eval()
+    time.sleep(max(0.0, start_at - time.time()))  # every worker reaches the cache at the same moment
+    art = trtforge.compile(model, (torch.zeros(*EXAMPLE_SHAPE),), output_dir=output_dir, cache_dir=cache_dir,
+                           progress=False)
+    print(json.dumps({"cache": art.sidecar.builder["cache"],
+                      "sha256": hashlib.sha256(art.engine_path.read_bytes()).hexdigest()}))
+
+
+if __name__ == "__main__":
+    import sys
+
+    _worker(sys.argv[1], sys.argv[2], float(sys.argv[3]))

@@ -1,0 +1,132 @@
+"""Portability: file-name suffixes, multi-target builds with sizes, refusals before work, host code."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import trtforge.pipeline as pipeline
+from trtforge.build import config as config_module
+from trtforge.build import portability, trt
+from trtforge.build.config import BuildConfig, BuildConfigError
+from trtforge.build.sidecar import read_sidecar, write_sidecar
+
+pytestmark = pytest.mark.needs_trt
+
+BASE = BuildConfig.create(precision="fp16")
+
+
+@pytest.mark.parametrize(("changes", "suffix"), [
+    ({}, ""),
+    ({"targets": ("sm89",)}, "_sm89"),
+    ({"targets": ("sm80", "sm86", "sm89", "sm120")}, "_sm80_sm86_sm89_sm120"),
+    ({"hardware_compatibility": "ampere_plus"}, "_ampere_plus"),
+    ({"hardware_compatibility": "same_compute_capability"}, "_same_compute_capability"),
+    ({"version_compatible": True}, "_version_compatible"),
+    ({"refittable": True}, "_refittable"),
+    ({"strip_weights": True}, "_stripped"),
+    ({"refittable": True, "strip_weights": True, "version_compatible": True},
+     "_version_compatible_refittable_stripped"),
+])
+def test_each_option_has_its_own_file_suffix(changes, suffix, tmp_path):
+    cfg = dataclasses.replace(BASE, **changes)
+    assert portability.file_suffix(cfg) == suffix
+    paths = pipeline.OutputPaths(tmp_path, "m", "fp16", suffix)
+    assert paths.engine().name == f"m_fp16{suffix}.engine" and paths.sidecar().name == f"m_fp16{suffix}.json"
+
+
+def test_build_matrix_one_engine_per_target_and_one_multi_target(tiny_onnx, tmp_path):
+    default = pipeline.compile(tiny_onnx, output_dir=tmp_path, cache_dir=tmp_path / "cache", progress=False)
+    default_bytes = default.engine_path.read_bytes()
+    targets = ["sm80", "sm86", "sm89", "sm120"]
+    arts = pipeline.build_matrix(tiny_onnx, targets=targets, output_dir=tmp_path, cache_dir=tmp_path / "cache",
+                                 progress=False)
+    names = [a.engine_path.name for a in arts]
+    assert names == [f"tiny_fp16_{t}.engine" for t in targets] + ["tiny_fp16_sm80_sm86_sm89_sm120.engine"]
+    assert default.engine_path.read_bytes() == default_bytes  # the default engine was not overwritten
+    for art, expected in zip(arts, [[t] for t in targets] + [targets], strict=True):
+        sc = read_sidecar(art.sidecar_path)
+        sc.verify_engine()
+        assert sc.builder["targets"] == expected
+        assert sc.engine_size == art.engine_path.stat().st_size > 0
+    assert len({a.engine_path.read_bytes() for a in arts}) == 5
+
+
+def test_build_matrix_refuses_an_unknown_target_before_building(tiny_onnx, tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "build_engine", _no_work)
+    with pytest.raises(BuildConfigError, match="unknown target"):
+        pipeline.build_matrix(tiny_onnx, targets=["sm86", "sm99"], output_dir=tmp_path, cache=False)
+
+
+def _no_work(*args, **kwargs):
+    raise AssertionError("refused too late: export or build started")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"version_compatible": True}, "libnvinfer_lean.so"),
+    ({"hardware_compatibility": "turing_plus"}, "choose one of ampere_plus, same_compute_capability"),
+])
+def test_refusals_happen_before_export(tiny_module, tmp_path, monkeypatch, options, message):
+    monkeypatch.setattr(portability, "find_lean_runtime", lambda: None)
+    monkeypatch.setattr(config_module, "find_lean_runtime", lambda: None)
+    monkeypatch.setattr(pipeline, "export_onnx", _no_work)
+    with pytest.raises(BuildConfigError, match=message):
+        pipeline.compile(tiny_module, (None,), output_dir=tmp_path, cache=False, **options)
+
+
+@pytest.mark.skipif(not trt.info().is_rtx, reason="TensorRT-RTX behaviour")
+def test_rtx_refuses_hardware_levels_and_gpu_only_builds(monkeypatch):
+    with pytest.raises(BuildConfigError, match="TensorRT-RTX ignores hardware compatibility"):
+        BuildConfig.create(hardware_compatibility="ampere_plus")
+    monkeypatch.setattr(config_module, "cuda_device_count", lambda: 0)
+    for option in ("refittable", "strip_weights"):
+        with pytest.raises(BuildConfigError, match="on a GPU, and this machine has none"):
+            BuildConfig.create(**{option: True})
+    monkeypatch.setattr(config_module, "cuda_device_count", lambda: 1)
+    assert BuildConfig.create(refittable=True, strip_weights=True).refittable
+
+
+def test_version_compatible_passes_with_the_lean_runtime_and_records_host_code(monkeypatch):
+    monkeypatch.setattr(config_module, "find_lean_runtime", lambda: Path("/opt/trt/libnvinfer_lean.so.10"))
+    cfg = BuildConfig.create(version_compatible=True)
+    record = portability.builder_record(cfg)
+    assert record["host_code"] is True and record["version_compatible"] is True
+    assert portability.builder_record(BASE)["host_code"] is False
+
+
+def test_runtime_refuses_an_engine_with_host_code(tiny_onnx, tmp_path):
+    from trtforge.runtime.tensorrt_route import HostCodeRefused, TensorRTEngine
+
+    art = pipeline.compile(tiny_onnx, output_dir=tmp_path, cache=False, progress=False)
+    sc = read_sidecar(art.sidecar_path)
+    vc = dataclasses.replace(BASE, version_compatible=True)
+    write_sidecar(art.sidecar_path, dataclasses.replace(sc, builder={**sc.builder, **portability.builder_record(vc)}))
+    with pytest.raises(HostCodeRefused, match="allow_host_code=True"):
+        TensorRTEngine(art.engine_path, device="cpu")
+
+
+class FakeTrtBuilderConfig:
+    """A double of the ``IBuilderConfig`` calls ``apply_portability`` makes."""
+
+    def __init__(self):
+        self.flags = set()
+        self.hardware_compatibility_level = None
+
+    def set_flag(self, flag):
+        self.flags.add(flag)
+
+
+def test_apply_portability_sets_the_real_flag_names():
+    cfg = FakeTrtBuilderConfig()
+    mod = trt.bindings()
+    options = dataclasses.replace(BASE, hardware_compatibility="ampere_plus", version_compatible=True,
+                                  strip_weights=True)
+    portability.apply_portability(cfg, options, mod)
+    assert cfg.hardware_compatibility_level == mod.HardwareCompatibilityLevel.AMPERE_PLUS
+    assert cfg.flags == {mod.BuilderFlag.VERSION_COMPATIBLE, mod.BuilderFlag.STRIP_PLAN,
+                         mod.BuilderFlag.REFIT_IDENTICAL}
+    cfg = FakeTrtBuilderConfig()
+    portability.apply_portability(cfg, dataclasses.replace(BASE, refittable=True, strip_weights=True), mod)
+    assert cfg.flags == {mod.BuilderFlag.REFIT, mod.BuilderFlag.STRIP_PLAN}
