@@ -122,6 +122,20 @@ def export_onnx(
     return path
 
 
+@contextlib.contextmanager
+def _quiet_exporter_logs(level: int = logging.ERROR):
+    """Hold the exporter's chatter (missing torchvision ops, constant-folding notes) while it runs."""
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "onnxscript")]
+    saved = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(level)
+    try:
+        yield
+    finally:
+        for lg, lvl in zip(loggers, saved, strict=True):
+            lg.setLevel(lvl)
+
+
 def _export_dynamo(model, args, kwargs, path, names, out_names, dynamic_batch) -> None:
     dynamic_shapes = None
     if dynamic_batch:
@@ -130,7 +144,7 @@ def _export_dynamo(model, args, kwargs, path, names, out_names, dynamic_batch) -
         bound = sig.bind(*args, **kwargs)
         dynamic_shapes = {k: {0: batch} for k in bound.arguments}
     quiet = io.StringIO()
-    with warnings.catch_warnings(), contextlib.redirect_stdout(quiet):
+    with warnings.catch_warnings(), contextlib.redirect_stdout(quiet), _quiet_exporter_logs():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
             model, args, kwargs=kwargs or None, dynamo=True, external_data=False,
