@@ -1,8 +1,8 @@
 """The cheap request key: what ``compile`` was asked, hashed without exporting anything.
 
 It maps to the engine key in the engine cache, so a repeated ``compile`` skips export, passes
-and build. It covers everything capture and the passes read: for a module, the source of every
-module class in it, its structure (``repr``), its state_dict bytes, the example inputs' names,
+and build. It covers everything capture and the passes read: for a module, the source files of
+every module class in it, its structure (``repr``), its state_dict bytes, the example inputs' names,
 shapes and dtypes; for an ONNX file, its bytes and those of its external data files; plus every
 compile option that reaches the engine, and the versions of torch, onnx, onnx-ir, onnxscript,
 TensorRT and trtforge. Requests it cannot hash (int8 with calibration data) get no request key;
@@ -15,9 +15,11 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import inspect
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,20 @@ def _file_sha256(path: Path) -> str:
         while block := handle.read(1 << 20):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _source_file_sha256(path: str) -> str:
+    """sha256 of the file that defines a module class (the whole file: stricter than the class, and cheap)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return "unreadable"
+    return _cached_sha256(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_sha256(path: str, mtime_ns: int, size: int) -> str:
+    return _file_sha256(Path(path))
 
 
 def onnx_fingerprint(path: Path) -> dict[str, Any]:
@@ -80,10 +96,10 @@ def module_fingerprint(model: Any, example_inputs: Any) -> dict[str, Any]:
     sources = {}
     for cls in sorted({type(m) for m in model.modules()}, key=lambda c: f"{c.__module__}.{c.__qualname__}"):
         try:
-            text = inspect.getsource(cls)
-        except (OSError, TypeError):
-            text = "no source"
-        sources[f"{cls.__module__}.{cls.__qualname__}"] = hashlib.sha256(text.encode()).hexdigest()
+            source_file = inspect.getsourcefile(cls)
+        except TypeError:
+            source_file = None
+        sources[f"{cls.__module__}.{cls.__qualname__}"] = _source_file_sha256(source_file) if source_file else "none"
     state = hashlib.sha256()
     for name, tensor in model.state_dict(keep_vars=False).items():
         flat = tensor.detach().to("cpu").contiguous().reshape(-1)

@@ -1,0 +1,117 @@
+"""Engine cache: a second ``compile`` of EfficientNet-Lite0 against the first, export included.
+
+Also measures an engine-key hit (same ONNX file, fresh request cache: passes run, build skipped)
+and the engine sizes of a TensorRT-RTX build matrix, for docs/portability.md.
+
+Run:
+    $ python bench/cache.py                 # prints rich tables and the markdown rows for docs/benchmarks.md
+    $ python bench/cache.py --repeats 3 --matrix
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+import trtforge
+from trtforge.build import trt
+from trtforge.zoo import efficientnet_lite0
+
+console = Console()
+
+
+def _timed(fn):
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def one_repeat(model: torch.nn.Module, example: tuple, tmp: Path) -> dict:
+    """Miss (export + passes + build + store), request-key hit, and engine-key hit, in one fresh cache."""
+
+    def run(source, out: str, **kw):
+        return _timed(lambda: trtforge.compile(source, example if source is model else None, precision="fp16",
+                                               output_dir=tmp / out, cache_dir=tmp / "cache", progress=False, **kw))
+
+    miss_s, miss = run(model, "a")
+    hit_s, hit = run(model, "b")
+    assert miss.sidecar.builder["cache"]["hit"] is False and hit.sidecar.builder["cache"]["hit"] is True
+    assert hit.engine_path.read_bytes() == miss.engine_path.read_bytes()
+    # Engine-key hit: the same graph from an ONNX file, which the cache knows as an engine but not as
+    # a request (ONNX loaded and passes run, build skipped).
+    onnx_s, onnx_art = run(miss.reference_onnx_path, "c", name="efficientnet_lite0")
+    return {"miss_s": miss_s, "hit_s": hit_s, "onnx_s": onnx_s, "onnx_hit": onnx_art.sidecar.builder["cache"]["hit"],
+            "build_s": miss.sidecar.builder["build_seconds"],
+            "entry_mb": sum(p.stat().st_size for p in (tmp / "cache" / "entries").glob("*.zst")) / 1e6,
+            "engine_mb": miss.sidecar.engine_size / 1e6}
+
+
+def measure(repeats: int) -> list[dict]:
+    model = efficientnet_lite0()
+    example = (torch.zeros(1, 3, 224, 224),)
+    rows = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory(prefix="trtforge-bench-cache-") as tmp:
+            rows.append(one_repeat(model, example, Path(tmp)))
+    return rows
+
+
+def matrix() -> list[tuple[str, float, float]]:
+    model = efficientnet_lite0()
+    with tempfile.TemporaryDirectory(prefix="trtforge-bench-matrix-") as tmp:
+        out = []
+        for plan_targets in (["sm80"], ["sm86"], ["sm89"], ["sm120"], ["sm80", "sm86", "sm89", "sm120"], None):
+            seconds, art = _timed(lambda t=plan_targets: trtforge.compile(
+                model, (torch.zeros(1, 3, 224, 224),), precision="fp16", targets=t, output_dir=tmp,
+                cache_dir=Path(tmp) / "cache", progress=False))
+            out.append((",".join(plan_targets or ["portable (sm75–sm121)"]), art.sidecar.engine_size / 1e6,
+                        art.sidecar.builder["build_seconds"]))
+        return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--matrix", action="store_true", help="also build the sm80/86/89/120 matrix")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    rows = measure(args.repeats)
+    table = Table(title=f"EfficientNet-Lite0 FP16, {trt.info().flavour} {trt.info().version}")
+    for col in ("run", "miss s (export+passes+build)", "hit s", "speed-up", "ONNX engine-key hit s", "build s"):
+        table.add_column(col)
+    for i, r in enumerate(rows):
+        table.add_row(str(i), f"{r['miss_s']:.2f}", f"{r['hit_s'] * 1e3:.0f} ms", f"{r['miss_s'] / r['hit_s']:.0f}×",
+                      f"{r['onnx_s']:.2f} ({'hit' if r['onnx_hit'] else 'miss'})", f"{r['build_s']:.2f}")
+    console.print(table)
+    miss = statistics.median(r["miss_s"] for r in rows)
+    hit = statistics.median(r["hit_s"] for r in rows)
+    onnx_s = statistics.median(r["onnx_s"] for r in rows)
+    console.print(f"entry {rows[0]['entry_mb']:.2f} MB compressed, engine {rows[0]['engine_mb']:.2f} MB")
+    stamp = dt.date.today().isoformat()
+    machine = f"{platform.machine()}, {torch.get_num_threads()} threads, no GPU"
+    console.print("\nmarkdown:")
+    console.print(f"| {stamp} | {machine} | {trt.info().flavour} {trt.info().version} | {miss:.2f} s | "
+                  f"{hit * 1e3:.0f} ms | {miss / hit:.0f}× | {onnx_s:.2f} s |", soft_wrap=True, markup=False)
+    if args.matrix:
+        sizes = matrix()
+        t = Table(title="build matrix (EfficientNet-Lite0 FP16)")
+        for col in ("targets", "engine MB", "build s"):
+            t.add_column(col)
+        for name, mb, secs in sizes:
+            t.add_row(name, f"{mb:.2f}", f"{secs:.2f}")
+            console.print(f"| {name} | {mb:.2f} | {secs:.2f} |", soft_wrap=True, markup=False)
+        console.print(t)
+
+
+if __name__ == "__main__":
+    main()
