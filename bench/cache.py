@@ -6,6 +6,7 @@ and the engine sizes of a TensorRT-RTX build matrix, for docs/portability.md.
 Run:
     $ python bench/cache.py                 # prints rich tables and the markdown rows for docs/benchmarks.md
     $ python bench/cache.py --repeats 3 --matrix
+    $ python bench/cache.py --repeats 0 --matrix      # engine sizes only
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rich.table import Table
 
 import trtforge
 from trtforge.build import trt
+from trtforge.pipeline import build_matrix
 from trtforge.zoo import efficientnet_lite0
 
 console = Console()
@@ -66,17 +68,16 @@ def measure(repeats: int) -> list[dict]:
     return rows
 
 
-def matrix() -> list[tuple[str, float, float]]:
+def matrix() -> list[tuple[str, int, float]]:
+    """EfficientNet-Lite0 FP16: one engine per target, the multi-target engine, and the portable one."""
     model = efficientnet_lite0()
+    example = (torch.zeros(1, 3, 224, 224),)
     with tempfile.TemporaryDirectory(prefix="trtforge-bench-matrix-") as tmp:
-        out = []
-        for plan_targets in (["sm80"], ["sm86"], ["sm89"], ["sm120"], ["sm80", "sm86", "sm89", "sm120"], None):
-            seconds, art = _timed(lambda t=plan_targets: trtforge.compile(
-                model, (torch.zeros(1, 3, 224, 224),), precision="fp16", targets=t, output_dir=tmp,
-                cache_dir=Path(tmp) / "cache", progress=False))
-            out.append((",".join(plan_targets or ["portable (sm75–sm121)"]), art.sidecar.engine_size / 1e6,
-                        art.sidecar.builder["build_seconds"]))
-        return out
+        common = {"precision": "fp16", "output_dir": tmp, "cache_dir": Path(tmp) / "cache", "progress": False}
+        arts = build_matrix(model, example, targets=["sm80", "sm86", "sm89", "sm120"], console=console, **common)
+        arts.append(trtforge.compile(model, example, **common))
+        return [(",".join(a.sidecar.builder["targets"]), a.sidecar.engine_size, a.sidecar.builder["build_seconds"])
+                for a in arts]
 
 
 def main() -> None:
@@ -85,32 +86,34 @@ def main() -> None:
     parser.add_argument("--matrix", action="store_true", help="also build the sm80/86/89/120 matrix")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    rows = measure(args.repeats)
-    table = Table(title=f"EfficientNet-Lite0 FP16, {trt.info().flavour} {trt.info().version}")
-    for col in ("run", "miss s (export+passes+build)", "hit s", "speed-up", "ONNX engine-key hit s", "build s"):
-        table.add_column(col)
-    for i, r in enumerate(rows):
-        table.add_row(str(i), f"{r['miss_s']:.2f}", f"{r['hit_s'] * 1e3:.0f} ms", f"{r['miss_s'] / r['hit_s']:.0f}×",
-                      f"{r['onnx_s']:.2f} ({'hit' if r['onnx_hit'] else 'miss'})", f"{r['build_s']:.2f}")
-    console.print(table)
-    miss = statistics.median(r["miss_s"] for r in rows)
-    hit = statistics.median(r["hit_s"] for r in rows)
-    onnx_s = statistics.median(r["onnx_s"] for r in rows)
-    console.print(f"entry {rows[0]['entry_mb']:.2f} MB compressed, engine {rows[0]['engine_mb']:.2f} MB")
-    stamp = dt.date.today().isoformat()
-    machine = f"{platform.machine()}, {torch.get_num_threads()} threads, no GPU"
-    console.print("\nmarkdown:")
-    console.print(f"| {stamp} | {machine} | {trt.info().flavour} {trt.info().version} | {miss:.2f} s | "
-                  f"{hit * 1e3:.0f} ms | {miss / hit:.0f}× | {onnx_s:.2f} s |", soft_wrap=True, markup=False)
+    if args.repeats > 0:
+        rows = measure(args.repeats)
+        table = Table(title=f"EfficientNet-Lite0 FP16, {trt.info().flavour} {trt.info().version}")
+        for col in ("run", "miss s (export+passes+build)", "hit s", "speed-up", "ONNX engine-key hit s", "build s"):
+            table.add_column(col)
+        for i, r in enumerate(rows):
+            table.add_row(str(i), f"{r['miss_s']:.2f}", f"{r['hit_s'] * 1e3:.0f} ms", f"{r['miss_s'] / r['hit_s']:.0f}×",
+                          f"{r['onnx_s']:.2f} ({'hit' if r['onnx_hit'] else 'miss'})", f"{r['build_s']:.2f}")
+        console.print(table)
+        miss = statistics.median(r["miss_s"] for r in rows)
+        hit = statistics.median(r["hit_s"] for r in rows)
+        onnx_s = statistics.median(r["onnx_s"] for r in rows)
+        console.print(f"entry {rows[0]['entry_mb']:.2f} MB compressed, engine {rows[0]['engine_mb']:.2f} MB")
+        stamp = dt.date.today().isoformat()
+        machine = f"{platform.machine()}, {torch.get_num_threads()} threads, no GPU"
+        console.print("\nmarkdown:")
+        console.print(f"| {stamp} | {machine} | {trt.info().flavour} {trt.info().version} | {miss:.2f} s | "
+                      f"{hit * 1e3:.0f} ms | {miss / hit:.0f}× | {onnx_s:.2f} s |", soft_wrap=True, markup=False)
     if args.matrix:
         sizes = matrix()
         t = Table(title="build matrix (EfficientNet-Lite0 FP16)")
-        for col in ("targets", "engine MB", "build s"):
+        for col in ("targets", "engine bytes", "build s"):
             t.add_column(col)
-        for name, mb, secs in sizes:
-            t.add_row(name, f"{mb:.2f}", f"{secs:.2f}")
-            console.print(f"| {name} | {mb:.2f} | {secs:.2f} |", soft_wrap=True, markup=False)
+        for name, size, secs in sizes:
+            t.add_row(name, f"{size:,}", f"{secs:.2f}")
         console.print(t)
+        for name, size, secs in sizes:
+            console.print(f"| {name} | {size:,} | {secs:.2f} |", soft_wrap=True, markup=False)
 
 
 if __name__ == "__main__":

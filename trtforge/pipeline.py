@@ -418,11 +418,10 @@ def build_matrix(
     plans: list[list[str]] = [[t] for t in targets] + ([targets] if multi_target and len(targets) > 1 else [])
     artifacts = [compile(model_or_onnx, example_inputs, targets=plan, console=console, **options) for plan in plans]
     table = Table(title="build matrix")
-    for column in ("targets", "engine", "MB", "cache"):
+    for column in ("targets", "engine", "bytes", "cache"):
         table.add_column(column)
     for plan, art in zip(plans, artifacts, strict=True):
         hit = art.sidecar.builder.get("cache", {}).get("hit")
-        table.add_row(",".join(plan), art.engine_path.name, f"{art.sidecar.engine_size / 1e6:.2f}",
-                      "hit" if hit else "built")
+        table.add_row(",".join(plan), art.engine_path.name, f"{art.sidecar.engine_size:,}", "hit" if hit else "built")
     console.print(table)
     return artifacts
