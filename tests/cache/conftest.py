@@ -41,6 +41,8 @@ def tiny_module() -> TinyNet:
 
 
 @pytest.fixture(autouse=True)
-def _quiet_logs(caplog):
+def _quiet_logs_and_private_cache(caplog, monkeypatch, tmp_path):
+    """INFO logs captured; a test that forgets cache_dir= still never touches ~/.cache."""
     caplog.set_level(logging.INFO, logger="trtforge")
+    monkeypatch.setenv("TRTFORGE_CACHE_DIR", str(tmp_path / "default-cache"))
     yield

@@ -9,7 +9,7 @@ import pytest
 
 import trtforge.pipeline as pipeline
 from trtforge.build import config as config_module
-from trtforge.build import portability, trt
+from trtforge.build import portability, timing_cache, trt
 from trtforge.build.config import BuildConfig, BuildConfigError
 from trtforge.build.sidecar import read_sidecar, write_sidecar
 
@@ -130,3 +130,11 @@ def test_apply_portability_sets_the_real_flag_names():
     cfg = FakeTrtBuilderConfig()
     portability.apply_portability(cfg, dataclasses.replace(BASE, refittable=True, strip_weights=True), mod)
     assert cfg.flags == {mod.BuilderFlag.REFIT, mod.BuilderFlag.STRIP_PLAN}
+
+
+@pytest.mark.parametrize("name", portability.TRT_API_USED + timing_cache.TRT_API_USED)
+def test_build_option_attributes_exist_on_installed_bindings(name):
+    obj = trt.bindings()
+    for part in name.split("."):
+        assert hasattr(obj, part), f"{trt.info().flavour} {trt.info().version} has no {name}"
+        obj = getattr(obj, part)

@@ -30,6 +30,13 @@ HARDWARE_LEVELS: dict[str, str] = {
     "same_compute_capability": "SAME_COMPUTE_CAPABILITY",
 }
 
+#: Every TensorRT attribute ``apply_portability`` uses; tests check each against the bindings.
+TRT_API_USED: tuple[str, ...] = (
+    "IBuilderConfig.hardware_compatibility_level", "IBuilderConfig.set_flag",
+    "HardwareCompatibilityLevel.AMPERE_PLUS", "HardwareCompatibilityLevel.SAME_COMPUTE_CAPABILITY",
+    "BuilderFlag.VERSION_COMPATIBLE", "BuilderFlag.REFIT", "BuilderFlag.STRIP_PLAN", "BuilderFlag.REFIT_IDENTICAL",
+)
+
 #: The library a version-compatible build embeds (TensorRT loads it while building).
 LEAN_RUNTIME_LIBRARY = "libnvinfer_lean.so"
 

@@ -34,6 +34,12 @@ log = logging.getLogger(__name__)
 #: Seconds to wait for another process's lock on the same timing cache before giving up.
 LOCK_TIMEOUT_S = 600.0
 
+#: Every TensorRT attribute used here ("Class.attribute"); tests check each against the bindings.
+TRT_API_USED: tuple[str, ...] = (
+    "IBuilderConfig.create_timing_cache", "IBuilderConfig.set_timing_cache", "ITimingCache.combine",
+    "ITimingCache.serialize", "ITimingCache.queryKeys",
+)
+
 _said_ignored = False
 
 
