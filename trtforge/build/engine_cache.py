@@ -172,8 +172,14 @@ class EngineCache:
             raise ValueError(f"cache max_bytes={self.max_bytes} must be positive")
         if self.directory.exists() and not self.directory.is_dir():
             raise NotADirectoryError(f"cache_dir {self.directory} is a file; pass a folder")
-        for sub in ("entries", "requests", "locks"):
-            (self.directory / sub).mkdir(parents=True, exist_ok=True)
+        try:
+            for sub in ("entries", "requests", "locks"):
+                (self.directory / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PermissionError(
+                f"engine cache folder {self.directory} cannot be created ({exc.strerror or exc}); pass "
+                f"cache_dir= (or set ${ENV_CACHE_DIR}) to a writable folder, or cache=False"
+            ) from exc
 
     # -- paths -----------------------------------------------------------------------------
     def blob_path(self, key: str) -> Path:
