@@ -16,6 +16,20 @@ from trtforge.passes.graph import load_ir, save_model
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_engine_cache(tmp_path_factory):
+    """Tests never read or write the user's ~/.cache/trtforge: one fresh engine cache per run."""
+    import os
+
+    previous = os.environ.get("TRTFORGE_CACHE_DIR")
+    os.environ["TRTFORGE_CACHE_DIR"] = str(tmp_path_factory.mktemp("engine_cache"))
+    yield
+    if previous is None:
+        os.environ.pop("TRTFORGE_CACHE_DIR", None)
+    else:
+        os.environ["TRTFORGE_CACHE_DIR"] = previous
+
+
 @pytest.fixture(scope="session")
 def lite0():
     from trtforge.zoo import efficientnet_lite0
