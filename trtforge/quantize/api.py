@@ -40,7 +40,7 @@ TASKS = ("auto", "classification", "embedding", "other")
 
 @dataclass(frozen=True)
 class QuantConfig:
-    """How to quantize. Defaults: percentile (99.99) calibrator, RF-DETR placement rules, 20 % held back.
+    """How to quantize. Defaults: MSE calibrator, guarded bias correction, RF-DETR placement rules, 20 % held back.
 
     Example:
         >>> QuantConfig(calibrator="percentile", percentile=99.99, smoothquant=0.5,
@@ -48,12 +48,12 @@ class QuantConfig:
         ...             exclude=(r"_fc",))
     """
 
-    calibrator: str = "percentile"
+    calibrator: str = "mse"
     percentile: float = 99.99
     smoothquant: float | None = None  # alpha; None = off
-    bias_correction: bool = False
+    bias_correction: bool = True  # kept only when it lowers the held-back error
     placement: str = "default"
-    error_budget: float = 0.05  # mean relative L2 of the outputs, for placement="auto"
+    error_budget: float = 0.1  # mean relative L2 of the outputs, for placement="auto"
     exclude: tuple[str, ...] = ()
     include: tuple[str, ...] = ()
     max_images: int = 128
@@ -266,13 +266,22 @@ def quantize_model(
             report["sensitivity"] = ranking
         else:
             plan = plan_from_decisions(full, placement_mod.decide(analysis, config.exclude, config.include))
-        if config.bias_correction:
-            model, bc_info = bias_correction.correct_biases(model, plan, calib_batches, progress=bar)
-            report["bias_correction_layers"] = bc_info
         sim = apply_plan(model, plan)
-        task = _task(model, config, preprocessing)
         ref_out = run_model(reference, held_batches)
         sim_out = run_model(sim, held_batches)
+        if config.bias_correction and plan.layers:
+            corrected, bc_info = bias_correction.correct_biases(model, plan, calib_batches, progress=bar)
+            corrected_sim = apply_plan(corrected, plan)
+            corrected_out = run_model(corrected_sim, held_batches)
+            before = compare_outputs(ref_out, sim_out)["rel_l2_mean"]
+            after = compare_outputs(ref_out, corrected_out)["rel_l2_mean"]
+            # Kept only when it helps on the held-back samples (it can hurt, e.g. where padding
+            # tokens dominate a channel mean).
+            report["bias_correction"] = {"applied": after < before, "rel_l2_before": before, "rel_l2_after": after,
+                                         "layers": len(bc_info)}
+            if after < before:
+                model, sim, sim_out = corrected, corrected_sim, corrected_out
+        task = _task(model, config, preprocessing)
     report["task"] = task
     report["measured"] = compare_outputs(ref_out, sim_out, classification=task == "classification")
     report["coverage"] = plan.coverage

@@ -1,9 +1,10 @@
 """Bias correction: remove the mean per-channel shift that INT8 introduces, through the bias.
 
 For each quantized layer with a bias (Conv/ConvTranspose/Gemm bias input, or the constant of
-the Add that follows a MatMul), run the FP32 graph and its Q/DQ simulation (ONNX Runtime) on
-the calibration set, take the mean of ``y_int8 − y_fp32`` per output channel, and subtract it
-from the bias. The graph keeps exactly its nodes; only bias values change.
+the Add that follows a MatMul), run the Q/DQ simulation (ONNX Runtime) on the calibration set
+next to a float twin of the layer fed the same inputs, take the mean of ``y_int8 − y_float``
+per output channel, and subtract it from the bias. The graph keeps exactly its nodes; only
+bias values change.
 
 Example:
     >>> corrected, info = correct_biases(proto, plan, calib_batches)
@@ -44,22 +45,67 @@ def find_bias(index: GraphIndex, output: str) -> tuple[str, int] | None:
     return None
 
 
+def with_float_twins(sim: onnx.ModelProto, model: onnx.ModelProto, outputs: Sequence[str]) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """``sim`` plus, for each layer output, a float copy of the layer fed the *same* (pre-Q) inputs.
+
+    The difference between a layer and its twin is the shift that this layer's INT8 adds by
+    itself; upstream errors reach both alike, so correcting every layer at once does not
+    double-count them.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(sim)
+    index = GraphIndex(out)
+    floats = {t.name: t for t in model.graph.initializer}
+    have = {t.name for t in out.graph.initializer}
+    twins: dict[str, str] = {}
+    for output in outputs:
+        node = index.producer[output]
+        clone = onnx.NodeProto()
+        clone.CopyFrom(node)
+        clone.name = node.name + "__float_twin"
+        del clone.output[:]
+        clone.output.append(output + "__float_twin")
+        for i, name in enumerate(node.input):
+            dq = index.producer.get(name)
+            if dq is None or dq.op_type != "DequantizeLinear":
+                continue
+            q = index.producer.get(dq.input[0])
+            if q is not None and q.op_type == "QuantizeLinear":
+                clone.input[i] = q.input[0]
+            else:  # an INT8 weight: the float original from the unquantized model
+                original = _original_input(model, output, i)
+                clone.input[i] = original
+                if original in floats and original not in have:
+                    out.graph.initializer.append(floats[original])
+                    have.add(original)
+        out.graph.node.append(clone)
+        twins[output] = clone.output[0]
+    return out, twins
+
+
+def _original_input(model: onnx.ModelProto, output: str, index: int) -> str:
+    for node in model.graph.node:
+        if node.output and node.output[0] == output:
+            return node.input[index]
+    raise KeyError(output)
+
+
 def measure_shifts(
     model: onnx.ModelProto, sim: onnx.ModelProto, outputs: Sequence[tuple[str, int]],
     batches: Sequence[dict[str, np.ndarray]], progress=None,
 ) -> dict[str, np.ndarray]:
-    """Mean per-channel ``sim − model`` of each (output, channel axis) over ``batches``."""
-    names = [o for o, _ in outputs]
-    ref = ort_session(with_outputs(model, names))
-    test = ort_session(with_outputs(sim, names))
+    """Mean per-channel shift each INT8 layer adds by itself (layer − float twin, same inputs)."""
+    twin_model, twins = with_float_twins(sim, model, [o for o, _ in outputs])
+    names = [o for o, _ in outputs] + [twins[o] for o, _ in outputs]
+    sess = ort_session(with_outputs(twin_model, names))
     sums: dict[str, np.ndarray] = {}
     counts: dict[str, int] = {}
     task = progress.add_task("bias correction", total=len(batches)) if progress is not None else None
     for batch in batches:
-        r = dict(zip(names, ref.run(names, batch), strict=True))
-        t = dict(zip(names, test.run(names, batch), strict=True))
+        values = dict(zip(names, sess.run(names, batch), strict=True))
         for name, axis in outputs:
-            diff = np.moveaxis(t[name].astype(np.float64) - r[name].astype(np.float64), axis, -1)
+            diff = values[name].astype(np.float64) - values[twins[name]].astype(np.float64)
+            diff = np.moveaxis(diff, axis, -1)
             diff = diff.reshape(-1, diff.shape[-1])
             sums[name] = sums.get(name, 0) + diff.sum(axis=0)
             counts[name] = counts.get(name, 0) + diff.shape[0]

@@ -155,17 +155,12 @@ def ort_providers() -> list[str]:
     return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
 
 
-def ort_session(model: onnx.ModelProto, providers: list[str] | None = None, threads: int = 0):
-    """An ONNX Runtime session from an in-memory model (no temp files)."""
-    import onnxruntime as ort
+def ort_session(model: onnx.ModelProto, providers: list[str] | None = None, threads: int | None = None):
+    """An ONNX Runtime session from an in-memory model, through ``trtforge.ort_session`` (known-bad
+    optimisers off)."""
+    from trtforge.ort_session import session
 
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    if threads:
-        opts.intra_op_num_threads = threads
-    return ort.InferenceSession(
-        model.SerializeToString(), sess_options=opts, providers=providers or ort_providers()
-    )
+    return session(model.SerializeToString(), providers=providers or ort_providers(), threads=threads)
 
 
 def input_specs(model: onnx.ModelProto) -> list[tuple[str, np.dtype, tuple[int | None, ...]]]:

@@ -135,7 +135,8 @@ def _candidate(node: onnx.NodeProto, index: GraphIndex) -> Candidate | None:
     )
 
 
-def _walk(index: GraphIndex, start: str, through: frozenset[str], forward: bool, depth: int = 8) -> list[onnx.NodeProto]:
+def _walk(index: GraphIndex, start: str, through: frozenset[str], forward: bool, depth: int = 8,
+          joins: bool = False) -> list[onnx.NodeProto]:
     """MAC nodes reached from tensor ``start`` through ``through`` ops (non-constant data edges)."""
     found, seen = [], set()
     frontier = [start]
@@ -160,7 +161,7 @@ def _walk(index: GraphIndex, start: str, through: frozenset[str], forward: bool,
                 else:
                     data = [i for i in node.input[: (1 if node.op_type in SHAPE_OPS else len(node.input))]
                             if i and not index.is_constant(i)]
-                    if node.op_type in BIAS_OPS and len(data) != 1:
+                    if node.op_type in BIAS_OPS and len(data) != 1 and not joins:
                         continue  # a residual or a mask join: not a single data path
                     nxt.extend(data)
         frontier = nxt
@@ -177,7 +178,7 @@ def analyse(model: onnx.ModelProto) -> Analysis:
     for node in model.graph.node:
         if node.op_type != "Softmax":
             continue
-        qk = [n for n in _walk(index, node.input[0], ATTENTION_PATH_OPS | {"Where"}, forward=False)
+        qk = [n for n in _walk(index, node.input[0], ATTENTION_PATH_OPS, forward=False, joins=True)
               if n.name in cand and not cand[n.name].weight]
         av = [n for n in _walk(index, node.output[0], ATTENTION_PATH_OPS | {"IsNaN", "Not"}, forward=True)
               if n.name in cand and not cand[n.name].weight]

@@ -70,7 +70,10 @@ def apply_plan(model: onnx.ModelProto, plan: QuantPlan) -> onnx.ModelProto:
 
     for layer in plan.layers:
         node = by_output.get(layer.output)
-        if node is None:
+        # The float pass renames a graph output's producer (``y`` → ``y_float16`` + Cast back to ``y``).
+        while node is not None and node.op_type != layer.op_type and node.op_type == "Cast":
+            node = index.producer.get(node.input[0])
+        if node is None or node.op_type != layer.op_type:
             raise PlanMismatchError(
                 f"plan layer {layer.label!r} (output {layer.output!r}) is not in this graph; "
                 "compute the plan on the same model you apply it to"

@@ -66,6 +66,15 @@ def compare_outputs(ref: list[np.ndarray], test: list[np.ndarray], classificatio
     return out
 
 
+def _bias_text(info) -> str:
+    if not info:
+        return "off"
+    if info is True:
+        return "on"
+    verdict = "applied" if info["applied"] else "not applied (did not help)"
+    return f"{verdict}: rel L2 {info['rel_l2_before']:.4f} → {info['rel_l2_after']:.4f}"
+
+
 def print_report(report: dict) -> None:
     """The report as a rich table (measured error, coverage, excluded layers)."""
     from rich.console import Console
@@ -79,7 +88,7 @@ def print_report(report: dict) -> None:
     rows = [
         ("calibrator", report["calibrator"] + (f" ({report['percentile']})" if report.get("percentile") else "")),
         ("SmoothQuant α", "off" if alpha is None else f"{alpha:g}"),
-        ("bias correction", "on" if report.get("bias_correction") else "off"),
+        ("bias correction", _bias_text(report.get("bias_correction"))),
         ("placement", report["placement"]),
         ("samples (calibration / held back)", f"{report['samples']['calibration']} / {report['samples']['held_back']}"),
         ("INT8 layers", f"{report['int8_layers']} of {report['layers_total']}"),

@@ -2,8 +2,8 @@
 
 ``rank_groups`` runs the FP32 graph with a single group in INT8 (ONNX Runtime, FP32 scales) on
 held-back samples and ranks groups by mean relative L2 of the outputs. ``auto_place`` keeps
-the most harmful groups in FP16, the fewest that bring the whole plan within the error budget
-(a bisection over the ranking, so only a handful of full-graph checks run).
+the most harmful groups (error per share of MACs) in FP16, the fewest that bring the whole plan
+within the error budget (a bisection over the ranking, so only a handful of full-graph checks run).
 
 Example:
     >>> ranking = rank_groups(proto, plan, analysis, held_batches)
@@ -63,6 +63,9 @@ def auto_place(
         raise ValueError(f"error_budget={error_budget} must be > 0 (mean relative L2 of the outputs, e.g. 0.05)")
     reference = run_model(model, batches)
     ranking = rank_groups(model, plan, analysis, batches, progress, reference)
+    # Harm per MAC: among groups that hurt alike, the small ones go back to FP16 first, so the
+    # budget is met while the most multiply-accumulates stay in INT8.
+    ranking.sort(key=lambda r: -r["rel_l2"] / max(r["mac_share"], 1e-3))
 
     def without_top(k: int) -> QuantPlan:
         drop = [o for row in ranking[:k] for o in row["layers"]]

@@ -1,0 +1,73 @@
+"""Placement rules on the real EfficientNet-Lite0 and MiniLM graphs, and the overrides."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+
+from trtforge.quantize.placement import analyse, decide
+
+
+@pytest.fixture(scope="module")
+def lite0_analysis(lite0_onnx):
+    return analyse(onnx.load(str(lite0_onnx)))
+
+
+@pytest.fixture(scope="module")
+def minilm_analysis(minilm_onnx):
+    return analyse(onnx.load(str(minilm_onnx)))
+
+
+def _by_label(analysis, decisions):
+    return {c.label: decisions[c.output] for c in analysis.candidates}
+
+
+def test_lite0_default_rules(lite0_analysis):
+    a = lite0_analysis
+    assert len(a.candidates) == 50 and not a.attention_blocks and not a.mlp_pairs  # 49 convs + fc
+    d = _by_label(a, decide(a))
+    assert "not a multiple of 32" in d["_conv_stem"]  # 3 input channels
+    assert "final head" in d["_fc"]
+    assert d["_blocks.15._project_conv"] is None  # 1152 input channels: INT8
+    assert d["_conv_head"] is None  # 320 channels
+
+
+def test_lite0_overrides(lite0_analysis):
+    a = lite0_analysis
+    d = _by_label(a, decide(a, exclude=(r"_blocks\.15\.",), include=("_fc", "_conv_stem")))
+    assert d["_fc"] is None and d["_conv_stem"] is None
+    assert "excluded by pattern" in d["_blocks.15._project_conv"]
+    # An op type excludes every layer of that type; exclude wins over include.
+    d = _by_label(a, decide(a, exclude=("Gemm",), include=("_fc",)))
+    assert "excluded by pattern 'Gemm'" in d["_fc"]
+    # rules=False (auto placement's starting point) quantizes everything not excluded.
+    assert all(v is None for v in decide(a, rules=False).values())
+
+
+def test_minilm_structure(minilm_analysis):
+    a = minilm_analysis
+    labels = {c.output: c.label for c in a.candidates}
+    assert len(a.attention_blocks) == 6 and all(len(b) == 6 for b in a.attention_blocks)
+    first = [labels[o] for o in a.attention_blocks[0]]
+    assert {"bert.encoder.layer.0.attention.self.query", "bert.encoder.layer.0.attention.self.key",
+            "bert.encoder.layer.0.attention.self.value", "bert.encoder.layer.0.attention.output.dense"} <= set(first)
+    assert [(labels[x], labels[y]) for x, y in a.mlp_pairs][0] == (
+        "bert.encoder.layer.0.intermediate.dense", "bert.encoder.layer.0.output.dense")
+    assert len(a.mlp_pairs) == 6
+
+
+def test_minilm_attention_all_or_nothing_and_mlp_rule(minilm_analysis):
+    a = minilm_analysis
+    labels = {c.output: c.label for c in a.candidates}
+    d = decide(a)
+    # The last output projection is the head; the MLP rule then keeps its first projection in FP16.
+    head = {labels[o]: r for o, r in d.items() if r}
+    assert "final head" in head["bert.encoder.layer.5.output.dense"]
+    assert "MLP first projection" in head["bert.encoder.layer.5.intermediate.dense"]
+    assert len(head) == 2
+    # Excluding one projection of an attention block moves the whole block to FP16.
+    d = decide(a, exclude=(r"layer\.2\.attention\.self\.query",))
+    block = a.attention_blocks[2]
+    assert all(d[o] for o in block)
+    assert sum(1 for o in block if "all INT8 or all FP16" in d[o]) == 5
+    assert not any(d[o] for o in a.attention_blocks[1])
