@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from trtforge.capture.specs import TensorSpec
+from trtforge.ort_session import session
 from trtforge.runtime.profiles import choose_profile
 from trtforge.runtime.protocol import EngineBase, Profiles
 from trtforge.runtime.tensors import bind_input
@@ -66,10 +67,8 @@ class OnnxRuntimeEngine(EngineBase):
             index = want.index if want.index is not None else 0
             providers = [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
             want = torch.device("cuda", index)
-        options = ort.SessionOptions()
-        if threads is not None:
-            options.intra_op_num_threads = threads
-        self._session = ort.InferenceSession(str(onnx_path), options, providers=providers)
+        # Through the project's session factory: it disables the ORT optimisers that break our graphs.
+        self._session = session(onnx_path, providers=providers, threads=threads)
         self._device = want
         self.onnx_path = onnx_path
         self.inputs = tuple(_spec(a) for a in self._session.get_inputs())

@@ -101,6 +101,10 @@ class Predictor:
         return detr_topk(outputs[self._logits], outputs[self._boxes], sizes, self.num_detections)
 
     def _finish(self, topk: tuple[torch.Tensor, ...]) -> list[Classification] | list[Detections]:
+        # All results to the host with one synchronize (non-blocking copies land in pinned memory).
+        topk = tuple(t.to("cpu", non_blocking=True) for t in topk)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
         if self.task == "classification":
             return classifications_from_topk(topk, self.labels)
         return detections_from_topk(topk, self.threshold, self.labels)

@@ -1,0 +1,325 @@
+"""Route benchmark: routes × batch sizes, model-only and end-to-end (predictor) latency, side by side.
+
+For every (model, route, batch): one engine per route, a correctness check against the eager
+FP32 model on the same input, model-only latency (a device-resident input), and end-to-end
+latency of the predictor from ``batch`` HWC uint8 frames on the host to results on the host.
+Preprocessing alone is timed too: PIL/NumPy on the CPU against the GPU path.
+
+Example:
+    >>> result = run_route_bench([zoo_bench_model("efficientnet_lite0")], ["eager", "cuda_graph"], [1, 8])
+    >>> console.print(result.table()); result.save_json("bench.json"); result.save_plot("bench.png")
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import platform
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from trtforge.bench.timing import LatencyStats, measure
+from trtforge.build.atomic import atomic_write_bytes
+from trtforge.capture.specs import TensorSpec
+from trtforge.runtime.protocol import Engine
+from trtforge.runtime.tensors import torch_dtype
+from trtforge.vision.predictor import Predictor
+from trtforge.vision.preprocess import PreprocessConfig, Preprocessor
+
+
+@dataclass(frozen=True)
+class BenchModel:
+    """A model the benchmark can open on any route."""
+
+    name: str
+    open: Callable[[str, Any], Engine]  # (route, device) -> Engine
+    inputs: tuple[TensorSpec, ...]
+    preprocessing: dict[str, Any]
+    task: str
+
+
+def zoo_bench_model(name: str) -> BenchModel:
+    """``efficientnet_lite0`` (real weights) or ``detr_like`` (random weights), on the PyTorch routes."""
+    from trtforge.runtime.torch_routes import TorchEngine
+
+    if name == "efficientnet_lite0":
+        from trtforge.zoo import efficientnet_lite0 as factory
+
+        inputs, outputs, task = (TensorSpec("images", "float32", (-1, 3, 224, 224)),), ("logits",), "classification"
+    elif name == "detr_like":
+        from trtforge.zoo.detr_like import detr_like as factory
+
+        inputs, outputs, task = (TensorSpec("images", "float32", (-1, 3, 640, 640)),), ("logits", "boxes"), "detection"
+    else:
+        raise ValueError(f"unknown zoo model {name!r}; choose efficientnet_lite0 or detr_like")
+    model = factory()
+
+    def open_route(route: str, device: Any) -> Engine:
+        return TorchEngine(model, inputs, outputs, route=route, device=device)
+
+    return BenchModel(name, open_route, inputs, dict(model.preprocessing), task)
+
+
+def sidecar_bench_model(path: str | Path) -> BenchModel:
+    """A built engine (its sidecar), opened with ``trtforge.load`` on each route."""
+    from trtforge.build.sidecar import read_sidecar
+    from trtforge.runtime.load import load
+
+    sidecar = read_sidecar(Path(path))
+    if not sidecar.preprocessing:
+        raise ValueError(f"{path}: the sidecar has no preprocessing record; the end-to-end timing needs one")
+    task = "detection" if len(sidecar.outputs) >= 2 else "classification"
+    return BenchModel(sidecar.name, lambda route, device: load(path, route=route, device=device),
+                      sidecar.inputs, dict(sidecar.preprocessing), task)
+
+
+def machine_info() -> dict[str, Any]:
+    """GPU name, driver, torch and CUDA versions, CPU: what a benchmark record must name."""
+    info: dict[str, Any] = {
+        "torch": torch.__version__, "python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
+        "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+        info["cuda"] = torch.version.cuda
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20, check=True)
+            info["driver"] = out.stdout.strip().splitlines()[0]
+        except (OSError, subprocess.SubprocessError, IndexError) as exc:
+            info["driver"] = f"unknown ({type(exc).__name__})"
+    else:
+        info["gpu"] = None
+    return info
+
+
+def example_input(spec: TensorSpec, batch: int, device: Any, seed: int = 0) -> torch.Tensor:
+    """A seeded random input in [-2, 2) (never zeros) with the batch axis set."""
+    shape = [batch if (i == 0 and d < 0) else d for i, d in enumerate(spec.shape)]
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.rand(shape, generator=generator) * 4 - 2
+    return x.to(torch_dtype(spec.dtype)).to(device)
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.detach().double().cpu(), ref.detach().double().cpu()
+    if not torch.isfinite(out).all():
+        return float("nan")
+    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+@dataclass
+class BenchResult:
+    """Rows (one per model × route × batch × kind), checks, machine, and derived ratios."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    machine: dict[str, Any] = field(default_factory=machine_info)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, model: str, route: str, batch: int, kind: str, stats: LatencyStats, **extra: Any) -> None:
+        self.rows.append({"model": model, "route": route, "batch": batch, "kind": kind, **stats.as_dict(), **extra})
+
+    def _median(self, model: str, route: str, batch: int, kind: str) -> float | None:
+        for row in self.rows:
+            if (row["model"], row["route"], row["batch"], row["kind"]) == (model, route, batch, kind):
+                return row["median_ms"]
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        """End-to-end / model-only per case; speedup of each route over eager; preprocessing speedup."""
+        ratios, speedups, pre = [], [], {}
+        cases = sorted({(r["model"], r["route"], r["batch"]) for r in self.rows if r["kind"] == "model"},
+                       key=lambda c: (c[0], c[2], c[1]))
+        for model, route, batch in cases:
+            m = self._median(model, route, batch, "model")
+            e = self._median(model, route, batch, "end_to_end")
+            eager = self._median(model, "eager", batch, "model")
+            if m and e:
+                ratios.append({"model": model, "route": route, "batch": batch, "end_to_end_over_model": e / m})
+            if m and eager:
+                speedups.append({"model": model, "route": route, "batch": batch, "speedup_over_eager_fp32": eager / m})
+        for row in self.rows:
+            if row["kind"].startswith("preprocess"):
+                pre[f"{row['model']}:{row['route']}"] = row["median_ms"]
+        return {"end_to_end_over_model": ratios, "speedup_over_eager": speedups, "preprocess_ms": pre}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"machine": self.machine, "config": self.config, "rows": self.rows, "checks": self.checks,
+                "summary": self.summary()}
+
+    def save_json(self, path: str | Path) -> Path:
+        path = Path(path)
+        atomic_write_bytes(path, (json.dumps(self.to_dict(), indent=2) + "\n").encode())
+        return path
+
+    def table(self):
+        """A rich table: one line per model × route × batch."""
+        from rich.table import Table
+
+        table = Table(title=f"trtforge routes on {self.machine.get('gpu') or 'CPU'}")
+        for column in ("model", "route", "batch", "model ms (p50/p90/p99)", "img/s", "end-to-end ms (p50/p90/p99)",
+                       "e2e/model", "× eager", "check"):
+            table.add_column(column, justify="left" if column in ("model", "route") else "right")
+        model_rows = [r for r in self.rows if r["kind"] == "model"]
+        for row in model_rows:
+            key = (row["model"], row["route"], row["batch"])
+            e2e = next((r for r in self.rows if r["kind"] == "end_to_end" and (r["model"], r["route"], r["batch"]) == key), None)
+            eager = self._median(row["model"], "eager", row["batch"], "model")
+            check = next((c for c in self.checks if (c["model"], c["route"], c["batch"]) == key), None)
+            table.add_row(
+                row["model"], row["route"], str(row["batch"]),
+                f"{row['median_ms']:.3f} / {row['p90_ms']:.3f} / {row['p99_ms']:.3f}", f"{row['throughput']:.0f}",
+                f"{e2e['median_ms']:.3f} / {e2e['p90_ms']:.3f} / {e2e['p99_ms']:.3f}" if e2e else "-",
+                f"{e2e['median_ms'] / row['median_ms']:.2f}" if e2e else "-",
+                f"{eager / row['median_ms']:.2f}" if eager else "-",
+                ("ok" if check["ok"] else "FAIL") + f" ({check['rel_error']:.1e})" if check else "-",
+            )
+        for row in self.rows:
+            if row["kind"].startswith("preprocess"):
+                table.add_row(row["model"], row["route"], str(row["batch"]),
+                              f"{row['median_ms']:.3f} / {row['p90_ms']:.3f} / {row['p99_ms']:.3f}", "", "", "", "",
+                              "preprocessing only")
+        return table
+
+    def save_plot(self, path: str | Path) -> Path:
+        """Grouped bars per model: model-only and end-to-end median latency per route and batch."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError as exc:
+            raise ImportError("the PNG plot needs matplotlib: pip install 'trtforge[bench]'") from exc
+        models = sorted({r["model"] for r in self.rows if r["kind"] == "model"})
+        fig, axes = plt.subplots(1, max(len(models), 1), figsize=(7 * max(len(models), 1), 4.5), squeeze=False)
+        for ax, model in zip(axes[0], models, strict=False):
+            cases = [r for r in self.rows if r["model"] == model and r["kind"] == "model"]
+            labels = [f"{r['route']}\nb{r['batch']}" for r in cases]
+            xs = np.arange(len(cases))
+            ax.bar(xs - 0.2, [r["median_ms"] for r in cases], 0.4, label="model only")
+            ax.bar(xs + 0.2, [self._median(model, r["route"], r["batch"], "end_to_end") or 0 for r in cases], 0.4,
+                   label="end to end (predictor)")
+            ax.set_xticks(xs, labels, fontsize=8)
+            ax.set_yscale("log")
+            ax.set_ylabel("median latency, ms (log)")
+            ax.set_title(model)
+            ax.legend(fontsize=8)
+        fig.suptitle(f"trtforge routes, {self.machine.get('gpu') or 'CPU'}, torch {self.machine.get('torch')}")
+        fig.tight_layout()
+        path = Path(path)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+def run_route_bench(
+    models: Sequence[BenchModel],
+    routes: Sequence[str],
+    batches: Sequence[int],
+    *,
+    device: Any = None,
+    image: np.ndarray | None = None,
+    warmup: int = 10,
+    repeats: int = 100,
+    result: BenchResult | None = None,
+    on_progress: Callable[[str], None] | None = None,
+    on_row: Callable[[BenchResult], None] | None = None,
+) -> BenchResult:
+    """Time every model × route × batch (model-only and end-to-end); check each against eager FP32."""
+    from trtforge.runtime.torch_routes import default_device
+
+    device = default_device(device)
+    if image is None:
+        image = np.random.default_rng(0).integers(0, 256, (720, 1280, 3), dtype=np.uint8)
+    result = result or BenchResult()
+    result.config.update({"routes": list(routes), "batches": list(batches), "warmup": warmup, "repeats": repeats,
+                          "image": list(image.shape), "device": str(device)})
+    say = on_progress or (lambda _msg: None)
+    for bench_model in models:
+        spec = bench_model.inputs[0]
+        references = {}
+        with bench_model.open("eager", device) as eager:
+            for batch in batches:
+                references[batch] = {k: v.clone() for k, v in eager(example_input(spec, batch, eager.device)).items()}
+        _free(device)
+        for route in routes:
+            say(f"{bench_model.name} / {route}: opening")
+            engine = bench_model.open(route, device)
+            try:
+                for batch in batches:
+                    x = example_input(spec, batch, engine.device)
+                    t0 = time.perf_counter()
+                    out = engine(x)
+                    first = {k: v.clone() for k, v in out.items()}
+                    first_call_s = time.perf_counter() - t0
+                    name = next(iter(first))
+                    error = relative_error(first[name], references[batch][name])
+                    agree = None
+                    if bench_model.task == "classification":
+                        agree = float((first[name].argmax(-1).cpu() == references[batch][name].argmax(-1).cpu()).float().mean())
+                    # FP16 routes: relative error under 3e-2; top-1 agreement on random inputs is reported.
+                    ok = bool(error < (1e-4 if route == "eager" else 3e-2))
+                    result.checks.append({"model": bench_model.name, "route": route, "batch": batch, "output": name,
+                                          "rel_error": error, "top1_agreement": agree, "ok": ok,
+                                          "first_call_s": first_call_s})
+                    say(f"{bench_model.name} / {route} / b{batch}: model only (first call {first_call_s:.1f}s)")
+                    stats = measure(lambda x=x, e=engine: e(x), engine.device, warmup=warmup, repeats=repeats, batch=batch)
+                    result.add(bench_model.name, route, batch, "model", stats)
+                    say(f"{bench_model.name} / {route} / b{batch}: end to end")
+                    frames = [image] * batch
+                    with Predictor(engine, bench_model.preprocessing, task=bench_model.task) as predictor:
+                        stats = measure(lambda p=predictor, f=frames: p(f), engine.device, warmup=warmup,
+                                        repeats=repeats, batch=batch)
+                        result.add(bench_model.name, route, batch, "end_to_end", stats,
+                                   predictor_cuda_graph=predictor.cuda_graph)
+                    if on_row is not None:
+                        on_row(result)
+            finally:
+                engine.close()
+                _free(device)
+    return result
+
+
+def bench_preprocessing(
+    image: np.ndarray, preprocessing: dict[str, Any], *, device: Any = None, warmup: int = 10, repeats: int = 100,
+    model: str = "preprocess", result: BenchResult | None = None,
+) -> BenchResult:
+    """PIL resize + NumPy normalise (CPU) against the GPU path, for one HWC uint8 frame."""
+    from PIL import Image
+
+    from trtforge.runtime.torch_routes import default_device
+
+    device = default_device(device)
+    result = result or BenchResult()
+    config = PreprocessConfig.from_dict(preprocessing)
+    mean, std = np.asarray(config.mean, np.float32), np.asarray(config.std, np.float32)
+    resample = Image.BILINEAR if config.interpolation == "bilinear" else Image.BICUBIC
+
+    def pil_numpy() -> np.ndarray:
+        resized = np.asarray(Image.fromarray(image).resize(config.size[::-1], resample), np.float32)
+        return np.ascontiguousarray(((resized * config.scale - mean) / std).transpose(2, 0, 1)[None])
+
+    result.add(model, "preprocess_pil_numpy", 1, "preprocess_cpu",
+               measure(pil_numpy, torch.device("cpu"), warmup=warmup, repeats=repeats))
+    pre = Preprocessor(config, device)
+    result.add(model, "preprocess_gpu_from_host", 1, "preprocess_gpu",
+               measure(lambda: pre([image]), device, warmup=warmup, repeats=repeats))
+    resident = pre.upload([image]).clone()
+    result.add(model, "preprocess_gpu_resident", 1, "preprocess_gpu",
+               measure(lambda: pre.transform(resident), device, warmup=warmup, repeats=repeats))
+    return result

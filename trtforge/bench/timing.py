@@ -1,0 +1,78 @@
+"""Latency measurement: CUDA events on the GPU, ``perf_counter`` on the CPU; median, p90, p99.
+
+Each repeat is one synchronized call, so a number is a latency (what one caller waits), not a
+pipelined throughput. Throughput is items per second at the median latency.
+
+Example:
+    >>> stats = measure(lambda: engine(x), torch.device("cuda"), warmup=20, repeats=200, batch=8)
+    >>> f"{stats.median_ms:.3f} ms, {stats.throughput:.0f} img/s"
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Latency percentiles of ``repeats`` calls (milliseconds), and items per second."""
+
+    median_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_ms: float
+    min_ms: float
+    repeats: int
+    batch: int
+    clock: str  # "cuda_events" | "perf_counter"
+
+    @property
+    def throughput(self) -> float:
+        return self.batch * 1000.0 / self.median_ms if self.median_ms > 0 else float("inf")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "throughput": self.throughput}
+
+    @classmethod
+    def from_samples(cls, samples_ms: list[float], batch: int, clock: str) -> LatencyStats:
+        a = np.asarray(samples_ms, dtype=np.float64)
+        return cls(
+            median_ms=float(np.median(a)), p90_ms=float(np.percentile(a, 90)),
+            p99_ms=float(np.percentile(a, 99)), mean_ms=float(a.mean()), min_ms=float(a.min()),
+            repeats=len(a), batch=batch, clock=clock,
+        )
+
+
+def measure(
+    fn: Callable[[], Any], device: torch.device, *, warmup: int = 10, repeats: int = 100, batch: int = 1
+) -> LatencyStats:
+    """Call ``fn`` ``warmup`` times, then time ``repeats`` synchronized calls."""
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats}: time at least one call")
+    device = torch.device(device)
+    for _ in range(warmup):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        stream = torch.cuda.current_stream(device)
+        samples = []
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            fn()
+            end.record(stream)
+            end.synchronize()
+            samples.append(start.elapsed_time(end))
+        return LatencyStats.from_samples(samples, batch, "cuda_events")
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1000.0)
+    return LatencyStats.from_samples(samples, batch, "perf_counter")
