@@ -56,6 +56,14 @@ def build(
     opt_level: Annotated[int, typer.Option(help="builder optimization level 0..5")] = 3,
     workspace_mb: Annotated[int | None, typer.Option(help="workspace limit in MiB")] = None,
     calib: Annotated[Path | None, typer.Option(help="int8: calibration images folder or .npy")] = None,
+    calibrator: Annotated[str, typer.Option(help="int8: mse | percentile | entropy | max")] = "mse",
+    smoothquant: Annotated[float | None, typer.Option(help="int8: SmoothQuant alpha, e.g. 0.5 (off when absent)")] = None,
+    bias_correction: Annotated[bool, typer.Option(help="int8: bias correction (kept only when it helps)")] = True,
+    placement: Annotated[str, typer.Option(help="int8: default (rules) | auto (measured)")] = "default",
+    error_budget: Annotated[float, typer.Option(help="int8 auto placement: mean relative L2 budget")] = 0.1,
+    exclude: Annotated[list[str] | None, typer.Option(help="int8: keep layers matching this regex/op type in FP16")] = None,
+    include: Annotated[list[str] | None, typer.Option(help="int8: force layers matching this regex/op type to INT8")] = None,
+    preprocessing: Annotated[Path | None, typer.Option(help="JSON preprocessing (or a sidecar), for --calib images")] = None,
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
     cache: Annotated[bool, typer.Option(help="use the engine cache")] = True,
     cache_dir: Annotated[Path | None, typer.Option(help="engine cache folder")] = None,
@@ -68,10 +76,19 @@ def build(
     """Build an engine + sidecar from an ONNX file."""
     from trtforge.pipeline import compile as compile_model
 
+    pp = _read_preprocessing(preprocessing)
+    quant = None
+    if precision == "int8":
+        from trtforge.quantize.api import QuantConfig
+
+        quant = QuantConfig(calibrator=calibrator, smoothquant=smoothquant, bias_correction=bias_correction,
+                            placement=placement, error_budget=error_budget, exclude=tuple(exclude or ()),
+                            include=tuple(include or ()), cache_dir=output_dir / "calib_cache")
     art = compile_model(
         model, precision=precision, batch=batch, targets=target or None, output_dir=output_dir, name=name,
         optimization_level=opt_level, workspace_bytes=workspace_mb * (1 << 20) if workspace_mb else None,
-        calibration_data=calib, progress=not quiet, cache=cache, cache_dir=cache_dir, timing_cache=timing_cache,
+        calibration_data=calib, quant=quant, progress=not quiet,
+        **({"preprocessing": pp} if pp is not None else {}), cache=cache, cache_dir=cache_dir, timing_cache=timing_cache,
         hardware_compatibility=hardware_compatibility, version_compatible=version_compatible,
         refittable=refittable, strip_weights=strip_weights,
     )
@@ -219,3 +236,39 @@ def refit(
 
 def main() -> None:  # pragma: no cover - console entry
     app()
+
+
+def _read_preprocessing(path: Path | None) -> dict | None:
+    """A preprocessing dict from a JSON file: a plain dict or a sidecar's ``preprocessing`` block."""
+    if path is None:
+        return None
+    import json
+
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object such as {{\"resize\": [224, 224], \"mean\": [...]}}")
+    return data.get("preprocessing", data)
+
+
+quantize_app = typer.Typer(no_args_is_help=True, help="INT8 analysis: sensitivity.")
+app.add_typer(quantize_app, name="quantize")
+
+
+@quantize_app.command("sensitivity")
+@user_errors
+def quantize_sensitivity(
+    model: Annotated[Path, typer.Argument(help="an FP32 .onnx file")],
+    data: Annotated[Path, typer.Option(help="calibration images folder or .npy (20 % is held back)")],
+    preprocessing: Annotated[Path | None, typer.Option(help="JSON with the preprocessing (or a sidecar) for images")] = None,
+    calibrator: Annotated[str, typer.Option(help="mse | percentile | entropy | max")] = "mse",
+    top: Annotated[int | None, typer.Option(help="show only the N most harmful")] = None,
+) -> None:
+    """Quantize one layer (or block) at a time and rank them by the output error they cause."""
+    import onnx
+
+    from trtforge.quantize.api import QuantConfig
+    from trtforge.quantize.sensitivity import print_sensitivity, sensitivity_table
+
+    rows = sensitivity_table(onnx.load(str(model)), data, QuantConfig(calibrator=calibrator),
+                             _read_preprocessing(preprocessing))
+    print_sensitivity(rows, top)

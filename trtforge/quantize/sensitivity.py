@@ -93,3 +93,52 @@ def auto_place(
         row["fp16"] = i < best
     final = without_top(best)
     return final, ranking
+
+
+def sensitivity_table(
+    model: onnx.ModelProto, calibration_data, config=None, preprocessing: dict | None = None, progress: bool = True,
+) -> list[dict]:
+    """Calibrate ``model``, then rank every group by the error it causes alone (held-back samples).
+
+    Example:
+        >>> rows = sensitivity_table(onnx.load("m.onnx"), Path("calib/"), preprocessing=pp)
+        >>> rows[0]["group"]
+    """
+    from trtforge.quantize import api, placement
+    from trtforge.quantize.data import batches as make_batches
+    from trtforge.quantize.data import check_count, load_calibration
+    from trtforge.quantize.graph_tools import ensure_node_names, ensure_opset, input_specs
+
+    config = config or api.QuantConfig()
+    model = ensure_node_names(ensure_opset(model, 19))
+    specs = input_specs(model)
+    samples = load_calibration(calibration_data, specs, preprocessing, config.max_images)
+    batch = api._batch_size(specs, config)
+    held = max(1, int(round(len(samples) * config.holdout)))
+    check_count(samples, batch, held)
+    calib, holdout = make_batches(samples[:-held], batch), make_batches(samples[-held:], batch)
+    analysis = placement.analyse(model)
+    rules = placement.decide(analysis, config.exclude, config.include)
+    with api._progress(progress) as bar:
+        amax, shapes = api.calibrate_model(model, analysis, calib, config, bar)
+        full = api.build_full_plan(model, analysis, amax, shapes, config.calibrator)
+        rows = rank_groups(model, full, analysis, holdout, progress=bar)
+    for row in rows:
+        reasons = {rules[o] for o in row["layers"] if rules.get(o)}
+        row["default_rule"] = "; ".join(sorted(reasons)) if reasons else ""
+    return rows
+
+
+def print_sensitivity(rows: list[dict], limit: int | None = None) -> None:
+    """The ranking as a rich table, most harmful first."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="INT8 sensitivity: one layer/block in INT8 at a time (held-back samples vs FP32)")
+    for col, justify in (("#", "right"), ("layer / block", "left"), ("rel. L2", "right"), ("MACs", "right"),
+                         ("default rule", "left")):
+        table.add_column(col, justify=justify)
+    for i, row in enumerate(rows[:limit] if limit else rows, start=1):
+        table.add_row(str(i), row["group"], f"{row['rel_l2']:.5f}", f"{100 * row['mac_share']:.1f} %",
+                      row.get("default_rule", ""))
+    Console().print(table)
