@@ -113,9 +113,22 @@ def memory_roundtrips(loops: int, device: torch.device, image: np.ndarray) -> di
         for _ in range(loops):
             roundtrip()
             samples.append(torch.cuda.memory_allocated(device))
-        return {"loops": loops, "route": "cuda_graph", "baseline_bytes": baseline, "final_bytes": samples[-1],
+        return {"loops": loops, "route": "cuda_graph", "samples": samples, "baseline_bytes": baseline, "final_bytes": samples[-1],
                 "max_bytes": max(samples), "min_bytes": min(samples), "seconds": time.perf_counter() - t0,
                 "ok": samples[-1] == baseline, "max_reserved_bytes": torch.cuda.max_memory_reserved(device)}
+
+
+def merge(result: BenchResult, previous: dict, source: str) -> None:
+    """Keep an earlier run's rows and checks for the cases this run did not measure (tagged with their file)."""
+    have = {(r["model"], r["route"], r["batch"], r["kind"]) for r in result.rows}
+    for row in previous["rows"]:
+        if (row["model"], row["route"], row["batch"], row["kind"]) not in have:
+            result.rows.append({**row, "from": source})
+    have_checks = {(c["model"], c["route"], c["batch"]) for c in result.checks}
+    for check in previous["checks"]:
+        if (check["model"], check["route"], check["batch"]) not in have_checks:
+            result.checks.append({**check, "from": source})
+    result.config["merged_from"] = {"file": source, "machine": previous.get("machine")}
 
 
 def targets(result: BenchResult, memory: dict) -> list[dict]:
@@ -126,6 +139,11 @@ def targets(result: BenchResult, memory: dict) -> list[dict]:
             value = ratio["end_to_end_over_model"]
             rows.append({"target": f"e2e/model, cuda_graph b1, {ratio['model']}", "value": value, "limit": "<= 1.15",
                          "ok": value <= 1.15})
+    for ratio in summary["end_to_end_pinned_over_model"]:
+        if ratio["route"] == "cuda_graph" and ratio["batch"] == 1:
+            value = ratio["end_to_end_pinned_over_model"]
+            rows.append({"target": f"e2e (frame in pinned buffer)/model, cuda_graph b1, {ratio['model']}",
+                         "value": value, "limit": "<= 1.15", "ok": value <= 1.15})
     pre = summary["preprocess_ms"]
     pil, gpu = pre.get("frame_1280x720:preprocess_pil_numpy"), pre.get("frame_1280x720:preprocess_gpu_from_host")
     if pil and gpu:
@@ -151,6 +169,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--memory-loops", type=int, default=100)
     parser.add_argument("--quick", action="store_true", help="tiny repeats (a dry run on the CPU)")
+    parser.add_argument("--compile-mode", default="max-autotune",
+                        help="torch.compile mode of the compiled route (rows are labelled with it unless max-autotune)")
+    parser.add_argument("--merge", type=Path, help="an earlier routes_gpu.json: its rows for cases not re-run are kept")
     args = parser.parse_args()
     if args.quick:
         args.warmup, args.repeats, args.memory_loops = 1, 3, 2
@@ -172,19 +193,24 @@ def main() -> int:
     console.rule("predictor: one graph vs plain path")
     check_predictor_graph(image, device, result)
     plain_routes = [r for r in args.routes if r != "compiled"]
-    models = [zoo_bench_model(m) for m in args.models]
+    models = [zoo_bench_model(m, compile_mode=args.compile_mode) for m in args.models]
     console.rule(f"routes {plain_routes}")
     run_route_bench(models, plain_routes, args.batches, device=device, image=image, warmup=args.warmup,
                     repeats=args.repeats, result=result, on_progress=console.log, on_row=save)
     console.rule(f"memory: {args.memory_loops} × load / run / close")
     memory = memory_roundtrips(args.memory_loops, device, image)
-    result.config["memory"] = memory
+    result.config["memory"] = {k: v for k, v in memory.items() if k != "samples"}
+    result.config["memory_samples_bytes"] = memory.get("samples")
     console.print(memory)
     save(result)
     if "compiled" in args.routes:  # last: max-autotune compiles for minutes; partial results are saved
         console.rule("compiled (torch.compile max-autotune)")
+        label = "compiled" if args.compile_mode == "max-autotune" else f"compiled({args.compile_mode})"
         run_route_bench(models, ["compiled"], args.batches, device=device, image=image, warmup=args.warmup,
-                        repeats=args.repeats, result=result, on_progress=console.log, on_row=save)
+                        repeats=args.repeats, result=result, on_progress=console.log, on_row=save,
+                        route_labels={"compiled": label})
+    if args.merge is not None:
+        merge(result, json.loads(args.merge.read_text()), args.merge.name)
     result.config["targets"] = targets(result, memory)
     save(result)
     console.print(result.table())

@@ -45,7 +45,7 @@ class BenchModel:
     task: str
 
 
-def zoo_bench_model(name: str) -> BenchModel:
+def zoo_bench_model(name: str, compile_mode: str = "max-autotune") -> BenchModel:
     """``efficientnet_lite0`` (real weights) or ``detr_like`` (random weights), on the PyTorch routes."""
     from trtforge.runtime.torch_routes import TorchEngine
 
@@ -62,7 +62,7 @@ def zoo_bench_model(name: str) -> BenchModel:
     model = factory()
 
     def open_route(route: str, device: Any) -> Engine:
-        return TorchEngine(model, inputs, outputs, route=route, device=device)
+        return TorchEngine(model, inputs, outputs, route=route, device=device, compile_mode=compile_mode)
 
     return BenchModel(name, open_route, inputs, dict(model.preprocessing), task)
 
@@ -135,21 +135,25 @@ class BenchResult:
 
     def summary(self) -> dict[str, Any]:
         """End-to-end / model-only per case; speedup of each route over eager; preprocessing speedup."""
-        ratios, speedups, pre = [], [], {}
+        ratios, pinned, speedups, pre = [], [], [], {}
         cases = sorted({(r["model"], r["route"], r["batch"]) for r in self.rows if r["kind"] == "model"},
                        key=lambda c: (c[0], c[2], c[1]))
         for model, route, batch in cases:
             m = self._median(model, route, batch, "model")
             e = self._median(model, route, batch, "end_to_end")
             eager = self._median(model, "eager", batch, "model")
+            p = self._median(model, route, batch, "end_to_end_pinned")
             if m and e:
                 ratios.append({"model": model, "route": route, "batch": batch, "end_to_end_over_model": e / m})
+            if m and p:
+                pinned.append({"model": model, "route": route, "batch": batch, "end_to_end_pinned_over_model": p / m})
             if m and eager:
                 speedups.append({"model": model, "route": route, "batch": batch, "speedup_over_eager_fp32": eager / m})
         for row in self.rows:
             if row["kind"].startswith("preprocess"):
                 pre[f"{row['model']}:{row['route']}"] = row["median_ms"]
-        return {"end_to_end_over_model": ratios, "speedup_over_eager": speedups, "preprocess_ms": pre}
+        return {"end_to_end_over_model": ratios, "end_to_end_pinned_over_model": pinned,
+                "speedup_over_eager": speedups, "preprocess_ms": pre}
 
     def to_dict(self) -> dict[str, Any]:
         return {"machine": self.machine, "config": self.config, "rows": self.rows, "checks": self.checks,
@@ -166,12 +170,14 @@ class BenchResult:
 
         table = Table(title=f"trtforge routes on {self.machine.get('gpu') or 'CPU'}")
         for column in ("model", "route", "batch", "model ms (p50/p90/p99)", "img/s", "end-to-end ms (p50/p90/p99)",
-                       "e2e/model", "× eager", "check"):
+                       "e2e/model", "e2e pinned ms (p50/p90/p99)", "pinned/model", "× eager", "check"):
             table.add_column(column, justify="left" if column in ("model", "route") else "right")
         model_rows = [r for r in self.rows if r["kind"] == "model"]
         for row in model_rows:
             key = (row["model"], row["route"], row["batch"])
             e2e = next((r for r in self.rows if r["kind"] == "end_to_end" and (r["model"], r["route"], r["batch"]) == key), None)
+            pin = next((r for r in self.rows if r["kind"] == "end_to_end_pinned"
+                        and (r["model"], r["route"], r["batch"]) == key), None)
             eager = self._median(row["model"], "eager", row["batch"], "model")
             check = next((c for c in self.checks if (c["model"], c["route"], c["batch"]) == key), None)
             table.add_row(
@@ -179,14 +185,16 @@ class BenchResult:
                 f"{row['median_ms']:.3f} / {row['p90_ms']:.3f} / {row['p99_ms']:.3f}", f"{row['throughput']:.0f}",
                 f"{e2e['median_ms']:.3f} / {e2e['p90_ms']:.3f} / {e2e['p99_ms']:.3f}" if e2e else "-",
                 f"{e2e['median_ms'] / row['median_ms']:.2f}" if e2e else "-",
+                f"{pin['median_ms']:.3f} / {pin['p90_ms']:.3f} / {pin['p99_ms']:.3f}" if pin else "-",
+                f"{pin['median_ms'] / row['median_ms']:.2f}" if pin else "-",
                 f"{eager / row['median_ms']:.2f}" if eager else "-",
                 ("ok" if check["ok"] else "FAIL") + f" ({check['rel_error']:.1e})" if check else "-",
             )
         for row in self.rows:
             if row["kind"].startswith("preprocess"):
                 table.add_row(row["model"], row["route"], str(row["batch"]),
-                              f"{row['median_ms']:.3f} / {row['p90_ms']:.3f} / {row['p99_ms']:.3f}", "", "", "", "",
-                              "preprocessing only")
+                              f"{row['median_ms']:.3f} / {row['p90_ms']:.3f} / {row['p99_ms']:.3f}", "", "", "", "", "",
+                              "", "preprocessing only")
         return table
 
     def save_plot(self, path: str | Path) -> Path:
@@ -204,9 +212,11 @@ class BenchResult:
             cases = [r for r in self.rows if r["model"] == model and r["kind"] == "model"]
             labels = [f"{r['route']}\nb{r['batch']}" for r in cases]
             xs = np.arange(len(cases))
-            ax.bar(xs - 0.2, [r["median_ms"] for r in cases], 0.4, label="model only")
-            ax.bar(xs + 0.2, [self._median(model, r["route"], r["batch"], "end_to_end") or 0 for r in cases], 0.4,
-                   label="end to end (predictor)")
+            ax.bar(xs - 0.27, [r["median_ms"] for r in cases], 0.27, label="model only")
+            ax.bar(xs, [self._median(model, r["route"], r["batch"], "end_to_end") or 0 for r in cases], 0.27,
+                   label="end to end, frame in pageable numpy")
+            ax.bar(xs + 0.27, [self._median(model, r["route"], r["batch"], "end_to_end_pinned") or 0 for r in cases],
+                   0.27, label="end to end, frame in pinned buffer")
             ax.set_xticks(xs, labels, fontsize=8)
             ax.set_yscale("log")
             ax.set_ylabel("median latency, ms (log)")
@@ -239,6 +249,7 @@ def run_route_bench(
     result: BenchResult | None = None,
     on_progress: Callable[[str], None] | None = None,
     on_row: Callable[[BenchResult], None] | None = None,
+    route_labels: dict[str, str] | None = None,
 ) -> BenchResult:
     """Time every model × route × batch (model-only and end-to-end); check each against eager FP32."""
     from trtforge.runtime.torch_routes import default_device
@@ -250,6 +261,7 @@ def run_route_bench(
     result.config.update({"routes": list(routes), "batches": list(batches), "warmup": warmup, "repeats": repeats,
                           "image": list(image.shape), "device": str(device)})
     say = on_progress or (lambda _msg: None)
+    labels = route_labels or {}
     for bench_model in models:
         spec = bench_model.inputs[0]
         references = {}
@@ -260,6 +272,7 @@ def run_route_bench(
         for route in routes:
             say(f"{bench_model.name} / {route}: opening")
             engine = bench_model.open(route, device)
+            label = labels.get(route, route)
             try:
                 for batch in batches:
                     x = example_input(spec, batch, engine.device)
@@ -274,18 +287,26 @@ def run_route_bench(
                         agree = float((first[name].argmax(-1).cpu() == references[batch][name].argmax(-1).cpu()).float().mean())
                     # FP16 routes: relative error under 3e-2; top-1 agreement on random inputs is reported.
                     ok = bool(error < (1e-4 if route == "eager" else 3e-2))
-                    result.checks.append({"model": bench_model.name, "route": route, "batch": batch, "output": name,
+                    result.checks.append({"model": bench_model.name, "route": label, "batch": batch, "output": name,
                                           "rel_error": error, "top1_agreement": agree, "ok": ok,
                                           "first_call_s": first_call_s})
                     say(f"{bench_model.name} / {route} / b{batch}: model only (first call {first_call_s:.1f}s)")
                     stats = measure(lambda x=x, e=engine: e(x), engine.device, warmup=warmup, repeats=repeats, batch=batch)
-                    result.add(bench_model.name, route, batch, "model", stats)
+                    result.add(bench_model.name, label, batch, "model", stats)
                     say(f"{bench_model.name} / {route} / b{batch}: end to end")
                     frames = [image] * batch
                     with Predictor(engine, bench_model.preprocessing, task=bench_model.task) as predictor:
                         stats = measure(lambda p=predictor, f=frames: p(f), engine.device, warmup=warmup,
                                         repeats=repeats, batch=batch)
-                        result.add(bench_model.name, route, batch, "end_to_end", stats,
+                        result.add(bench_model.name, label, batch, "end_to_end", stats,
+                                   predictor_cuda_graph=predictor.cuda_graph)
+                        # Frames decoded straight into the predictor's pinned buffer: no host memcpy.
+                        buffer = predictor.frame_buffer(batch, *image.shape[:2])
+                        buffer[...] = image
+                        pinned = [buffer[i] for i in range(batch)]
+                        stats = measure(lambda p=predictor, f=pinned: p(f), engine.device, warmup=warmup,
+                                        repeats=repeats, batch=batch)
+                        result.add(bench_model.name, label, batch, "end_to_end_pinned", stats,
                                    predictor_cuda_graph=predictor.cuda_graph)
                     if on_row is not None:
                         on_row(result)

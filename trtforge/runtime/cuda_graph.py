@@ -28,21 +28,38 @@ class CapturedCall:
     outputs: Any
 
 
+_CAPTURE_STREAMS: dict[int, Any] = {}
+
+
+def capture_stream(device: torch.device) -> Any:
+    """One side stream per device for every warm-up and capture.
+
+    A fresh stream per capture would make cuBLAS/cuDNN set up a new per-stream workspace each time
+    (kept for the life of the process), so memory would grow with every engine loaded.
+    """
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    stream = _CAPTURE_STREAMS.get(index)
+    if stream is None:
+        stream = _CAPTURE_STREAMS[index] = torch.cuda.Stream(torch.device("cuda", index))
+    return stream
+
+
 def capture(fn: Callable[[], Any], device: torch.device, warmup: int = 2) -> CapturedCall:
-    """Run ``fn`` ``warmup`` times on a side stream (lazy init, autotuning), then capture it."""
+    """Run ``fn`` ``warmup`` times on the side stream (lazy init, autotuning), then capture it."""
     if device.type != "cuda":
         raise ValueError(f"CUDA graphs need a CUDA device, got {device}; use a route without graphs on CPU")
     with torch.cuda.device(device):
         caller = torch.cuda.current_stream(device)
-        side = torch.cuda.Stream(device)
+        side = capture_stream(device)
         side.wait_stream(caller)
         with torch.cuda.stream(side):
             for _ in range(warmup):
                 fn()
         caller.wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, stream=side):
             outputs = fn()
+        caller.wait_stream(side)
     return CapturedCall(graph, outputs)
 
 

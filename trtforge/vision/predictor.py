@@ -143,6 +143,10 @@ class Predictor:
             return self.run_batch(images)
         return self.run_batch([images])[0]
 
+    def frame_buffer(self, batch: int, height: int, width: int):
+        """Pinned host frames to decode into; passing ``buf[i]`` skips the host memcpy (see Preprocessor)."""
+        return self.pre.frame_buffer(batch, height, width)
+
     def close(self) -> None:
         if self._graphs is not None:
             self._graphs.clear()

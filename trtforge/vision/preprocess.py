@@ -101,6 +101,14 @@ def decode_image(image: ImageLike) -> np.ndarray | torch.Tensor:
     raise ImageInputError(f"unknown image type {type(image).__name__}; pass {ACCEPTED_IMAGES}")
 
 
+def _address(image: Any) -> int:
+    if isinstance(image, np.ndarray):
+        return image.__array_interface__["data"][0]
+    if isinstance(image, torch.Tensor) and image.device.type == "cpu":
+        return image.data_ptr()
+    return -1
+
+
 class Preprocessor:
     """Uploads uint8 images and turns them into the model's input tensor on ``device``."""
 
@@ -121,6 +129,19 @@ class Preprocessor:
             buffer = torch.empty(shape, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
             self._staging = {shape: buffer}  # keep one: frames of one stream share a size
         return buffer
+
+    def frame_buffer(self, batch: int, height: int, width: int) -> np.ndarray:
+        """A pinned (batch, height, width, 3) uint8 array to decode frames into.
+
+        Frames passed to the predictor as views of it (``buf[i]``) skip the host memcpy: only the
+        DMA to the GPU remains. Valid until a call with frames of another size replaces it.
+
+        Example:
+            >>> frames = predictor.frame_buffer(1, 720, 1280)
+            >>> frames[0][...] = decoder.read()      # or cv2.imread(...) into it
+            >>> predictor(frames[0])
+        """
+        return self._pinned((batch, height, width, 3)).numpy()
 
     def upload(self, images: Sequence[np.ndarray | torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
         """Same-size HWC uint8 images → one (B, H, W, 3) uint8 tensor on the device (``out`` if given).
@@ -147,6 +168,12 @@ class Preprocessor:
         flat_out, flat_staging = out.view(-1), staging.view(-1)
         per_image = flat_staging.numel() // len(images)
         for i, im in enumerate(images):
+            if _address(im) == staging[i].data_ptr():  # decoded straight into frame_buffer(): no memcpy
+                out[i].copy_(staging[i], non_blocking=True)
+                continue
+            if isinstance(im, torch.Tensor) and im.is_pinned() and im.is_contiguous():
+                out[i].copy_(im, non_blocking=True)
+                continue
             src = (torch.from_numpy(np.ascontiguousarray(im)) if isinstance(im, np.ndarray) else im.contiguous()).view(-1)
             for start in range(0, per_image, UPLOAD_CHUNK_BYTES):
                 stop = min(start + UPLOAD_CHUNK_BYTES, per_image)
