@@ -18,7 +18,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -275,5 +275,3 @@ def data_hash(samples: Iterable[dict[str, np.ndarray]]) -> str:
             digest.update(arr.tobytes())
     return digest.hexdigest()
 
-
-SampleSource = Callable[[], object] | Path | str | np.ndarray | Iterable

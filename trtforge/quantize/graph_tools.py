@@ -24,11 +24,6 @@ MAC_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 #: Ops that only move or reshape data; walking through them keeps "the same tensor".
 SHAPE_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Cast"})
-#: Elementwise ops allowed between the two projections of an MLP.
-ACTIVATION_OPS = frozenset(
-    {"Relu", "Gelu", "Erf", "Tanh", "Sigmoid", "Clip", "HardSwish", "HardSigmoid", "LeakyRelu",
-     "Mul", "Add", "Div", "Sub", "Pow", "Softplus", "Mish", "Elu", "Selu", "FastGelu", "QuickGelu"}
-)
 DEFAULT_OPSET = 19
 
 

@@ -107,9 +107,8 @@ def _reaches_mac(index: GraphIndex, start: str) -> bool:
 def _candidate(node: onnx.NodeProto, index: GraphIndex) -> Candidate | None:
     if node.op_type not in MAC_OPS:
         return None
-    data_inputs = [0, 1] if node.op_type in ("MatMul", "Gemm") else [0, 1]
     activations, weight = [], None
-    for idx in data_inputs:
+    for idx in (0, 1):  # data input and weight (bias and Gemm's C are not quantized)
         if idx >= len(node.input) or not node.input[idx]:
             return None
         name = node.input[idx]

@@ -2,7 +2,8 @@
 
 Layers are addressed by their first output tensor's name, which the FP16 pass keeps, so the same
 plan applies to the FP32 graph (ONNX Runtime simulation, FP32 scales) and to the FP16 graph
-handed to TensorRT (FP16 scales). Scales are stored already rounded to FP16, so both graphs
+handed to TensorRT (FP16 scales). The scale dtype is the dtype of the tensor a scale quantizes
+(opset ≥ 19 allows FP16 scales). Scales are stored already rounded to FP16, so both graphs
 quantize on exactly the same grid.
 
 Example:
