@@ -258,7 +258,7 @@ app.add_typer(quantize_app, name="quantize")
 @user_errors
 def quantize_sensitivity(
     model: Annotated[Path, typer.Argument(help="an FP32 .onnx file")],
-    data: Annotated[Path, typer.Option(help="calibration images folder or .npy (20 % is held back)")],
+    data: Annotated[Path, typer.Option(help="calibration images folder, .npy, or .npz per input (20 % held back)")],
     preprocessing: Annotated[Path | None, typer.Option(help="JSON with the preprocessing (or a sidecar) for images")] = None,
     calibrator: Annotated[str, typer.Option(help="mse | percentile | entropy | max")] = "mse",
     top: Annotated[int | None, typer.Option(help="show only the N most harmful")] = None,

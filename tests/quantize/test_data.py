@@ -62,6 +62,13 @@ def test_npy_file_and_callable(tmp_path):
     assert len(load_calibration(lambda: x, IMG_SPEC)) == 5
 
 
+def test_npz_for_multi_input(tmp_path):
+    ids = np.ones((4, 16), np.int64)
+    np.savez(tmp_path / "tokens.npz", input_ids=ids, attention_mask=ids)
+    samples = load_calibration(tmp_path / "tokens.npz", TEXT_SPEC)
+    assert len(samples) == 4 and set(samples[0]) == {"input_ids", "attention_mask"}
+
+
 def test_raw_pixels_refused_with_fix():
     x = np.zeros((4, 3, 224, 224), dtype=np.uint8)
     with pytest.raises(CalibrationDataError, match=r"raw pixels.*directory of images.*normalise"):

@@ -3,7 +3,8 @@
 Accepted sources:
 * a directory of images: sorted by file name, the first ``max_images``, preprocessed as the
   sidecar's ``preprocessing`` dict says (NumPy/PIL here; no GPU code);
-* a ``.npy`` file or a float array shaped like the input (already normalised);
+* a ``.npy`` file or a float array shaped like the input (already normalised); a ``.npz`` file
+  with one array per input name for multi-input models;
 * an iterable of dicts of arrays (multi-input models such as MiniLM), one sample or a batch each;
 * a callable returning any of the above.
 
@@ -184,12 +185,16 @@ def load_calibration(
             return _load_image_dir(path, specs, preprocessing, max_images)
         if path.suffix == ".npy" and path.is_file():
             source = np.load(path, allow_pickle=False)
+        elif path.suffix == ".npz" and path.is_file():  # multi-input: one array per input name
+            with np.load(path, allow_pickle=False) as archive:
+                source = {k: archive[k] for k in archive.files}
         elif not path.exists():
             raise CalibrationDataError(f"calibration data {path} does not exist; pass an image directory or a .npy file")
         else:
             raise CalibrationDataError(
-                f"calibration data {path} is neither a directory of images nor a .npy file; "
-                "save arrays with np.save(path, x) or point at a folder of images"
+                f"calibration data {path} is neither a directory of images nor a .npy/.npz file; "
+                "save arrays with np.save(path, x) (np.savez(path, **inputs) for several inputs) "
+                "or point at a folder of images"
             )
     if isinstance(source, np.ndarray):
         if len(specs) != 1:
