@@ -7,6 +7,7 @@ import pytest
 
 from trtforge.quantize.calibrators import (
     calibrate,
+    entropy_amax,
     entropy_threshold_bin,
     kl_divergence,
     mse_amax,
@@ -30,7 +31,7 @@ def test_kl_worked_example_chooses_b_and_scale():
     stop = entropy_threshold_bin(EXAMPLE_1, num_levels=4, candidates=(8, 6), q_from="folded")
     assert stop == 6
     edges = np.arange(9, dtype=np.float64)  # bins of width 1 over [0, 8]
-    scale = edges[stop] / 127
+    scale = entropy_amax(EXAMPLE_1, edges, num_levels=4, candidates=(8, 6), q_from="folded") / 127
     assert scale == pytest.approx(6.0 / 127) and scale == pytest.approx(0.0472, abs=1e-4)
 
 
@@ -111,3 +112,14 @@ def test_histogram_streams_and_rebins():
 def test_unknown_calibrator():
     with pytest.raises(ValueError, match="choose one of"):
         calibrate(Histogram(), "minmax")
+
+
+def test_entropy_ignores_exact_zeros_of_relu():
+    # A ReLU6 output: 90 % exact zeros, the rest spread over (0, 6]. Zeros quantize exactly at any
+    # scale; counted in, they made the KL search clip at 128/2048 of the range (0.375).
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.zeros(900_000), rng.uniform(0, 6, 100_000)]).astype(np.float32)
+    h = Histogram()
+    h.update(x)
+    assert h.zeros == 900_000
+    assert calibrate(h, "entropy") > 5.0

@@ -96,6 +96,19 @@ def entropy_threshold_bin(
     return int(best_stop if best_stop is not None else hist.size)
 
 
+def entropy_amax(
+    counts: Sequence[float], edges: Sequence[float], num_levels: int = 128,
+    candidates: Sequence[int] | None = None, q_from: str = "clipped",
+) -> float:
+    """The KL-optimal threshold: the upper edge of the chosen ``stop`` bin.
+
+    Example:
+        >>> entropy_amax([1, 4, 10, 20, 20, 10, 3, 2], range(9), 4, candidates=(8, 6), q_from="folded") / 127
+        0.047244…   # 6.0 / 127
+    """
+    return float(np.asarray(edges, dtype=np.float64)[entropy_threshold_bin(counts, num_levels, candidates, q_from)])
+
+
 def percentile_amax(counts: np.ndarray, edges: np.ndarray, percentile: float = 99.99) -> float:
     """Upper edge of the first bin where the cumulative share of |x| reaches ``percentile``."""
     if not 0 < percentile <= 100:
@@ -136,8 +149,8 @@ def calibrate(hist, method: str, percentile: float = 99.99, num_levels: int = 12
     if method == "entropy":
         # Exact zeros (most of a post-ReLU tensor) quantize exactly at any scale; left in, they
         # dominate P and push the threshold to the first candidate.
-        stop = entropy_threshold_bin(getattr(hist, "nonzero_counts", hist.counts), num_levels)
-        return min(float(hist.edges[stop]), float(hist.amax))
+        return min(entropy_amax(getattr(hist, "nonzero_counts", hist.counts), hist.edges, num_levels),
+                   float(hist.amax))
     if method == "mse":
         return min(mse_amax(hist.counts, hist.edges), float(hist.amax))
     raise ValueError(f"unknown calibrator {method!r}; choose one of {', '.join(CALIBRATORS)}")
