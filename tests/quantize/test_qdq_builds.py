@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import onnx
 import pytest
 
@@ -67,6 +68,15 @@ def test_lite0_qdq_builds_with_rtx(lite0_onnx, photo_inputs, tmp_path):
     assert rep["task"] == "classification" and {"top1_agreement", "top5_overlap", "cosine_mean"} <= set(rep["measured"])
     assert rep["measured"]["cosine_mean"] > 0.95
     json.dumps(rep)  # JSON-able for the sidecar
+    # The TensorRT graph (FP16 layers, FP16 scales) computes what the FP32-scale simulation measured:
+    # run both in ONNX Runtime (with its FP16-scale optimiser disabled) on the held-back images.
+    from trtforge.ort_session import session
+
+    held = photo_inputs[32:40]
+    trt_graph = session(result.model.SerializeToString()).run(None, {"images": held})[0]
+    sim = session(result.sim_model.SerializeToString()).run(None, {"images": held})[0]
+    cos = np.sum(trt_graph * sim, axis=1) / (np.linalg.norm(trt_graph, axis=1) * np.linalg.norm(sim, axis=1))
+    assert cos.min() > 0.99
     path = tmp_path / "lite0_int8_qdq.onnx"
     onnx.save(result.model, str(path))
     assert len(rtx_build(path)) > 1_000_000
