@@ -29,7 +29,14 @@ from rich.console import Console
 from rich.table import Table
 
 import trtforge
-from trtforge.bench.routes import BenchResult, bench_preprocessing, run_route_bench, zoo_bench_model
+from trtforge.bench.routes import (
+    BenchResult,
+    bench_preprocessing,
+    example_input,
+    run_route_bench,
+    zoo_bench_model,
+)
+from trtforge.bench.timing import measure
 from trtforge.build.sidecar import Sidecar, sha256_file, write_sidecar
 from trtforge.capture.specs import TensorSpec
 from trtforge.vision import Predictor
@@ -118,6 +125,46 @@ def memory_roundtrips(loops: int, device: torch.device, image: np.ndarray) -> di
                 "ok": samples[-1] == baseline, "max_reserved_bytes": torch.cuda.max_memory_reserved(device)}
 
 
+def breakdown(image: np.ndarray, device: torch.device, warmup: int, repeats: int) -> BenchResult:
+    """Where the end-to-end time goes on the cuda_graph route, batch 1, frame in the pinned buffer.
+
+    upload: pinned frame → the graph's static uint8 input (one DMA); graph: replay of the one graph
+    (preprocess + model + top-k/decoding) on a resident frame; full: the predictor call (upload,
+    replay, results to the host, Python); model: the engine alone on a resident 224²/640² input.
+    Reads the predictor's private buffers: a diagnostic, not an API.
+    """
+    result = BenchResult()
+    if device.type != "cuda":
+        result.config["skipped"] = "no GPU: the predictor has no graph to break down"
+        return result
+    for name in ("efficientnet_lite0", "detr_like"):
+        _breakdown_one(name, image, device, warmup, repeats, result)
+    return result
+
+
+def _breakdown_one(name: str, image: np.ndarray, device: torch.device, warmup: int, repeats: int,
+                   result: BenchResult) -> None:
+    model = zoo_bench_model(name)
+    with model.open("cuda_graph", device) as engine, \
+            Predictor(engine, model.preprocessing, task=model.task) as predictor:
+        frames = predictor.frame_buffer(1, *image.shape[:2])
+        frames[...] = image
+        frame = frames[0]
+        predictor(frame)  # captures the graph
+        shape = (1, *image.shape)
+        static, _sizes = predictor._static[shape]
+        graphs = predictor._graphs
+        x = example_input(model.inputs[0], 1, engine.device)
+        cases = (
+            ("upload", lambda: predictor.pre.upload([frame], out=static)),
+            ("graph", lambda: graphs.replay(shape, None)),
+            ("full", lambda: predictor(frame)),
+            ("model", lambda: engine(x)),
+        )
+        for kind, fn in cases:
+            result.add(name, "cuda_graph", 1, f"breakdown_{kind}", measure(fn, device, warmup=warmup, repeats=repeats))
+
+
 def merge(result: BenchResult, previous: dict, source: str) -> None:
     """Keep an earlier run's rows and checks for the cases this run did not measure (tagged with their file)."""
     have = {(r["model"], r["route"], r["batch"], r["kind"]) for r in result.rows}
@@ -172,6 +219,8 @@ def main() -> int:
     parser.add_argument("--compile-mode", default="max-autotune",
                         help="torch.compile mode of the compiled route (rows are labelled with it unless max-autotune)")
     parser.add_argument("--merge", type=Path, help="an earlier routes_gpu.json: its rows for cases not re-run are kept")
+    parser.add_argument("--only-breakdown", action="store_true",
+                        help="only the end-to-end breakdown (cuda_graph, batch 1) → routes_gpu_breakdown.json")
     args = parser.parse_args()
     if args.quick:
         args.warmup, args.repeats, args.memory_loops = 1, 3, 2
@@ -185,6 +234,19 @@ def main() -> int:
 
     def save(res: BenchResult) -> None:
         res.save_json(args.out / "routes_gpu.json")
+
+    if args.only_breakdown:
+        parts = breakdown(image, device, args.warmup, args.repeats)
+        parts.config["command"] = result.config["command"]
+        parts.save_json(args.out / "routes_gpu_breakdown.json")
+        table = Table(title="end to end, cuda_graph, batch 1, frame in pinned buffer: where the time goes")
+        for column in ("model", "part", "p50 ms", "p90 ms", "p99 ms"):
+            table.add_column(column)
+        for row in parts.rows:
+            table.add_row(row["model"], row["kind"].removeprefix("breakdown_"), f"{row['median_ms']:.3f}",
+                          f"{row['p90_ms']:.3f}", f"{row['p99_ms']:.3f}")
+        console.print(table)
+        return 0
 
     console.rule("preprocessing, 1280×720 → 224×224")
     bench_preprocessing(image, LITE0_PREPROCESSING, device=device, warmup=args.warmup, repeats=args.repeats,

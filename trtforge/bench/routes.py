@@ -210,7 +210,7 @@ class BenchResult:
         fig, axes = plt.subplots(1, max(len(models), 1), figsize=(7 * max(len(models), 1), 4.5), squeeze=False)
         for ax, model in zip(axes[0], models, strict=False):
             cases = [r for r in self.rows if r["model"] == model and r["kind"] == "model"]
-            labels = [f"{r['route']}\nb{r['batch']}" for r in cases]
+            labels = [f"{r['route'].replace('(', chr(10) + '(')}\nb{r['batch']}" for r in cases]
             xs = np.arange(len(cases))
             ax.bar(xs - 0.27, [r["median_ms"] for r in cases], 0.27, label="model only")
             ax.bar(xs, [self._median(model, r["route"], r["batch"], "end_to_end") or 0 for r in cases], 0.27,
