@@ -235,17 +235,21 @@ def main() -> int:
     def save(res: BenchResult) -> None:
         res.save_json(args.out / "routes_gpu.json")
 
-    if args.only_breakdown:
-        parts = breakdown(image, device, args.warmup, args.repeats)
-        parts.config["command"] = result.config["command"]
-        parts.save_json(args.out / "routes_gpu_breakdown.json")
+    def print_breakdown(parts: BenchResult) -> None:
         table = Table(title="end to end, cuda_graph, batch 1, frame in pinned buffer: where the time goes")
         for column in ("model", "part", "p50 ms", "p90 ms", "p99 ms"):
             table.add_column(column)
         for row in parts.rows:
-            table.add_row(row["model"], row["kind"].removeprefix("breakdown_"), f"{row['median_ms']:.3f}",
-                          f"{row['p90_ms']:.3f}", f"{row['p99_ms']:.3f}")
+            if row["kind"].startswith("breakdown_"):
+                table.add_row(row["model"], row["kind"].removeprefix("breakdown_"), f"{row['median_ms']:.3f}",
+                              f"{row['p90_ms']:.3f}", f"{row['p99_ms']:.3f}")
         console.print(table)
+
+    if args.only_breakdown:
+        parts = breakdown(image, device, args.warmup, args.repeats)
+        parts.config["command"] = result.config["command"]
+        parts.save_json(args.out / "routes_gpu_breakdown.json")
+        print_breakdown(parts)
         return 0
 
     console.rule("preprocessing, 1280×720 → 224×224")
@@ -271,6 +275,9 @@ def main() -> int:
         run_route_bench(models, ["compiled"], args.batches, device=device, image=image, warmup=args.warmup,
                         repeats=args.repeats, result=result, on_progress=console.log, on_row=save,
                         route_labels={"compiled": label})
+    console.rule("end-to-end breakdown")
+    result.rows.extend(breakdown(image, device, args.warmup, args.repeats).rows)
+    save(result)
     if args.merge is not None:
         merge(result, json.loads(args.merge.read_text()), args.merge.name)
     result.config["targets"] = targets(result, memory)
@@ -289,6 +296,7 @@ def main() -> int:
     for t in result.config["targets"]:
         goals.add_row(t["target"], f"{t['value']:.3f}", t["limit"], "yes" if t["ok"] else "NO")
     console.print(goals)
+    print_breakdown(result)
     try:
         result.save_plot(args.out / "routes_gpu.png")
     except ImportError as exc:

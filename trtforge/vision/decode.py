@@ -30,7 +30,11 @@ class Classification:
 
     class_id: np.ndarray  # (k,) int64
     score: np.ndarray  # (k,) float32 softmax probabilities
-    label: tuple[str, ...]
+    names: Sequence[str] | None = None  # the label list, indexed by class id
+
+    @property
+    def label(self) -> tuple[str, ...]:
+        return tuple(_label(self.names, int(i)) for i in self.class_id)
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,12 @@ class Detections:
     xyxy: np.ndarray  # (n, 4) float32
     confidence: np.ndarray  # (n,) float32
     class_id: np.ndarray  # (n,) int64
-    label: tuple[str, ...]
+    names: Sequence[str] | None = None  # the label list, indexed by class id
+
+    @property
+    def label(self) -> tuple[str, ...]:
+        """Label of each box (computed on access: the hot path builds no strings)."""
+        return tuple(_label(self.names, int(i)) for i in self.class_id)
 
     def __len__(self) -> int:
         return len(self.confidence)
@@ -74,11 +83,7 @@ def classifications_from_topk(
     topk: tuple[torch.Tensor, torch.Tensor], labels: Sequence[str] | None = None
 ) -> list[Classification]:
     scores, ids = (t.cpu().numpy() for t in topk)
-    return [
-        Classification(ids[b].astype(np.int64), scores[b].astype(np.float32),
-                       tuple(_label(labels, int(i)) for i in ids[b]))
-        for b in range(len(ids))
-    ]
+    return [Classification(ids[b].astype(np.int64), scores[b].astype(np.float32), labels) for b in range(len(ids))]
 
 
 # -- DETR-style detection ---------------------------------------------------------------------
@@ -115,8 +120,7 @@ def detections_from_topk(
     scores, class_id, xyxy = (t.cpu().numpy() for t in topk)
     out = []
     for b in range(len(scores)):
-        keep = scores[b] > threshold
-        ids = class_id[b][keep].astype(np.int64)
-        out.append(Detections(xyxy[b][keep].astype(np.float32), scores[b][keep].astype(np.float32), ids,
-                              tuple(_label(labels, int(i)) for i in ids)))
+        # Scores are sorted: the boxes above the threshold are a prefix (views, no copies).
+        n = int(np.count_nonzero(scores[b] > threshold))
+        out.append(Detections(xyxy[b, :n], scores[b, :n], class_id[b, :n], labels))
     return out
