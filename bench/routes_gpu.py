@@ -170,11 +170,11 @@ def merge(result: BenchResult, previous: dict, source: str) -> None:
     have = {(r["model"], r["route"], r["batch"], r["kind"]) for r in result.rows}
     for row in previous["rows"]:
         if (row["model"], row["route"], row["batch"], row["kind"]) not in have:
-            result.rows.append({**row, "from": source})
+            result.rows.append({**row, "from": row.get("from", source)})
     have_checks = {(c["model"], c["route"], c["batch"]) for c in result.checks}
     for check in previous["checks"]:
         if (check["model"], check["route"], check["batch"]) not in have_checks:
-            result.checks.append({**check, "from": source})
+            result.checks.append({**check, "from": check.get("from", source)})
     result.config["merged_from"] = {"file": source, "machine": previous.get("machine")}
 
 

@@ -42,5 +42,21 @@ class Artifact:
     def precision(self) -> str:
         return self.sidecar.precision.get("built", "?")
 
+    def engine(self, route: str = "tensorrt", device=None, **options):
+        """This artifact behind the ``Engine`` protocol: ``trtforge.load(engine_path, route, device)``."""
+        from trtforge.runtime.load import load
+
+        return load(self.sidecar_path, route=route, device=device, **options)
+
+    def predictor(self, route: str = "tensorrt", device=None, *, task: str = "classification", **options):
+        """An image predictor over this artifact (preprocessing from the sidecar), e.g.
+        ``art.predictor(route="cuda_graph")("cat.jpg").class_id``."""
+        from trtforge.vision.predictor import Predictor
+
+        keys = ("labels", "top_k", "num_detections", "threshold", "cuda_graph")
+        predictor_options = {k: options.pop(k) for k in keys if k in options}
+        engine = self.engine(route, device, **options)
+        return Predictor(engine, self.sidecar.preprocessing, task=task, **predictor_options)
+
     def __str__(self) -> str:
         return f"Artifact({self.engine_path}, precision={self.precision}, {self.sidecar.engine_size} bytes)"

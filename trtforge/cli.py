@@ -60,7 +60,9 @@ def build(
     smoothquant: Annotated[float | None, typer.Option(help="int8: SmoothQuant alpha, e.g. 0.5 (off when absent)")] = None,
     bias_correction: Annotated[bool, typer.Option(help="int8: bias correction (kept only when it helps)")] = True,
     placement: Annotated[str, typer.Option(help="int8: default (rules) | auto (measured)")] = "default",
-    error_budget: Annotated[float, typer.Option(help="int8 auto placement: mean relative L2 budget")] = 0.1,
+    error_budget: Annotated[float | None, typer.Option(help="int8 auto placement: limit in the task's metric "
+                            "(classifier: softmax KL, e.g. 0.01; embedding: mean cosine, e.g. 0.99; other: "
+                            "relative L2, e.g. 0.1); default: the task's")] = None,
     exclude: Annotated[list[str] | None, typer.Option(help="int8: keep layers matching this regex/op type in FP16")] = None,
     include: Annotated[list[str] | None, typer.Option(help="int8: force layers matching this regex/op type to INT8")] = None,
     preprocessing: Annotated[Path | None, typer.Option(help="JSON preprocessing (or a sidecar), for --calib images")] = None,
@@ -232,6 +234,26 @@ def refit(
     report = refit_engine(engine, weights)
     console.print(f"[green]refitted[/] {report.engine} with {report.weights} weights from {report.source}; "
                   f"sha256 {report.old_sha256[:12]}… → {report.new_sha256[:12]}…")
+
+
+@app.command()
+@user_errors
+def bench(
+    target: Annotated[str, typer.Argument(help="an .engine/.json, or zoo:efficientnet_lite0 | zoo:detr_like")],
+    route: Annotated[list[str] | None, typer.Option(help="route (repeatable): eager, fp16, cuda_graph, compiled, "
+                                                        "onnxruntime, tensorrt")] = None,
+    batch: Annotated[list[int] | None, typer.Option(help="batch size (repeatable)")] = None,
+    warmup: Annotated[int, typer.Option(help="untimed calls first")] = 10,
+    repeats: Annotated[int, typer.Option(help="timed calls")] = 100,
+    device: Annotated[str | None, typer.Option(help="cuda, cuda:1, cpu (default: the GPU if any)")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write every number here")] = None,
+    png_out: Annotated[Path | None, typer.Option("--png", help="write the plot here (needs matplotlib)")] = None,
+) -> None:
+    """Routes × batch sizes: model-only and end-to-end (predictor) latency, p50/p90/p99, throughput."""
+    from trtforge.bench.routes import run_bench_command
+
+    run_bench_command(target, route or ["eager", "fp16", "cuda_graph"], batch or [1, 8], warmup=warmup,
+                      repeats=repeats, device=device, json_path=json_out, png_path=png_out, console=console)
 
 
 def main() -> None:  # pragma: no cover - console entry

@@ -137,3 +137,15 @@ def test_bad_images_refused_with_the_fix(lite0_sidecar, image, error, fragment):
         with pytest.raises(error) as info:
             Predictor(engine)(image)
     assert fragment in str(info.value)
+
+
+def test_artifact_predictor_uses_the_sidecar_record(lite0_sidecar):
+    from trtforge.artifact import Artifact
+    from trtforge.build.sidecar import read_sidecar
+
+    sidecar = read_sidecar(lite0_sidecar)
+    art = Artifact(sidecar.engine_path, lite0_sidecar, lite0_sidecar.parent / "efficientnet_lite0_fp32.onnx",
+                   lite0_sidecar.parent / "efficientnet_lite0_fp32.onnx", sidecar)
+    predict = art.predictor(route="onnxruntime", top_k=3)
+    assert predict.pre.config.size == (224, 224) and predict.engine.route == "onnxruntime"
+    assert predict(data.chelsea()).class_id[0] in (281, 282, 285)

@@ -76,8 +76,16 @@ def sidecar_bench_model(path: str | Path) -> BenchModel:
     if not sidecar.preprocessing:
         raise ValueError(f"{path}: the sidecar has no preprocessing record; the end-to-end timing needs one")
     task = "detection" if len(sidecar.outputs) >= 2 else "classification"
-    return BenchModel(sidecar.name, lambda route, device: load(path, route=route, device=device),
-                      sidecar.inputs, dict(sidecar.preprocessing), task)
+
+    def open_route(route: str, device: Any) -> Engine:
+        if route == "onnxruntime" and torch.device(device).type == "cuda":
+            import onnxruntime as ort
+
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                device = "cpu"  # the reference route runs where ONNX Runtime can
+        return load(path, route=route, device=device)
+
+    return BenchModel(sidecar.name, open_route, sidecar.inputs, dict(sidecar.preprocessing), task)
 
 
 def machine_info() -> dict[str, Any]:
@@ -265,7 +273,11 @@ def run_route_bench(
     for bench_model in models:
         spec = bench_model.inputs[0]
         references = {}
-        with bench_model.open("eager", device) as eager:
+        try:
+            reference_engine = bench_model.open("eager", device)
+        except ValueError:  # no PyTorch model behind this engine: ONNX Runtime is the reference
+            reference_engine = bench_model.open("onnxruntime", device)
+        with reference_engine as eager:
             for batch in batches:
                 references[batch] = {k: v.clone() for k, v in eager(example_input(spec, batch, eager.device)).items()}
         _free(device)
@@ -343,4 +355,40 @@ def bench_preprocessing(
     resident = pre.upload([image]).clone()
     result.add(model, "preprocess_gpu_resident", 1, "preprocess_gpu",
                measure(lambda: pre.transform(resident), device, warmup=warmup, repeats=repeats))
+    return result
+
+
+def open_bench_target(target: str) -> BenchModel:
+    """``zoo:efficientnet_lite0``, ``zoo:detr_like``, or the path of an engine / sidecar."""
+    if target.startswith("zoo:"):
+        return zoo_bench_model(target.removeprefix("zoo:"))
+    return sidecar_bench_model(Path(target))
+
+
+def run_bench_command(
+    target: str, routes: Sequence[str], batches: Sequence[int], *, warmup: int = 10, repeats: int = 100,
+    device: Any = None, json_path: str | Path | None = None, png_path: str | Path | None = None, console: Any = None,
+) -> BenchResult:
+    """What ``trtforge bench`` does: time, print the table, write JSON and PNG when asked."""
+    from rich.console import Console
+
+    from trtforge.runtime.load import ROUTE_NAMES
+
+    unknown = [r for r in routes if r not in ROUTE_NAMES]
+    if unknown:
+        raise ValueError(f"unknown route(s) {unknown}; choose from {ROUTE_NAMES}")
+    if any(b < 1 for b in batches):
+        raise ValueError(f"batch sizes must be ≥ 1, got {list(batches)}")
+    console = console or Console()
+    model = open_bench_target(target)
+    if target.startswith("zoo:") and {"tensorrt", "onnxruntime"} & set(routes):
+        raise ValueError("zoo targets run the PyTorch routes only; give an engine path for tensorrt/onnxruntime")
+    result = run_route_bench([model], routes, batches, device=device, warmup=warmup, repeats=repeats,
+                             on_progress=console.log)
+    result.config["command"] = f"trtforge bench {target} " + " ".join(f"--route {r}" for r in routes)
+    console.print(result.table())
+    if json_path is not None:
+        console.print(f"wrote {result.save_json(json_path)}")
+    if png_path is not None:
+        console.print(f"wrote {result.save_plot(png_path)}")
     return result

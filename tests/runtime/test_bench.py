@@ -1,0 +1,42 @@
+"""The route benchmark: timing statistics, and `trtforge bench` end to end on the CPU."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import torch
+from typer.testing import CliRunner
+
+from trtforge.bench.timing import LatencyStats, measure
+from trtforge.cli import app
+
+
+def test_percentiles_and_throughput_from_worked_samples():
+    stats = LatencyStats.from_samples([float(v) for v in range(1, 101)], batch=8, clock="perf_counter")
+    assert stats.median_ms == 50.5 and stats.min_ms == 1.0
+    assert abs(stats.p90_ms - 90.1) < 1e-9 and abs(stats.p99_ms - 99.01) < 1e-9
+    assert abs(stats.throughput - 8 * 1000 / 50.5) < 1e-9
+
+
+def test_measure_times_real_work_on_the_cpu():
+    stats = measure(lambda: time.sleep(0.002), torch.device("cpu"), warmup=1, repeats=5)
+    assert stats.clock == "perf_counter" and stats.repeats == 5
+    assert 2.0 <= stats.median_ms < 50.0
+
+
+def test_bench_command_writes_rows_and_checks(lite0_sidecar, tmp_path):
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(app, ["bench", str(lite0_sidecar), "--route", "onnxruntime", "--route", "eager",
+                                      "--batch", "2", "--warmup", "0", "--repeats", "2", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    kinds = {(r["route"], r["kind"]) for r in data["rows"]}
+    assert kinds == {(route, kind) for route in ("onnxruntime", "eager")
+                     for kind in ("model", "end_to_end", "end_to_end_pinned")}
+    assert all(c["ok"] for c in data["checks"]) and data["machine"]["torch"] == torch.__version__
+
+
+def test_bench_command_refuses_unknown_route(lite0_sidecar):
+    result = CliRunner().invoke(app, ["bench", str(lite0_sidecar), "--route", "tensorflow"])
+    assert result.exit_code == 2 and "unknown route" in result.output
