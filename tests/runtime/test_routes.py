@@ -93,3 +93,29 @@ def test_load_refusals(lite0_sidecar, tmp_path):
     (tmp_path / "evil.json").write_text(text)
     with pytest.raises(PermissionError, match="trust_factory=True"):
         trtforge.load(tmp_path / "evil.json", route="eager")
+
+
+def test_compiled_route_loads_the_aot_package_beside_the_engine(tmp_path):
+    from trtforge.build.sidecar import Sidecar, sha256_file, write_sidecar
+    from trtforge.runtime.load import export_aot_beside
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)).eval()
+    engine_file = tmp_path / "mlp_fp16.engine"
+    engine_file.write_bytes(b"placeholder, not a TensorRT engine")
+    sidecar = write_sidecar(tmp_path / "mlp_fp16.json", Sidecar(
+        name="mlp_fp16", engine_file=engine_file.name, engine_size=engine_file.stat().st_size,
+        engine_sha256=sha256_file(engine_file), inputs=(TensorSpec("x", "float32", (-1, 8)),),
+        outputs=(TensorSpec("y", "float32", (-1, 4)),),
+        profiles=({"x": {"min": [1, 8], "opt": [2, 8], "max": [4, 8]}},), precision={}, builder={},
+        source={"kind": "torch"},  # no factory: only the package can run it
+    ))
+    with pytest.raises(ValueError, match="names no factory"):
+        trtforge.load(sidecar, route="compiled", device="cpu")
+    package = export_aot_beside(sidecar, "cpu", model=model)
+    assert package == tmp_path / "mlp_fp16_aot_cpu.pt2"
+    with trtforge.load(sidecar, route="compiled", device="cpu") as engine:
+        assert engine.aot_package == package
+        x = torch.randn(3, 8)
+        torch.testing.assert_close(engine(x)["y"], model(x).detach(), rtol=1e-5, atol=1e-5)
+        with pytest.raises(EngineInputError, match=r"\[1, 8\]\.\.\[4, 8\]"):
+            engine(torch.randn(5, 8))

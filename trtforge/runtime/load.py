@@ -125,3 +125,32 @@ def load(
                          profiles=sidecar.profiles, **options)
     engine.sidecar = sidecar  # the predictor reads its preprocessing record from here
     return engine
+
+
+def export_aot_beside(
+    path: str | Path, device: Any = None, *, model: Any = None, trust_factory: bool = False,
+    batch: tuple[int, int] | None = None,
+) -> Path:
+    """Compile the artifact's model with AOTInductor into ``<name>_aot_<device>.pt2`` beside the engine.
+
+    ``trtforge.load(path, route="compiled")`` then runs that package without the model's Python
+    code. The batch range defaults to the sidecar's profiles (smallest min to largest max).
+
+    Example:
+        >>> export_aot_beside("out/efficientnet_lite0_fp16.json", "cuda")
+        PosixPath('out/efficientnet_lite0_fp16_aot_cuda.pt2')
+    """
+    from trtforge.runtime.torch_routes import default_device, export_aot_package
+
+    sidecar = read_sidecar(Path(path))
+    target = default_device(device)
+    if model is None:
+        factory = sidecar.source.get("factory")
+        if not factory:
+            raise ValueError(f"sidecar {sidecar.path} names no factory; pass model=")
+        model = model_from_factory(factory, trust_factory)
+    if batch is None:
+        first = sidecar.inputs[0].name
+        ranges = [p[first] for p in sidecar.profiles if first in p]
+        batch = (min(r["min"][0] for r in ranges), max(r["max"][0] for r in ranges)) if ranges else (1, 8)
+    return export_aot_package(model, sidecar.inputs, aot_package_path(sidecar, target.type), device=target, batch=batch)
