@@ -149,3 +149,16 @@ def test_artifact_predictor_uses_the_sidecar_record(lite0_sidecar):
     predict = art.predictor(route="onnxruntime", top_k=3)
     assert predict.pre.config.size == (224, 224) and predict.engine.route == "onnxruntime"
     assert predict(data.chelsea()).class_id[0] in (281, 282, 285)
+
+
+def test_predictor_feeds_an_fp16_input_engine_in_fp16(lite0):
+    from trtforge.capture.specs import TensorSpec
+    from trtforge.runtime.torch_routes import TorchEngine
+
+    photo = data.chelsea()
+    fp32 = TorchEngine(lite0, [TensorSpec("images", "float32", (-1, 3, 224, 224))], ["logits"], device="cpu")
+    fp16_io = TorchEngine(lite0, [TensorSpec("images", "float16", (-1, 3, 224, 224))], ["logits"], device="cpu")
+    a = Predictor(fp32, LITE0_PREPROCESSING)(photo)
+    b = Predictor(fp16_io, LITE0_PREPROCESSING)(photo)  # an FP32 batch would be refused by the engine
+    assert a.class_id[0] == b.class_id[0]
+    np.testing.assert_allclose(a.score, b.score, atol=2e-2)

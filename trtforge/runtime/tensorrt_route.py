@@ -12,7 +12,8 @@ How a call runs:
 - ``set_input_shape`` runs only when an input's shape changed since the last call on that context;
 - ``execute_async_v3`` runs on the caller's current torch stream; nothing synchronizes;
 - with ``cuda_graph=True`` a call is captured once per binding set (profile, shapes, input
-  addresses) and replayed after.
+  addresses) and replayed after; it pays off when callers reuse their input buffers (at most 16
+  binding sets are kept, least recently used dropped).
 
 Threads: one lock per engine guards the contexts, so calls from several threads are safe and run
 one at a time (a context per thread would multiply activation memory; run one engine per thread

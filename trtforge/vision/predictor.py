@@ -25,6 +25,7 @@ import torch
 
 from trtforge.runtime.cuda_graph import GraphCache
 from trtforge.runtime.protocol import Engine
+from trtforge.runtime.tensors import torch_dtype
 from trtforge.vision.decode import (
     Classification,
     Detections,
@@ -78,7 +79,8 @@ class Predictor:
         self.num_detections = num_detections
         self.threshold = threshold
         self.device = torch.device(engine.device)
-        self.pre = Preprocessor(config, self.device)
+        # The model input's dtype (FP16 I/O engines take half): the cast happens on the GPU.
+        self.pre = Preprocessor(config, self.device, torch_dtype(engine.inputs[0].dtype))
         names = [s.name for s in engine.outputs]
         self._logits = _pick(names, DETR_LOGITS, 0) if task == "detection" else names[0]
         self._boxes = _pick(names, DETR_BOXES, 1) if task == "detection" else None
