@@ -1,4 +1,4 @@
-"""Shared fixtures for the runtime tests: the real EfficientNet-Lite0, a photo, sidecars."""
+"""Fixtures for the runtime tests: real photos, a Lite0 sidecar (``lite0`` comes from tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,6 @@ from trtforge.build.sidecar import Sidecar, sha256_file, write_sidecar  # noqa: 
 from trtforge.capture.specs import TensorSpec  # noqa: E402
 
 LITE0_PROFILE = {"images": {"min": [1, 3, 224, 224], "opt": [4, 3, 224, 224], "max": [8, 3, 224, 224]}}
-
-
-@pytest.fixture(scope="session")
-def lite0():
-    from trtforge.zoo import efficientnet_lite0
-
-    return efficientnet_lite0()
 
 
 @pytest.fixture(scope="session")
