@@ -143,7 +143,7 @@ class BenchResult:
 
     def summary(self) -> dict[str, Any]:
         """End-to-end / model-only per case; speedup of each route over eager; preprocessing speedup."""
-        ratios, pinned, speedups, pre = [], [], [], {}
+        ratios, pinned, resident, speedups, pre = [], [], [], [], {}
         cases = sorted({(r["model"], r["route"], r["batch"]) for r in self.rows if r["kind"] == "model"},
                        key=lambda c: (c[0], c[2], c[1]))
         for model, route, batch in cases:
@@ -151,6 +151,9 @@ class BenchResult:
             e = self._median(model, route, batch, "end_to_end")
             eager = self._median(model, "eager", batch, "model")
             p = self._median(model, route, batch, "end_to_end_pinned")
+            g = self._median(model, route, batch, "end_to_end_device")
+            if m and g:
+                resident.append({"model": model, "route": route, "batch": batch, "end_to_end_device_over_model": g / m})
             if m and e:
                 ratios.append({"model": model, "route": route, "batch": batch, "end_to_end_over_model": e / m})
             if m and p:
@@ -161,6 +164,7 @@ class BenchResult:
             if row["kind"].startswith("preprocess"):
                 pre[f"{row['model']}:{row['route']}"] = row["median_ms"]
         return {"end_to_end_over_model": ratios, "end_to_end_pinned_over_model": pinned,
+                "end_to_end_device_over_model": resident,
                 "speedup_over_eager": speedups, "preprocess_ms": pre}
 
     def to_dict(self) -> dict[str, Any]:
@@ -320,6 +324,12 @@ def run_route_bench(
                                         repeats=repeats, batch=batch)
                         result.add(bench_model.name, label, batch, "end_to_end_pinned", stats,
                                    predictor_cuda_graph=predictor.cuda_graph)
+                        if engine.device.type == "cuda":  # frames already on the GPU (e.g. from NVDEC)
+                            resident = [torch.from_numpy(image).to(engine.device) for _ in range(batch)]
+                            stats = measure(lambda p=predictor, f=resident: p(f), engine.device, warmup=warmup,
+                                            repeats=repeats, batch=batch)
+                            result.add(bench_model.name, label, batch, "end_to_end_device", stats,
+                                       predictor_cuda_graph=predictor.cuda_graph)
                     if on_row is not None:
                         on_row(result)
             finally:
