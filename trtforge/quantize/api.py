@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 
 from trtforge.quantize import placement as placement_mod
+from trtforge.quantize.budget import ErrorBudget, check_override, resolve_budget
 from trtforge.quantize.calib_cache import CalibrationCache
 from trtforge.quantize.calibrators import CALIBRATORS, calibrate, weight_scales
 from trtforge.quantize.data import CalibrationDataError, batches, check_count, data_hash, load_calibration
@@ -44,8 +45,9 @@ class QuantConfig:
 
     Example:
         >>> QuantConfig(calibrator="percentile", percentile=99.99, smoothquant=0.5,
-        ...             bias_correction=True, placement="auto", error_budget=0.05,
+        ...             bias_correction=True, placement="auto", error_budget=0.005,  # KL for a classifier
         ...             exclude=(r"_fc",))
+        >>> QuantConfig(placement="auto", error_budget=ErrorBudget.of(cosine=0.995, rel_l2=0.1))
     """
 
     calibrator: str = "mse"
@@ -53,7 +55,10 @@ class QuantConfig:
     smoothquant: float | None = None  # alpha; None = off
     bias_correction: bool = True  # kept only when it lowers the held-back error
     placement: str = "default"
-    error_budget: float = 0.1  # mean relative L2 of the outputs, for placement="auto"
+    # placement="auto" keeps layers in FP16 until this holds on the held-back samples. None: the task's
+    # default (budget.TASK_BUDGETS); a float: the limit of the task's metric (classification: softmax
+    # KL ≤ b; embedding: mean cosine ≥ b; other: relative L2 ≤ b); an ErrorBudget: exactly that.
+    error_budget: float | ErrorBudget | None = None
     exclude: tuple[str, ...] = ()
     include: tuple[str, ...] = ()
     max_images: int = 128
@@ -61,7 +66,7 @@ class QuantConfig:
     batch_size: int = 8
     num_bins: int = 2048
     cache_dir: Path | None = None
-    task: str = "auto"  # "classification" adds top-1/top-5 agreement to the report
+    task: str = "auto"  # classification | embedding | other: picks the metrics and the default budget
 
     def __post_init__(self) -> None:
         if self.calibrator not in CALIBRATORS:
@@ -74,6 +79,9 @@ class QuantConfig:
             raise ValueError(f"holdout={self.holdout} must lie in (0, 1), e.g. 0.2")
         if self.task not in TASKS:
             raise ValueError(f"task={self.task!r}; choose one of {', '.join(TASKS)}")
+        check_override(self.error_budget)
+        if self.task != "auto":
+            resolve_budget(self.task, self.error_budget)  # a float out of the task metric's range fails here
         # Tuples, so the frozen config hashes and compares by value even when given lists.
         object.__setattr__(self, "exclude", tuple(self.exclude))
         object.__setattr__(self, "include", tuple(self.include))
@@ -89,6 +97,8 @@ class QuantConfig:
         data = asdict(self)
         data["cache_dir"] = str(self.cache_dir) if self.cache_dir else None
         data["exclude"], data["include"] = list(self.exclude), list(self.include)
+        if isinstance(self.error_budget, ErrorBudget):
+            data["error_budget"] = self.error_budget.record()
         return data
 
 
@@ -172,14 +182,50 @@ def plan_from_decisions(full: QuantPlan, decisions: dict[str, str | None]) -> Qu
     return QuantPlan(tuple(keep), excluded, full.calibrator, full.total_macs)
 
 
-def _task(model: onnx.ModelProto, config: QuantConfig, preprocessing) -> str:
-    if config.task != "auto":
-        return config.task
+#: Ops between an L2 norm and the Div that applies it (clamping, broadcasting).
+_NORM_PATH_OPS = frozenset({"Clip", "Max", "Expand", "Unsqueeze", "Reshape", "Cast", "Add", "Sqrt", "Identity"})
+
+
+def _l2_normalised(model: onnx.ModelProto, output: str) -> bool:
+    """Whether ``output`` is LpNormalization(p=2), or x / ‖x‖₂ (ReduceL2, or Sqrt of a sum of squares)."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    node = producer.get(output)
+    if node is None:
+        return False
+    if node.op_type == "LpNormalization":
+        return placement_mod.attr(node, "p", 2) == 2
+    if node.op_type != "Div" or len(node.input) < 2:
+        return False
+    frontier, seen = [node.input[1]], set()
+    while frontier:
+        name = frontier.pop()
+        n = producer.get(name)
+        if n is None or n.name in seen:
+            continue
+        seen.add(n.name)
+        if n.op_type in ("ReduceL2", "ReduceSumSquare"):
+            return True
+        if n.op_type in _NORM_PATH_OPS:
+            frontier.extend(i for i in n.input[:1] if i)
+    return False
+
+
+def detect_task(model: onnx.ModelProto, task: str = "auto") -> str:
+    """classification (image in, N×classes out), embedding (an L2-normalised N×D output), or other.
+
+    Example:
+        >>> detect_task(onnx.load("efficientnet_lite0.onnx"))
+        'classification'
+    """
+    if task != "auto":
+        return task
     specs = input_specs(model)
     out = model.graph.output[0].type.tensor_type.shape.dim
     image_input = len(specs) == 1 and len(specs[0][2]) == 4 and specs[0][1].kind == "f"
     if image_input and len(out) == 2 and out[1].HasField("dim_value") and out[1].dim_value >= 5:
         return "classification"
+    if len(model.graph.output) == 1 and len(out) == 2 and _l2_normalised(model, model.graph.output[0].name):
+        return "embedding"
     return "other"
 
 
@@ -220,6 +266,11 @@ def quantize_model(
     model.CopyFrom(fp32_proto)
     model = ensure_node_names(ensure_opset(model, 19))
     reference = model
+    task = detect_task(model, config.task)
+    budget = resolve_budget(task, config.error_budget)  # refused here, before any calibration
+    if task == "classification" and len(model.graph.output[0].type.tensor_type.shape.dim) != 2:
+        raise ValueError("task='classification' needs a first output shaped (batch, classes); "
+                         "pass task='other' (relative L2 budget) for this model")
     specs = input_specs(model)
     samples = load_calibration(calibration_data, specs, preprocessing, config.max_images)
     batch = _batch_size(specs, config)
@@ -235,6 +286,7 @@ def quantize_model(
         "smoothquant_alpha": config.smoothquant,
         "bias_correction": config.bias_correction,
         "placement": config.placement,
+        "task": task,
         "samples": {"calibration": len(calib), "held_back": len(holdout)},
     }
     with _progress(progress) as bar:
@@ -260,10 +312,14 @@ def quantize_model(
         if config.placement == "auto":
             decisions = placement_mod.decide(analysis, config.exclude, config.include, rules=False)
             base = plan_from_decisions(full, decisions)
-            plan, ranking = sensitivity.auto_place(model, base, analysis, held_batches, config.error_budget,
-                                                   progress=bar)
-            report["error_budget"] = config.error_budget
+            # Ranked on the held-back samples; the budget is checked on every sample (calibration and
+            # held back: more samples, a tighter confidence bound), before bias correction.
+            plan, ranking, placed = sensitivity.auto_place(model, base, analysis, held_batches, budget,
+                                                           progress=bar, check_batches=calib_batches + held_batches)
             report["sensitivity"] = ranking
+            report["auto_placement"] = {"budget_at_placement": budget.record(placed["measured"], placed["bounds"]),
+                                        "samples": placed["samples"], "checks": placed["checks"],
+                                        "readmitted": placed["readmitted"]}
         else:
             plan = plan_from_decisions(full, placement_mod.decide(analysis, config.exclude, config.include))
         sim = apply_plan(model, plan)
@@ -276,14 +332,21 @@ def quantize_model(
             before = compare_outputs(ref_out, sim_out)["rel_l2_mean"]
             after = compare_outputs(ref_out, corrected_out)["rel_l2_mean"]
             # Kept only when it helps on the held-back samples (it can hurt, e.g. where padding
-            # tokens dominate a channel mean).
-            report["bias_correction"] = {"applied": after < before, "rel_l2_before": before, "rel_l2_after": after,
+            # tokens dominate a channel mean) and does not break an error budget that held without it.
+            keep = after < before and (budget.holds(budget.measure(ref_out, corrected_out))
+                                       or not budget.holds(budget.measure(ref_out, sim_out)))
+            report["bias_correction"] = {"applied": keep, "rel_l2_before": before, "rel_l2_after": after,
                                          "layers": len(bc_info)}
-            if after < before:
+            if keep:
                 model, sim, sim_out = corrected, corrected_sim, corrected_out
-        task = _task(model, config, preprocessing)
-    report["task"] = task
     report["measured"] = compare_outputs(ref_out, sim_out, classification=task == "classification")
+    final = budget.measure(ref_out, sim_out)
+    report["error_budget"] = {
+        "source": "default" if config.error_budget is None else "error_budget=",
+        "task": task, "description": budget.describe(), "holds": budget.holds(final),
+        "used_by_placement": config.placement == "auto",
+        "limits": budget.record(final),  # measured on the held-back samples, the final graph
+    }
     report["coverage"] = plan.coverage
     report["int8_layers"] = len(plan.layers)
     report["layers_total"] = len(analysis.candidates)

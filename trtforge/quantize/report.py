@@ -100,6 +100,11 @@ def print_report(report: dict) -> None:
     if "top1_agreement" in m:
         rows += [("top-1 agreement", f"{m['top1_agreement']:.3f}"), ("top-5 overlap", f"{m['top5_overlap']:.3f}"),
                  ("softmax KL", f"{m['softmax_kl']:.4f}")]
+    budget = report.get("error_budget")
+    if isinstance(budget, dict):
+        verdict = "holds" if budget["holds"] else "MISSED"
+        values = ", ".join(f"{x['measured']:.4g}" for x in budget["limits"])
+        rows.append((f"error budget ({budget['task']}, {budget['source']})", f"{budget['description']}: {values}, {verdict}"))
     for k, v in rows:
         table.add_row(k, v)
     console.print(table)

@@ -3,7 +3,8 @@
 ``rank_groups`` runs the FP32 graph with a single group in INT8 (ONNX Runtime, FP32 scales) on
 held-back samples and ranks groups by mean relative L2 of the outputs. ``auto_place`` keeps
 the most harmful groups (error per share of MACs) in FP16, the fewest that bring the whole plan
-within the error budget (a bisection over the ranking, so only a handful of full-graph checks run).
+within the task's error budget (``budget.py``; a bisection over the ranking, so only a handful of
+full-graph checks run), then re-admits kept groups to INT8 where the budget still holds.
 
 Example:
     >>> ranking = rank_groups(proto, plan, analysis, held_batches)
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnx
 
+from trtforge.quantize.budget import ErrorBudget
 from trtforge.quantize.placement import Analysis
 from trtforge.quantize.plan import QuantPlan
 from trtforge.quantize.qdq import apply_plan
@@ -56,43 +58,83 @@ def rank_groups(
 
 def auto_place(
     model: onnx.ModelProto, plan: QuantPlan, analysis: Analysis, batches: Sequence[dict[str, np.ndarray]],
-    error_budget: float, progress=None,
-) -> tuple[QuantPlan, list[dict]]:
-    """Remove the fewest most-harmful groups so the plan's mean relative L2 ≤ ``error_budget``."""
-    if error_budget <= 0:
-        raise ValueError(f"error_budget={error_budget} must be > 0 (mean relative L2 of the outputs, e.g. 0.05)")
+    budget: ErrorBudget, progress=None, check_batches: Sequence[dict[str, np.ndarray]] | None = None,
+) -> tuple[QuantPlan, list[dict], dict]:
+    """Keep the fewest most-harmful groups in FP16 so that ``budget`` holds on ``check_batches``.
+
+    Groups are ranked on ``batches`` by relative L2 per share of MACs; a bisection over that ranking
+    finds the shortest prefix to keep in FP16, then a re-admission pass tries each kept group back in
+    INT8 (largest first) and keeps it there when the budget still holds. "Holds" means the one-sided
+    95 % confidence bound of each metric's mean meets its limit (``ErrorBudget.bounds``), on
+    ``check_batches`` (default: ``batches``). Returns the plan, the ranking (``fp16`` /
+    ``readmitted`` per row) and the budget measured for the final plan.
+
+    Example:
+        >>> plan, ranking, info = auto_place(proto, plan, analysis, held, ErrorBudget.of(cosine=0.99))
+        >>> info["holds"], info["measured"]
+        (True, {'cosine': 0.9931})
+        >>> info["bounds"]
+        {'cosine': 0.9912}
+    """
+    if not isinstance(budget, ErrorBudget):
+        raise TypeError(f"budget must be an ErrorBudget (e.g. ErrorBudget.of(rel_l2=0.1)), got {budget!r}")
     reference = run_model(model, batches)
     ranking = rank_groups(model, plan, analysis, batches, progress, reference)
+    check_batches = batches if check_batches is None else check_batches
+    check_reference = run_model(model, check_batches)
     # Harm per MAC: among groups that hurt alike, the small ones go back to FP16 first, so the
     # budget is met while the most multiply-accumulates stay in INT8.
     ranking.sort(key=lambda r: -r["rel_l2"] / max(r["mac_share"], 1e-3))
+    perfect = (budget.measure(check_reference, check_reference), budget.bounds(check_reference, check_reference))
+    cache: dict[frozenset[int], tuple[dict[str, float], dict[str, float]]] = {}
 
-    def without_top(k: int) -> QuantPlan:
-        drop = [o for row in ranking[:k] for o in row["layers"]]
+    def plan_for(fp16_rows: frozenset[int]) -> QuantPlan:
+        drop = [o for i in sorted(fp16_rows) for o in ranking[i]["layers"]]
         return plan.without(drop, "auto placement: among the most sensitive layers (measured)")
 
-    cache: dict[int, float] = {}
+    def measured(fp16_rows: frozenset[int]) -> tuple[dict[str, float], dict[str, float]]:
+        """(means, confidence bounds) of the budget's metrics with ``fp16_rows`` kept in FP16."""
+        if fp16_rows not in cache:
+            candidate = plan_for(fp16_rows)
+            if not candidate.layers:
+                cache[fp16_rows] = perfect
+            else:
+                out = run_model(apply_plan(model, candidate), check_batches)
+                cache[fp16_rows] = (budget.measure(check_reference, out), budget.bounds(check_reference, out))
+        return cache[fp16_rows]
 
-    def error(k: int) -> float:
-        if k not in cache:
-            cache[k] = plan_error(model, without_top(k), batches, reference)
-        return cache[k]
+    def holds(fp16_rows: frozenset[int]) -> bool:
+        return budget.holds(measured(fp16_rows)[1])
 
-    if error(0) <= error_budget:
+    def top(k: int) -> frozenset[int]:
+        return frozenset(range(k))
+
+    if holds(top(0)):
         best = 0
     else:
-        lo, hi = 0, len(ranking)  # error(lo) > budget; error(hi) == 0
+        lo, hi = 0, len(ranking)  # the budget fails at lo and holds at hi (everything FP16)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if error(mid) <= error_budget:
+            if holds(top(mid)):
                 hi = mid
             else:
                 lo = mid
         best = hi
+    fp16 = set(top(best))
+    readmitted = []
+    for i in sorted(fp16, key=lambda i: -ranking[i]["macs"]):
+        trial = frozenset(fp16 - {i})
+        if holds(trial):
+            fp16, readmitted = set(trial), [*readmitted, ranking[i]["group"]]
+    final_rows = frozenset(fp16)
     for i, row in enumerate(ranking):
-        row["fp16"] = i < best
-    final = without_top(best)
-    return final, ranking
+        row["fp16"] = i in final_rows
+        row["readmitted"] = ranking[i]["group"] in readmitted
+    final = plan_for(final_rows)
+    means, bounds = measured(final_rows)
+    info = {"measured": means, "bounds": bounds, "holds": budget.holds(bounds), "checks": len(cache),
+            "samples": len(check_reference[0]), "readmitted": readmitted}
+    return final, ranking, info
 
 
 def sensitivity_table(
