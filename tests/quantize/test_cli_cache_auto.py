@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from trtforge.build.sidecar import read_sidecar
 from trtforge.cli import app
 from trtforge.quantize.api import QuantConfig, quantize_model
+from trtforge.quantize.budget import ErrorBudget
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 
 
@@ -41,6 +42,7 @@ def test_cli_build_int8_writes_quantization_block(lite0_onnx, image_dir, tmp_pat
     assert q["calibrator"] == "percentile" and q["samples"] == {"calibration": 16, "held_back": 4}
     assert any("excluded by pattern" in e["reason"] for e in q["excluded_layers"])
     assert 0 < q["coverage"] < 1 and "rel_l2_mean" in q["measured"]
+    assert q["task"] == "classification" and q["error_budget"]["limits"][0]["metric"] == "softmax_kl"
     assert list((out / "calib_cache").glob("calib_*.json"))
 
 
@@ -79,10 +81,13 @@ def test_calibration_cache_hit_and_miss(lite0_onnx, photo_inputs, tmp_path):
 
 def test_auto_placement_meets_budget(lite0_onnx, photo_inputs):
     proto = onnx.load(str(lite0_onnx))
-    result = quantize_model(proto, photo_inputs[:40], QuantConfig(placement="auto", error_budget=0.08,
+    # An explicit relative-L2 budget (a float would be a softmax-KL limit for this classifier).
+    budget = ErrorBudget.of(rel_l2=0.08)
+    result = quantize_model(proto, photo_inputs[:40], QuantConfig(placement="auto", error_budget=budget,
                                                                    bias_correction=False), progress=False)
     rep = result.report
     assert rep["measured"]["rel_l2_mean"] <= 0.08  # measured on the same held-back samples auto used
+    assert rep["error_budget"]["limits"][0]["metric"] == "rel_l2" and rep["error_budget"]["holds"]
     ranking = rep["sensitivity"]
     assert len(ranking) == 50 and all("rel_l2" in r for r in ranking)
     kept_fp16 = [r for r in ranking if r["fp16"]]
