@@ -39,6 +39,7 @@ from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from trtforge.quantize.api import QuantConfig, quantize_model  # noqa: E402
+from trtforge.quantize.budget import ErrorBudget  # noqa: E402
 from trtforge.quantize.coverage import int8_coverage, mac_counts  # noqa: E402
 from trtforge.quantize.data import batches  # noqa: E402
 from trtforge.quantize.graph_tools import ort_session  # noqa: E402
@@ -202,9 +203,11 @@ TRTFORGE_CONFIGS: tuple[tuple[str, QuantConfig], ...] = (
     ("trtforge INT8 entropy, no bias corr.", QuantConfig(calibrator="entropy", bias_correction=False)),
     ("trtforge INT8 mse, no bias corr.", QuantConfig(calibrator="mse", bias_correction=False)),
     ("trtforge INT8 default + SmoothQuant 0.5", QuantConfig(smoothquant=0.5)),
-    ("trtforge INT8 placement=auto (budget 0.1)", QuantConfig(placement="auto")),
-    # A relative-L2 budget b allows a cosine of about 1 - b²/2: 0.14 is the budget for cosine 0.99.
-    ("trtforge INT8 placement=auto (budget 0.14)", QuantConfig(placement="auto", error_budget=0.14)),
+    # The task's default budget: classifier softmax KL ≤ 0.01 and top-1 ≥ 0.95; embedding cosine ≥ 0.99;
+    # other relative L2 ≤ 0.1 (trtforge.quantize.budget.TASK_BUDGETS).
+    ("trtforge INT8 placement=auto (task budget)", QuantConfig(placement="auto")),
+    # The same search with the former default, one relative-L2 limit for every task.
+    ("trtforge INT8 placement=auto (rel. L2 ≤ 0.1)", QuantConfig(placement="auto", error_budget=ErrorBudget.of(rel_l2=0.1))),
 )
 
 
@@ -231,10 +234,15 @@ def evaluate_suite(suite: Suite, work: Path, modelopt_python: str | None) -> lis
         result = quantize_model(suite.fp32, suite.calib, cfg, suite.preprocessing, progress=False)
         excluded = len(result.plan.excluded)
         bc = result.report.get("bias_correction")
+        budget = result.report["error_budget"]
+        placed = result.report.get("auto_placement")
         record(name, result.sim_model, time.perf_counter() - t,
                extra={"fp16_layers": excluded, "plan_coverage": result.plan.coverage,
                       "bias_correction_applied": bool(bc and bc.get("applied")),
-                      "smoothquant_sites": len(result.report.get("smoothquant", {}).get("sites", []))})
+                      "smoothquant_sites": len(result.report.get("smoothquant", {}).get("sites", [])),
+                      "task": budget["task"], "budget": budget["description"], "budget_held_back": budget["limits"],
+                      **({"budget_at_placement": placed["budget_at_placement"], "readmitted": placed["readmitted"]}
+                         if placed else {})})
     if modelopt_python:
         t = time.perf_counter()
         record("Model Optimizer 0.47 INT8 (ONNX PTQ)", modelopt_int8(suite, work, modelopt_python), time.perf_counter() - t)
