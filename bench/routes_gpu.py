@@ -150,14 +150,22 @@ def _breakdown_one(name: str, image: np.ndarray, device: torch.device, warmup: i
         frames = predictor.frame_buffer(1, *image.shape[:2])
         frames[...] = image
         frame = frames[0]
-        predictor(frame)  # captures the graph
+        one_graph = predictor(frame)  # captures the graph (frame-buffer path: DMA in, results out included)
+        plain = predictor(np.array(frame))  # a pageable copy takes the upload-then-replay path
+        agree = all(np.array_equal(getattr(one_graph, f), getattr(plain, f))
+                    for f in ("class_id", "score", "xyxy", "confidence") if hasattr(one_graph, f))
+        result.checks.append({"model": name, "route": "frame_buffer_graph_vs_upload_path", "batch": 1,
+                              "rel_error": 0.0 if agree else float("nan"), "identical": agree})
+        if not agree:
+            raise AssertionError(f"{name}: the one-graph frame-buffer path disagrees with the upload path")
         shape = (1, *image.shape)
         static, _sizes = predictor._static[shape]
         graphs = predictor._graphs
         x = example_input(model.inputs[0], 1, engine.device)
         cases = (
             ("upload", lambda: predictor.pre.upload([frame], out=static)),
-            ("graph", lambda: graphs.replay(shape, None)),
+            # Frames in the frame buffer take the one-graph path that includes the DMA in.
+            ("graph", lambda: graphs.replay((shape, "frame_buffer") if (shape, "frame_buffer") in graphs else shape, None)),
             ("full", lambda: predictor(frame)),
             ("model", lambda: engine(x)),
         )

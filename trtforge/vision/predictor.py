@@ -104,9 +104,13 @@ class Predictor:
 
     def _finish(self, topk: tuple[torch.Tensor, ...]) -> list[Classification] | list[Detections]:
         # All results to the host with one synchronize (non-blocking copies land in pinned memory).
-        topk = tuple(t.to("cpu", non_blocking=True) for t in topk)
+        # Results the graph already copied into its pinned host buffers are cloned after the
+        # synchronize: the next replay overwrites those buffers.
+        on_host = tuple(t.device.type == "cpu" for t in topk)
+        topk = tuple(t if host else t.to("cpu", non_blocking=True) for t, host in zip(topk, on_host, strict=True))
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
+        topk = tuple(t.clone() if host else t for t, host in zip(topk, on_host, strict=True))
         if self.task == "classification":
             return classifications_from_topk(topk, self.labels)
         return detections_from_topk(topk, self.threshold, self.labels)
@@ -119,6 +123,8 @@ class Predictor:
                      torch.tensor([shape[1:3]] * shape[0], device=self.device))
             self._static[shape] = entry
         static, sizes = entry
+        if self.device.type == "cuda" and self.pre.in_frame_buffer(images):
+            return self._graphs.replay((shape, "frame_buffer"), self._frame_buffer_step(shape, static, sizes))
         self.pre.upload(images, out=static)
 
         def step() -> tuple[torch.Tensor, ...]:
@@ -126,6 +132,24 @@ class Predictor:
             return self._head(self.engine.capturable_forward(x), sizes)
 
         return self._graphs.replay(shape, step)
+
+    def _frame_buffer_step(self, shape: tuple[int, ...], static: torch.Tensor, sizes: torch.Tensor):
+        """The whole call as one graph for frames decoded into ``frame_buffer()``.
+
+        The DMA of the pinned frames in, preprocessing, the model, decoding and the copies of the
+        results into pinned host buffers are all captured, so a call is one replay and one sync.
+        """
+        staging = self.pre.staging(shape)
+        host: list[torch.Tensor] = []
+
+        def step() -> tuple[torch.Tensor, ...]:
+            static.copy_(staging, non_blocking=True)
+            out = self._head(self.engine.capturable_forward(self.pre.transform(static)), sizes)
+            if not host:  # allocated during the warm-up runs, before capture starts
+                host.extend(torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in out)
+            return tuple(h.copy_(t, non_blocking=True) for h, t in zip(host, out, strict=True))
+
+        return step
 
     def run_batch(self, images: Sequence[Any]) -> list[Classification] | list[Detections]:
         """A list of images → a list of results (one per image)."""

@@ -130,6 +130,16 @@ class Preprocessor:
             self._staging = {shape: buffer}  # keep one: frames of one stream share a size
         return buffer
 
+    def staging(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """The pinned (B, H, W, 3) uint8 buffer behind ``frame_buffer()`` for frames of ``shape``."""
+        return self._pinned(shape)
+
+    def in_frame_buffer(self, images: Sequence[Any]) -> bool:
+        """True when image ``i`` is exactly ``frame_buffer()[i]`` for every i (no host copy needed)."""
+        shape = (len(images), *tuple(getattr(images[0], "shape", ())))
+        buffer = self._staging.get(shape)
+        return buffer is not None and all(_address(im) == buffer[i].data_ptr() for i, im in enumerate(images))
+
     def frame_buffer(self, batch: int, height: int, width: int) -> np.ndarray:
         """A pinned (batch, height, width, 3) uint8 array to decode frames into.
 
