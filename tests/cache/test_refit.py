@@ -135,18 +135,9 @@ def test_stripped_engine_is_written_back_with_its_weights(refittable_artifact, t
     assert read_sidecar(art.sidecar_path).builder["weights_stripped"] is False
 
 
-def _resolve(root, dotted):
-    obj = root
-    for part in dotted.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 @pytest.mark.parametrize("name", TRT_API_USED)
 def test_refit_attribute_exists_on_installed_bindings(name):
-    try:
-        _resolve(trt.bindings(), name)
-    except AttributeError:
+    if trt.missing([name]):
         pytest.fail(f"{trt.info().flavour} {trt.info().version} has no {name}, which trtforge refit uses")
 
 

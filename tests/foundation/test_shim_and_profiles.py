@@ -64,3 +64,9 @@ def test_resolve_profiles_fills_batch_and_needs_other_dims():
     fixed = TensorSpec("x", "float32", (4, 3))
     with pytest.raises(BatchSpecError, match="fixed batch 4"):
         resolve_profiles([fixed], (BatchProfile(1, 8, 8),))
+
+
+def test_missing_names_what_the_bindings_lack():
+    assert trt.missing(["Builder", "Builder.create_network", "Builder.no_such_method", "NoSuchClass"]) == [
+        "Builder.no_such_method", "NoSuchClass"]
+    assert trt.resolve("Builder") is trt.bindings().Builder

@@ -15,19 +15,9 @@ DOUBLE_CLASSES = {"Runtime": "FakeTrtRuntime", "ICudaEngine": "FakeTrtEngine",
                   "IExecutionContext": "FakeTrtContext"}
 
 
-def _resolve(root, dotted: str):
-    obj = root
-    for part in dotted.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 @pytest.mark.parametrize("name", TRT_API_USED)
 def test_route_attribute_exists_on_installed_bindings(name):
-    module = trt.bindings()
-    try:
-        _resolve(module, name)
-    except AttributeError:
+    if trt.missing([name]):
         pytest.fail(f"{trt.info().flavour} {trt.info().version} has no {name}, which the TensorRT route uses")
 
 
@@ -36,7 +26,7 @@ def test_optional_attributes_exist_on_this_flavour(name):
     # Optional for the route (feature-detected with hasattr), but TensorRT-RTX 1.7 offers them.
     if trt.info().flavour != "tensorrt_rtx":
         pytest.skip("checked on TensorRT-RTX only")
-    _resolve(trt.bindings(), name)
+    trt.resolve(name)
 
 
 @pytest.mark.parametrize("name", [n for n in TRT_API_USED if n.split(".")[0] in DOUBLE_CLASSES and "." in n])

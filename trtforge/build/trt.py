@@ -142,3 +142,26 @@ def compute_capability(target: str):
             f"unknown target {target!r}; known targets: {', '.join(info().compute_capability_targets)}"
         )
     return getattr(enum, name)
+
+
+def resolve(dotted: str, root: ModuleType | None = None):
+    """``"IExecutionContext.execute_async_v3"`` → that attribute of the bindings (AttributeError if absent).
+
+    Example:
+        >>> trt.resolve("Runtime.deserialize_cuda_engine")
+    """
+    obj = bindings() if root is None else root
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def missing(names: tuple[str, ...] | list[str]) -> list[str]:
+    """The dotted names of ``names`` that the installed bindings lack (API-surface checks)."""
+    absent = []
+    for name in names:
+        try:
+            resolve(name)
+        except AttributeError:
+            absent.append(name)
+    return absent

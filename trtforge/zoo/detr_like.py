@@ -17,17 +17,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from trtforge.zoo.preprocessing import imagenet_preprocessing
+
 #: What the predictor does before the model (recorded in a sidecar like the zoo's Lite0).
-DETR_LIKE_PREPROCESSING: dict = {
-    "resize": [640, 640],
-    "interpolation": "bilinear",
-    "antialias": False,
-    "mean": [0.485, 0.456, 0.406],
-    "std": [0.229, 0.224, 0.225],
-    "scale": 1.0 / 255.0,
-    "channel_order": "RGB",
-    "layout": "NCHW",
-}
+DETR_LIKE_PREPROCESSING: dict = imagenet_preprocessing((640, 640))
 
 
 class BasicBlock(nn.Module):

@@ -14,6 +14,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from trtforge.zoo.preprocessing import imagenet_preprocessing
+
 # (expand ratio, kernel, stride, in channels, out channels, repeats) for width=depth=1.0.
 LITE0_STAGES: tuple[tuple[int, int, int, int, int, int], ...] = (
     (1, 3, 1, 32, 16, 1),
@@ -28,16 +30,7 @@ BN_MOMENTUM = 0.01
 BN_EPS = 1e-3
 
 #: The preprocessing the weights were trained with; recorded in the sidecar.
-LITE0_PREPROCESSING: dict = {
-    "resize": [224, 224],
-    "interpolation": "bilinear",
-    "antialias": False,
-    "mean": [0.485, 0.456, 0.406],
-    "std": [0.229, 0.224, 0.225],
-    "scale": 1.0 / 255.0,
-    "channel_order": "RGB",
-    "layout": "NCHW",
-}
+LITE0_PREPROCESSING: dict = imagenet_preprocessing((224, 224))
 
 
 def _bn(channels: int) -> nn.BatchNorm2d:
