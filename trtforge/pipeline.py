@@ -28,7 +28,7 @@ from rich.console import Console
 
 from trtforge._version import __version__
 from trtforge.artifact import Artifact
-from trtforge.build.atomic import atomic_write_bytes
+from trtforge.atomic import atomic_write_bytes
 from trtforge.build.builder import BuildResult, build_engine
 from trtforge.build.config import BuildConfig, BuildConfigError
 from trtforge.build.engine_cache import CacheEntry, EngineCache, engine_key

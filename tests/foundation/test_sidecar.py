@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 import trtforge
 from trtforge.artifact import Artifact
-from trtforge.build.atomic import atomic_writer
+from trtforge.atomic import atomic_writer
 from trtforge.build.sidecar import EngineHashMismatch, read_sidecar, write_sidecar
 
 

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from trtforge.atomic import atomic_write_bytes
 from trtforge.bench.timing import LatencyStats, measure
-from trtforge.build.atomic import atomic_write_bytes
 from trtforge.capture.specs import TensorSpec
 from trtforge.runtime.protocol import Engine
 from trtforge.runtime.tensors import torch_dtype

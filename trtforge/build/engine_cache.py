@@ -45,8 +45,8 @@ import zstandard
 from filelock import FileLock, Timeout
 
 from trtforge._version import __version__
+from trtforge.atomic import atomic_write_bytes
 from trtforge.build import trt
-from trtforge.build.atomic import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

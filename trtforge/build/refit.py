@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 from filelock import FileLock
 
+from trtforge.atomic import atomic_write_bytes
 from trtforge.build import trt as trt_shim
-from trtforge.build.atomic import atomic_write_bytes
 from trtforge.build.sidecar import read_sidecar, sha256_file, write_sidecar
 
 #: Every TensorRT attribute the refit path uses ("Class.attribute"); tests check each one exists.

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trtforge._version import __version__
-from trtforge.build.atomic import atomic_write_bytes
+from trtforge.atomic import atomic_write_bytes
 from trtforge.capture.specs import TensorSpec
 
 SCHEMA_VERSION = 1

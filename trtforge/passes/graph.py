@@ -46,7 +46,7 @@ def model_sha256(model: ir.Model | onnx.ModelProto) -> str:
 
 def save_model(model: ir.Model | onnx.ModelProto, path: Path) -> bytes:
     """Save as one .onnx file (no external data) atomically; returns the bytes written."""
-    from trtforge.build.atomic import atomic_write_bytes
+    from trtforge.atomic import atomic_write_bytes
 
     data = proto_bytes(model)
     if len(data) >= 2**31:
