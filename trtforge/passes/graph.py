@@ -14,6 +14,7 @@ from pathlib import Path
 
 import onnx
 import onnx_ir as ir
+import onnx_ir.passes.common as common
 
 from trtforge.capture.specs import ONNX_TO_DTYPE
 
@@ -77,6 +78,8 @@ def node_dtype(node: ir.Node) -> str | None:
 
 def dtype_summary(model: ir.Model) -> dict[str, int]:
     """Node counts per computing dtype (float16, float32, int8 for Q/DQ ...), sorted by name."""
+    if any(out.dtype is None for node in model.graph for out in node.outputs):
+        common.ShapeInferencePass()(model)  # e.g. Q/DQ graphs written without value_info
     counts: Counter[str] = Counter()
     for node in model.graph.all_nodes():
         if node.op_type == "QuantizeLinear":
