@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import json
 import logging
 import os
@@ -39,7 +40,7 @@ from trtforge.capture.onnx_file import load_onnx
 from trtforge.capture.specs import TensorSpec
 from trtforge.passes.cleanup import cleanup
 from trtforge.passes.float16 import apply_float, infer_types, plan_float
-from trtforge.passes.graph import dtype_summary, has_qdq, load_ir, model_sha256, proto_bytes, to_proto
+from trtforge.passes.graph import dtype_summary, has_qdq, load_ir, proto_bytes, to_proto
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 log = logging.getLogger(__name__)
@@ -126,23 +127,15 @@ def _source_info(model_or_onnx: Any) -> dict:
     return source
 
 
-def _capture(model_or_onnx: Any, example_inputs: Any, tmp: Path, input_names, output_names,
-             dynamic_batch: bool) -> tuple[onnx.ModelProto, dict]:
+def _capture(model_or_onnx: Any, example_inputs: Any, tmp: Path, input_names, output_names) -> onnx.ModelProto:
+    """The model as ONNX: a file as it is, a module exported with a dynamic batch (profiles decide)."""
     if isinstance(model_or_onnx, (str, Path)):
-        path = Path(model_or_onnx)
-        proto = load_onnx(path)
-        return proto, _source_info(path)
-    import torch
-
-    if not isinstance(model_or_onnx, torch.nn.Module):
-        raise TypeError(
-            f"compile() takes a torch.nn.Module or a path to an .onnx file, not {type(model_or_onnx).__name__}"
-        )
+        return load_onnx(Path(model_or_onnx))
     input_names = input_names or getattr(model_or_onnx, "trtforge_input_names", None)
     output_names = output_names or getattr(model_or_onnx, "trtforge_output_names", None)
     path = export_onnx(model_or_onnx, example_inputs, tmp / "captured.onnx", input_names=input_names,
-                       output_names=output_names, dynamic_batch=dynamic_batch)
-    return load_onnx(path), _source_info(model_or_onnx)
+                       output_names=output_names, dynamic_batch=True)
+    return load_onnx(path)
 
 
 def _static_io(specs: tuple[TensorSpec, ...], config: BuildConfig) -> tuple[TensorSpec, ...]:
@@ -210,8 +203,11 @@ def compile(  # noqa: A001 - the public verb users expect
     if not isinstance(model_or_onnx, (str, Path)):
         import torch
 
-        if isinstance(model_or_onnx, torch.nn.Module):
-            normalize_example_inputs(model_or_onnx, example_inputs)
+        if not isinstance(model_or_onnx, torch.nn.Module):
+            raise TypeError(
+                f"compile() takes a torch.nn.Module or a path to an .onnx file, not {type(model_or_onnx).__name__}"
+            )
+        normalize_example_inputs(model_or_onnx, example_inputs)
     elif not Path(model_or_onnx).exists():
         raise FileNotFoundError(f"model file {model_or_onnx} does not exist; pass an .onnx file or an nn.Module")
     paths = OutputPaths(prepare_output_dir(Path(output_dir)), name, config.precision, file_suffix(config))
@@ -317,8 +313,7 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: BuildCon
                        input_names, output_names, calibration_data, quant, preprocessing,
                        engine_cache: EngineCache | None, progress: bool, console: Console) -> _Built:
     """Capture → passes → (quantize) → engine-cache lookup → build → store."""
-    # Captured with a dynamic batch always: the optimization profiles decide what the engine takes.
-    proto, _source = _capture(model_or_onnx, example_inputs, tmp, input_names, output_names, True)
+    proto = _capture(model_or_onnx, example_inputs, tmp, input_names, output_names)
     # 2. Passes: cleanup (FP32 reference), then precision.
     reference = cleanup(load_ir(proto))
     reference_proto = to_proto(reference)
@@ -328,10 +323,10 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: BuildCon
     if config.precision == "fp32":
         processed = reference_proto
     elif config.precision in ("fp16", "bf16"):
-        processed_ir = load_ir(onnx.load_from_string(reference_bytes))
-        float_plan = plan_float(infer_types(processed_ir), config.float_dtype)
-        apply_float(processed_ir, float_plan)
-        processed = to_proto(processed_ir)
+        low_ir = load_ir(onnx.load_from_string(reference_bytes))
+        float_plan = plan_float(infer_types(low_ir), config.float_dtype)
+        apply_float(low_ir, float_plan)
+        processed = to_proto(low_ir)
     else:
         from trtforge.quantize.api import QuantConfig, quantize_model
 
@@ -341,8 +336,9 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: BuildCon
                                 progress=progress)
         processed = result.model
         quant_report = result.report
+    processed_ir = load_ir(processed)
     built_precision = config.precision
-    if config.precision == "int8" and not has_qdq(load_ir(processed)):
+    if config.precision == "int8" and not has_qdq(processed_ir):
         built_precision = "fp16"  # placement kept every layer in FP16: say so in the file name
     processed_bytes = proto_bytes(processed)
     network_name = f"{name}_{built_precision}"
@@ -365,14 +361,14 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: BuildCon
             "precision": {
                 "requested": config.precision,
                 "built": built_precision,
-                "node_dtypes": dtype_summary(load_ir(processed)),
+                "node_dtypes": dtype_summary(processed_ir),
                 "fp32_nodes": dict(float_plan.fp32_nodes) if float_plan else {},
             },
             "builder": {**result.builder,
                         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                         "config": config.key_fields(), "trtforge_version": __version__},
-            "onnx_sha256": model_sha256(processed),
-            "reference_onnx_sha256": model_sha256(reference_proto),
+            "onnx_sha256": hashlib.sha256(processed_bytes).hexdigest(),
+            "reference_onnx_sha256": hashlib.sha256(reference_bytes).hexdigest(),
             "notes": notes,
             "quantization": quant_report,
         }

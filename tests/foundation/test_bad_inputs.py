@@ -122,3 +122,8 @@ def test_refuses_to_overwrite_foreign_files(tiny_onnx, tmp_path):
     with pytest.raises(FileExistsError, match="tiny_fp16.engine exists without a trtforge sidecar"):
         trtforge.compile(tiny_onnx, output_dir=tmp_path, progress=False)
     assert (tmp_path / "tiny_fp16.engine").read_bytes() == b"someone else's engine"
+
+
+def test_unsupported_model_type(tmp_path, no_build):
+    with pytest.raises(TypeError, match="torch.nn.Module or a path to an .onnx file, not dict"):
+        trtforge.compile({"weights": 1}, output_dir=tmp_path)
