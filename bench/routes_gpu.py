@@ -36,7 +36,7 @@ from trtforge.bench.routes import (
     run_route_bench,
     zoo_bench_model,
 )
-from trtforge.bench.timing import measure
+from trtforge.bench.timing import measure_interleaved
 from trtforge.build.sidecar import Sidecar, sha256_file, write_sidecar
 from trtforge.capture.specs import TensorSpec
 from trtforge.vision import Predictor
@@ -160,17 +160,19 @@ def _breakdown_one(name: str, image: np.ndarray, device: torch.device, warmup: i
             raise AssertionError(f"{name}: the one-graph frame-buffer path disagrees with the upload path")
         shape = (1, *image.shape)
         static, _sizes = predictor._static[shape]
+        staging = predictor.pre.staging(shape)
+        key = (shape, "frame_buffer", staging.data_ptr())
         graphs = predictor._graphs
         x = example_input(model.inputs[0], 1, engine.device)
-        cases = (
-            ("upload", lambda: predictor.pre.upload([frame], out=static)),
-            # Frames in the frame buffer take the one-graph path that includes the DMA in.
-            ("graph", lambda: graphs.replay((shape, "frame_buffer") if (shape, "frame_buffer") in graphs else shape, None)),
-            ("full", lambda: predictor(frame)),
-            ("model", lambda: engine(x)),
-        )
-        for kind, fn in cases:
-            result.add(name, "cuda_graph", 1, f"breakdown_{kind}", measure(fn, device, warmup=warmup, repeats=repeats))
+        cases = {
+            "upload": lambda: static.copy_(staging, non_blocking=True),  # the frame's DMA alone
+            "graph": lambda: graphs.replay(key, None),  # DMA in, pre, model, decode, packed copy out
+            "full": lambda: predictor(frame),
+            "model": lambda: engine(x),
+        }
+        stats = measure_interleaved(cases, device, warmup=warmup, repeats=repeats)
+        for kind, st in stats.items():
+            result.add(name, "cuda_graph", 1, f"breakdown_{kind}", st, interleaved=True)
 
 
 def merge(result: BenchResult, previous: dict, source: str) -> None:

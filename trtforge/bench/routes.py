@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from trtforge.atomic import atomic_write_bytes
-from trtforge.bench.timing import LatencyStats, measure
+from trtforge.bench.timing import LatencyStats, measure, measure_interleaved
 from trtforge.capture.specs import TensorSpec
 from trtforge.runtime.protocol import Engine
 from trtforge.runtime.tensors import torch_dtype
@@ -306,30 +306,21 @@ def run_route_bench(
                     result.checks.append({"model": bench_model.name, "route": label, "batch": batch, "output": name,
                                           "rel_error": error, "top1_agreement": agree, "ok": ok,
                                           "first_call_s": first_call_s})
-                    say(f"{bench_model.name} / {route} / b{batch}: model only (first call {first_call_s:.1f}s)")
-                    stats = measure(lambda x=x, e=engine: e(x), engine.device, warmup=warmup, repeats=repeats, batch=batch)
-                    result.add(bench_model.name, label, batch, "model", stats)
-                    say(f"{bench_model.name} / {route} / b{batch}: end to end")
-                    frames = [image] * batch
+                    say(f"{bench_model.name} / {route} / b{batch}: model only and end to end, side by side "
+                        f"(first call {first_call_s:.1f}s)")
                     with Predictor(engine, bench_model.preprocessing, task=bench_model.task) as predictor:
-                        stats = measure(lambda p=predictor, f=frames: p(f), engine.device, warmup=warmup,
-                                        repeats=repeats, batch=batch)
-                        result.add(bench_model.name, label, batch, "end_to_end", stats,
-                                   predictor_cuda_graph=predictor.cuda_graph)
+                        calls = {"model": lambda x=x, e=engine: e(x), "end_to_end": lambda f=[image] * batch: predictor(f)}
                         # Frames decoded straight into the predictor's pinned buffer: no host memcpy.
                         buffer = predictor.frame_buffer(batch, *image.shape[:2])
                         buffer[...] = image
-                        pinned = [buffer[i] for i in range(batch)]
-                        stats = measure(lambda p=predictor, f=pinned: p(f), engine.device, warmup=warmup,
-                                        repeats=repeats, batch=batch)
-                        result.add(bench_model.name, label, batch, "end_to_end_pinned", stats,
-                                   predictor_cuda_graph=predictor.cuda_graph)
+                        calls["end_to_end_pinned"] = lambda f=[buffer[i] for i in range(batch)]: predictor(f)
                         if engine.device.type == "cuda":  # frames already on the GPU (e.g. from NVDEC)
                             resident = [torch.from_numpy(image).to(engine.device) for _ in range(batch)]
-                            stats = measure(lambda p=predictor, f=resident: p(f), engine.device, warmup=warmup,
-                                            repeats=repeats, batch=batch)
-                            result.add(bench_model.name, label, batch, "end_to_end_device", stats,
-                                       predictor_cuda_graph=predictor.cuda_graph)
+                            calls["end_to_end_device"] = lambda f=resident: predictor(f)
+                        stats = measure_interleaved(calls, engine.device, warmup=warmup, repeats=repeats, batch=batch)
+                        for kind, st in stats.items():
+                            extra = {} if kind == "model" else {"predictor_cuda_graph": predictor.cuda_graph}
+                            result.add(bench_model.name, label, batch, kind, st, interleaved=True, **extra)
                     if on_row is not None:
                         on_row(result)
             finally:

@@ -11,7 +11,7 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -76,3 +76,43 @@ def measure(
         fn()
         samples.append((time.perf_counter() - t0) * 1000.0)
     return LatencyStats.from_samples(samples, batch, "perf_counter")
+
+
+def measure_interleaved(
+    fns: Mapping[str, Callable[[], Any]], device: torch.device, *, warmup: int = 10, repeats: int = 100,
+    batch: int = 1,
+) -> dict[str, LatencyStats]:
+    """Time several calls side by side: each round calls every ``fn`` once, in a rotating order.
+
+    Clock drift, boost clocks and neighbours hit every candidate alike, so the ratios of the
+    medians hold within one run. Example:
+        >>> stats = measure_interleaved({"model": lambda: engine(x), "e2e": lambda: predict(frame)}, dev)
+        >>> stats["e2e"].median_ms / stats["model"].median_ms
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats}: time at least one call")
+    device = torch.device(device)
+    names = list(fns)
+    for _ in range(warmup):
+        for name in names:
+            fns[name]()
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+        stream = torch.cuda.current_stream(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            if cuda:
+                start.record(stream)
+                fns[name]()
+                end.record(stream)
+                end.synchronize()
+                samples[name].append(start.elapsed_time(end))
+            else:
+                t0 = time.perf_counter()
+                fns[name]()
+                samples[name].append((time.perf_counter() - t0) * 1000.0)
+    clock = "cuda_events" if cuda else "perf_counter"
+    return {name: LatencyStats.from_samples(samples[name], batch, clock) for name in names}

@@ -153,6 +153,12 @@ class TorchEngine(EngineBase):
     def precision(self) -> str:
         return self.plan.precision
 
+    @property
+    def compute_format(self) -> tuple[torch.dtype, bool]:
+        """(dtype, channels_last) that ``capturable_forward`` turns float inputs into; a producer
+        that writes this format directly saves the conversion."""
+        return self.plan.compute_dtype, self.plan.channels_last
+
     # -- calls ----------------------------------------------------------------------------
     def capturable_forward(self, *tensors: torch.Tensor) -> dict[str, torch.Tensor]:
         """Cast, run and cast back, with no copies, checks or graphs: safe inside an outer capture.

@@ -79,11 +79,20 @@ def classification_topk(logits: torch.Tensor, k: int = 5) -> tuple[torch.Tensor,
     return logits.float().softmax(-1).topk(k, dim=-1)
 
 
+def classifications_from_arrays(
+    scores: np.ndarray, ids: np.ndarray, labels: Sequence[str] | None = None
+) -> list[Classification]:
+    """Host stage: (B, k) scores and class ids → one ``Classification`` per image (views, no copies)."""
+    scores, ids = scores.astype(np.float32, copy=False), ids.astype(np.int64, copy=False)
+    return [Classification(ids[b], scores[b], labels) for b in range(len(ids))]
+
+
 def classifications_from_topk(
     topk: tuple[torch.Tensor, torch.Tensor], labels: Sequence[str] | None = None
 ) -> list[Classification]:
+    """``classification_topk``'s tensors (any device) → results."""
     scores, ids = (t.cpu().numpy() for t in topk)
-    return [Classification(ids[b].astype(np.int64), scores[b].astype(np.float32), labels) for b in range(len(ids))]
+    return classifications_from_arrays(scores, ids, labels)
 
 
 # -- DETR-style detection ---------------------------------------------------------------------
@@ -101,7 +110,9 @@ def detr_topk(
         )
     batch, queries, classes = logits.shape
     k = min(k, queries * classes)
-    scores, index = logits.float().sigmoid().flatten(1).topk(k, dim=1)
+    # The sigmoid is monotonic: pick the top-k logits, then squash only those k.
+    top_logits, index = logits.float().flatten(1).topk(k, dim=1)
+    scores = top_logits.sigmoid()
     query = torch.div(index, classes, rounding_mode="floor")
     class_id = index % classes
     chosen = boxes.float().gather(1, query.unsqueeze(-1).expand(-1, -1, 4))
@@ -116,8 +127,16 @@ def detections_from_topk(
     topk: tuple[torch.Tensor, torch.Tensor, torch.Tensor], threshold: float = 0.5,
     labels: Sequence[str] | None = None,
 ) -> list[Detections]:
-    """Host stage: keep scores above ``threshold`` (already sorted, best first)."""
+    """``detr_topk``'s tensors (any device) → results above ``threshold``."""
     scores, class_id, xyxy = (t.cpu().numpy() for t in topk)
+    return detections_from_arrays(scores, class_id, xyxy, threshold=threshold, labels=labels)
+
+
+def detections_from_arrays(
+    scores: np.ndarray, class_id: np.ndarray, xyxy: np.ndarray, *, threshold: float = 0.5,
+    labels: Sequence[str] | None = None,
+) -> list[Detections]:
+    """Host stage: keep scores above ``threshold`` (already sorted, best first)."""
     out = []
     for b in range(len(scores)):
         # Scores are sorted: the boxes above the threshold are a prefix (views, no copies).

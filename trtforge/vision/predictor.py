@@ -18,9 +18,10 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from trtforge.runtime.cuda_graph import GraphCache
@@ -30,10 +31,11 @@ from trtforge.vision.decode import (
     Classification,
     Detections,
     classification_topk,
-    classifications_from_topk,
-    detections_from_topk,
+    classifications_from_arrays,
+    detections_from_arrays,
     detr_topk,
 )
+from trtforge.vision.packing import PackedLayout
 from trtforge.vision.preprocess import PreprocessConfig, Preprocessor, decode_image
 
 TASKS: tuple[str, ...] = ("classification", "detection")
@@ -95,6 +97,7 @@ class Predictor:
         self.cuda_graph = cuda_graph
         self._graphs = GraphCache(self.device) if cuda_graph else None
         self._static: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._layouts: dict[tuple, tuple[PackedLayout, torch.Tensor]] = {}
 
     # -- stages ---------------------------------------------------------------------------
     def _head(self, outputs: Mapping[str, torch.Tensor], sizes: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -102,63 +105,81 @@ class Predictor:
             return classification_topk(outputs[self._logits], self.top_k)
         return detr_topk(outputs[self._logits], outputs[self._boxes], sizes, self.num_detections)
 
+    def _results(self, arrays: tuple[np.ndarray, ...]) -> list[Classification] | list[Detections]:
+        if self.task == "classification":
+            return classifications_from_arrays(*arrays, labels=self.labels)
+        return detections_from_arrays(*arrays, threshold=self.threshold, labels=self.labels)
+
     def _finish(self, topk: tuple[torch.Tensor, ...]) -> list[Classification] | list[Detections]:
-        # All results to the host with one synchronize (non-blocking copies land in pinned memory).
-        # Results the graph already copied into its pinned host buffers are cloned after the
-        # synchronize: the next replay overwrites those buffers.
-        on_host = tuple(t.device.type == "cpu" for t in topk)
-        topk = tuple(t if host else t.to("cpu", non_blocking=True) for t, host in zip(topk, on_host, strict=True))
+        """The plain path: every result to the host with one synchronize."""
+        host = tuple(t.to("cpu", non_blocking=True) for t in topk)
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
-        topk = tuple(t.clone() if host else t for t, host in zip(topk, on_host, strict=True))
-        if self.task == "classification":
-            return classifications_from_topk(topk, self.labels)
-        return detections_from_topk(topk, self.threshold, self.labels)
+        return self._results(tuple(t.numpy() for t in host))
 
-    def _graph_step(self, images: list) -> tuple[torch.Tensor, ...]:
-        shape = (len(images), *tuple(images[0].shape))
+    def _replay(self, key: tuple, step: Callable[[], tuple[torch.Tensor, ...]] | None) -> tuple[np.ndarray, ...]:
+        """Replay the graph for ``key`` (capturing ``step`` + packing + one copy to the host first)."""
+        layouts = self._layouts
+
+        def whole() -> torch.Tensor:
+            out = step()
+            if key not in layouts:  # the warm-up runs come before capture: allocate the host bytes here
+                layout = PackedLayout.of(out)
+                pinned = self.device.type == "cuda"
+                layouts[key] = (layout, torch.empty(layout.nbytes, dtype=torch.uint8, pin_memory=pinned))
+            layout, host = layouts[key]
+            return host.copy_(layout.pack(out), non_blocking=True)
+
+        host = self._graphs.replay(key, whole)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        if len(layouts) > len(self._graphs):  # graphs the cache evicted: drop their host bytes too
+            for stale in [k for k in layouts if k not in self._graphs]:
+                del layouts[stale]
+        return layouts[key][0].unpack(host.numpy().copy())  # the next replay overwrites the pinned bytes
+
+    def _statics(self, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         entry = self._static.get(shape)
         if entry is None:  # the graph reads these two buffers: they live as long as it does
             entry = (torch.empty(shape, dtype=torch.uint8, device=self.device),
                      torch.tensor([shape[1:3]] * shape[0], device=self.device))
             self._static[shape] = entry
-        static, sizes = entry
-        if self.device.type == "cuda" and self.pre.in_frame_buffer(images):
-            return self._graphs.replay((shape, "frame_buffer"), self._frame_buffer_step(shape, static, sizes))
-        self.pre.upload(images, out=static)
+        return entry
 
-        def step() -> tuple[torch.Tensor, ...]:
-            x = self.pre.transform(static)
-            return self._head(self.engine.capturable_forward(x), sizes)
+    def _graph_call(self, images: Sequence[Any]) -> tuple[np.ndarray, ...]:
+        """One graph per (batch, height, width): upload into its input, then replay.
 
-        return self._graphs.replay(shape, step)
-
-    def _frame_buffer_step(self, shape: tuple[int, ...], static: torch.Tensor, sizes: torch.Tensor):
-        """The whole call as one graph for frames decoded into ``frame_buffer()``.
-
-        The DMA of the pinned frames in, preprocessing, the model, decoding and the copies of the
-        results into pinned host buffers are all captured, so a call is one replay and one sync.
+        Frames decoded into ``frame_buffer()`` take a graph that holds their DMA too: a call is
+        one replay and one synchronize.
         """
-        staging = self.pre.staging(shape)
-        host: list[torch.Tensor] = []
+        shape = (len(images), *tuple(images[0].shape))
+        static, sizes = self._statics(shape)
+        staging = self.pre.frame_buffer_of(images)
+        if staging is not None:
+            return self._replay((shape, "frame_buffer", staging.data_ptr()), lambda: self._step(static, sizes, staging))
+        self.pre.upload(images, out=static)
+        return self._replay((shape, "static"), lambda: self._step(static, sizes, None))
 
-        def step() -> tuple[torch.Tensor, ...]:
+    def _step(self, static: torch.Tensor, sizes: torch.Tensor, staging: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        if staging is not None:
             static.copy_(staging, non_blocking=True)
-            out = self._head(self.engine.capturable_forward(self.pre.transform(static)), sizes)
-            if not host:  # allocated during the warm-up runs, before capture starts
-                host.extend(torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in out)
-            return tuple(h.copy_(t, non_blocking=True) for h, t in zip(host, out, strict=True))
+        dtype, channels_last = getattr(self.engine, "compute_format", (None, False))
+        return self._head(self.engine.capturable_forward(self.pre.transform(static, dtype, channels_last)), sizes)
 
-        return step
-
+    # -- calls ----------------------------------------------------------------------------
     def run_batch(self, images: Sequence[Any]) -> list[Classification] | list[Detections]:
         """A list of images → a list of results (one per image)."""
-        decoded = [decode_image(im) for im in images]
-        if not decoded:
+        if not images:
             return []
+        if self._graphs is not None:  # frames already in the pinned buffer, graph captured: just replay
+            staging = self.pre.frame_buffer_of(images)
+            key = None if staging is None else ((len(images), *images[0].shape), "frame_buffer", staging.data_ptr())
+            if key in self._graphs:
+                return self._results(self._replay(key, None))
+        decoded = [decode_image(im) for im in images]
         same = all(tuple(im.shape) == tuple(decoded[0].shape) for im in decoded)
         if self._graphs is not None and same:
-            return self._finish(self._graph_step(decoded))
+            return self._results(self._graph_call(decoded))
         sizes = torch.tensor([tuple(im.shape[:2]) for im in decoded], device=self.device)
         x = self.pre(decoded)
         return self._finish(self._head(self.engine(x), sizes))
@@ -167,7 +188,7 @@ class Predictor:
         """One image → one result; a list (or tuple) of images → a list of results."""
         if isinstance(images, (list, tuple)):
             return self.run_batch(images)
-        return self.run_batch([images])[0]
+        return self.run_batch((images,))[0]
 
     def frame_buffer(self, batch: int, height: int, width: int):
         """Pinned host frames to decode into; passing ``buf[i]`` skips the host memcpy (see Preprocessor)."""
@@ -177,6 +198,7 @@ class Predictor:
         if self._graphs is not None:
             self._graphs.clear()
         self._static.clear()
+        self._layouts.clear()
 
     def __enter__(self) -> Predictor:
         return self

@@ -102,10 +102,12 @@ def decode_image(image: ImageLike) -> np.ndarray | torch.Tensor:
 
 
 def _address(image: Any) -> int:
-    if isinstance(image, np.ndarray):
-        return image.__array_interface__["data"][0]
+    """Host address of a C-contiguous uint8 image's first pixel; -1 for anything else."""
+    if type(image) is np.ndarray:
+        ok = image.dtype == np.uint8 and image.flags.c_contiguous
+        return image.__array_interface__["data"][0] if ok else -1
     if isinstance(image, torch.Tensor) and image.device.type == "cpu":
-        return image.data_ptr()
+        return image.data_ptr() if image.dtype == torch.uint8 and image.is_contiguous() else -1
     return -1
 
 
@@ -122,23 +124,33 @@ class Preprocessor:
         self._a = (config.scale / std).view(1, 3, 1, 1).to(self.device)
         self._b = (-mean / std).view(1, 3, 1, 1).to(self.device)
         self._staging: dict[tuple[int, ...], torch.Tensor] = {}
+        self._frame_addresses: dict[tuple[int, ...], tuple[int, ...]] = {}
 
     def _pinned(self, shape: tuple[int, ...]) -> torch.Tensor:
         buffer = self._staging.get(shape)
         if buffer is None:
             buffer = torch.empty(shape, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
-            self._staging = {shape: buffer}  # keep one: frames of one stream share a size
+            # Keep one: frames of one stream share a size.
+            self._staging = {shape: buffer}
+            per_image = buffer[0].numel() if shape[0] else 0
+            self._frame_addresses = {shape: tuple(buffer.data_ptr() + i * per_image for i in range(shape[0]))}
         return buffer
 
     def staging(self, shape: tuple[int, ...]) -> torch.Tensor:
         """The pinned (B, H, W, 3) uint8 buffer behind ``frame_buffer()`` for frames of ``shape``."""
         return self._pinned(shape)
 
+    def frame_buffer_of(self, images: Sequence[Any]) -> torch.Tensor | None:
+        """The pinned buffer when image ``i`` is exactly ``frame_buffer()[i]`` for every i, else None."""
+        shape = (len(images), *getattr(images[0], "shape", ()))
+        addresses = self._frame_addresses.get(shape)
+        if addresses is None or not all(_address(im) == a for im, a in zip(images, addresses, strict=True)):
+            return None
+        return self._staging[shape]
+
     def in_frame_buffer(self, images: Sequence[Any]) -> bool:
         """True when image ``i`` is exactly ``frame_buffer()[i]`` for every i (no host copy needed)."""
-        shape = (len(images), *tuple(getattr(images[0], "shape", ())))
-        buffer = self._staging.get(shape)
-        return buffer is not None and all(_address(im) == buffer[i].data_ptr() for i, im in enumerate(images))
+        return self.frame_buffer_of(images) is not None
 
     def frame_buffer(self, batch: int, height: int, width: int) -> np.ndarray:
         """A pinned (batch, height, width, 3) uint8 array to decode frames into.
@@ -177,8 +189,9 @@ class Preprocessor:
         staging = self._pinned(shape)
         flat_out, flat_staging = out.view(-1), staging.view(-1)
         per_image = flat_staging.numel() // len(images)
+        addresses = self._frame_addresses[shape]
         for i, im in enumerate(images):
-            if _address(im) == staging[i].data_ptr():  # decoded straight into frame_buffer(): no memcpy
+            if _address(im) == addresses[i]:  # decoded straight into frame_buffer(): no memcpy
                 out[i].copy_(staging[i], non_blocking=True)
                 continue
             if isinstance(im, torch.Tensor) and im.is_pinned() and im.is_contiguous():
@@ -192,8 +205,12 @@ class Preprocessor:
                 flat_out[lo:hi].copy_(flat_staging[lo:hi], non_blocking=True)
         return out
 
-    def transform(self, u8: torch.Tensor) -> torch.Tensor:
-        """(B, H, W, 3) uint8 → the model input: resized, normalised, NCHW (capturable: no syncs)."""
+    def transform(self, u8: torch.Tensor, dtype: torch.dtype | None = None, channels_last: bool = False) -> torch.Tensor:
+        """(B, H, W, 3) uint8 → the model input: resized, normalised, NCHW (capturable: no syncs).
+
+        ``dtype`` and ``channels_last`` let a caller that feeds the model directly (the predictor's
+        graph) get the model's own compute format in the same final copy.
+        """
         config = self.config
         x = u8.permute(0, 3, 1, 2).float()
         if config.channel_order == "BGR":
@@ -202,9 +219,10 @@ class Preprocessor:
             kwargs = {} if config.interpolation == "nearest" else {"align_corners": False, "antialias": config.antialias}
             x = F.interpolate(x, size=config.size, mode=config.interpolation, **kwargs)
         x = torch.addcmul(self._b, x, self._a)
+        dtype = dtype or self.dtype
         if config.layout == "NHWC":
-            x = x.permute(0, 2, 3, 1)
-        return x.contiguous().to(self.dtype)
+            return x.permute(0, 2, 3, 1).contiguous().to(dtype)
+        return x.to(dtype, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
 
     def __call__(self, images: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
         """Decoded images (any sizes) → one model-input batch on the device."""

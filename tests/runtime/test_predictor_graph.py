@@ -1,0 +1,132 @@
+"""The predictor's one-graph path: packed results, the frame-buffer fast path, against the plain path.
+
+CUDA graphs cannot be captured on this machine, so the graph cache is replaced by
+``EagerReplayGraphCacheDouble``: it keeps the first function it is given per key and re-runs it
+on every replay, which is what a replay does to the captured buffers. The same comparison on the
+H200, with real graphs, is in bench/routes_gpu.py (``frame_buffer_graph_vs_upload_path``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from skimage import data
+
+from trtforge.capture.specs import TensorSpec
+from trtforge.runtime.torch_routes import TorchEngine
+from trtforge.vision import Predictor, PreprocessConfig, Preprocessor
+from trtforge.vision.packing import PackedLayout
+from trtforge.zoo.detr_like import detr_like
+from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
+
+
+class EagerReplayGraphCacheDouble:
+    """Test double of ``runtime.cuda_graph.GraphCache``: 'captures' by keeping fn, 'replays' by calling it."""
+
+    def __init__(self) -> None:
+        self._fns: dict[Hashable, Callable[[], Any]] = {}
+        self.captures = 0
+        self.replays = 0
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._fns
+
+    def __len__(self) -> int:
+        return len(self._fns)
+
+    def replay(self, key: Hashable, fn: Callable[[], Any] | None) -> Any:
+        if key not in self._fns:
+            assert fn is not None, "a replay without a capture"
+            self._fns[key] = fn
+            self.captures += 1
+        self.replays += 1
+        return self._fns[key]()
+
+    def clear(self) -> None:
+        self._fns.clear()
+
+
+def test_packed_layout_round_trips_mixed_dtypes_aligned():
+    tensors = (torch.rand(2, 5), torch.arange(10).view(2, 5), torch.rand(3).half(), torch.tensor([True, False]),
+               torch.rand(2, 5, 4))
+    layout = PackedLayout.of(tensors)
+    packed = layout.pack(tensors)
+    assert packed.dtype == torch.uint8 and packed.numel() == layout.nbytes == sum(t.numel() * t.element_size() for t in tensors)
+    for dtype, _shape, start, _stop in layout.fields:
+        assert start % dtype.itemsize == 0  # every field starts aligned to its item size
+    arrays = layout.unpack(packed.numpy())
+    for t, a in zip(tensors, arrays, strict=True):
+        np.testing.assert_array_equal(a, t.numpy())
+        assert a.dtype == t.numpy().dtype and a.shape == tuple(t.shape)
+    with pytest.raises(ValueError, match="bytes"):
+        layout.unpack(packed.numpy()[:-1])
+    with pytest.raises(TypeError, match="cannot pack"):
+        PackedLayout.of((torch.rand(2, dtype=torch.float64),))
+
+
+def test_frame_buffer_of_accepts_only_exact_views_of_the_buffer():
+    pre = Preprocessor(PreprocessConfig.from_dict(LITE0_PREPROCESSING), torch.device("cpu"))
+    frames = pre.frame_buffer(2, 48, 64)
+    assert pre.frame_buffer_of([frames[0], frames[1]]) is pre.staging((2, 48, 64, 3))
+    assert pre.frame_buffer_of([torch.from_numpy(frames)[0], torch.from_numpy(frames)[1]]) is not None
+    assert pre.frame_buffer_of([frames[1], frames[0]]) is None  # order matters
+    assert pre.frame_buffer_of([frames[0].copy(), frames[1]]) is None
+    assert pre.frame_buffer_of([frames[0]]) is None  # another batch size
+    assert pre.frame_buffer_of([frames[0][:, ::-1][:, ::-1], frames[1]]) is not None  # same view, re-sliced
+    assert pre.frame_buffer_of([np.lib.stride_tricks.as_strided(frames[0], strides=(64 * 3, 3, 1)), frames[1]]) is not None
+    odd = np.lib.stride_tricks.as_strided(frames[0], strides=(32 * 3, 3, 1))  # same start, other rows
+    assert pre.frame_buffer_of([odd, frames[1]]) is None
+    assert pre.frame_buffer_of([frames[0].view(np.int8), frames[1]]) is None
+    assert pre.frame_buffer_of(["cat.jpg", "dog.jpg"]) is None
+
+
+def _graph_and_plain(engine, task: str, preprocessing: dict) -> tuple[Predictor, Predictor]:
+    graph = Predictor(engine, preprocessing, task=task, cuda_graph=False)
+    graph._graphs = EagerReplayGraphCacheDouble()  # the graph path, eagerly
+    plain = Predictor(engine, preprocessing, task=task, cuda_graph=False)
+    return graph, plain
+
+
+def test_one_graph_path_matches_plain_path_classification(lite0):
+    engine = TorchEngine(lite0, [TensorSpec("images", "float32", (-1, 3, 224, 224))], ["logits"], device="cpu")
+    graph, plain = _graph_and_plain(engine, "classification", LITE0_PREPROCESSING)
+    photos = [data.chelsea()[:300, :400], data.astronaut()[:300, :400]]
+    frames = graph.frame_buffer(2, 300, 400)
+    frames[...] = np.stack(photos)
+    # Frame buffer (DMA inside the graph), then the fast path, then pageable copies (upload first).
+    first, again, pageable = graph([frames[0], frames[1]]), graph([frames[0], frames[1]]), graph(photos)
+    expected = plain(photos)
+    for results in (first, again, pageable):
+        for ours, ref in zip(results, expected, strict=True):
+            np.testing.assert_array_equal(ours.class_id, ref.class_id)
+            np.testing.assert_allclose(ours.score, ref.score, rtol=1e-6)
+    assert graph._graphs.captures == 2 and graph._graphs.replays == 3  # frame-buffer graph + upload graph
+    frames[0] = photos[1]  # new pixels in the same buffer: the replay reads them
+    swapped = graph([frames[0], frames[1]])
+    np.testing.assert_array_equal(swapped[0].class_id, expected[1].class_id)
+    assert first[0].class_id[0] in (281, 282, 285) and first[0].score.flags.owndata is False
+    first[0].score.base[...] = 0  # results own their bytes: a later call does not change them
+    np.testing.assert_array_equal(again[0].class_id, expected[0].class_id)
+
+
+def test_one_graph_path_matches_plain_path_detection():
+    model = detr_like(num_classes=5, num_queries=20, decoder_layers=1, image_size=(128, 128))
+    engine = TorchEngine(model, [TensorSpec("images", "float32", (-1, 3, 128, 128))], ["logits", "boxes"], device="cpu")
+    graph, plain = _graph_and_plain(engine, "detection", {"resize": [128, 128]})
+    graph.threshold = plain.threshold = 0.0  # keep the whole top-k
+    image = data.astronaut()[:200, :320]
+    frames = graph.frame_buffer(1, 200, 320)
+    frames[0] = image
+    ours, ref = graph(frames[0]), plain(image)
+    ours_again = graph(frames[0])
+    for result in (ours, ours_again):
+        assert len(result) == len(ref) == 100  # every (query, class) pair
+        np.testing.assert_array_equal(result.class_id, ref.class_id)
+        np.testing.assert_allclose(result.confidence, ref.confidence, rtol=1e-5)
+        np.testing.assert_allclose(result.xyxy, ref.xyxy, rtol=1e-4, atol=1e-3)
+        assert result.xyxy.dtype == np.float32 and result.class_id.dtype == np.int64
+    assert graph._graphs.replays == 2
