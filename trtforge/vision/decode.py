@@ -96,31 +96,47 @@ def classifications_from_topk(
 
 
 # -- DETR-style detection ---------------------------------------------------------------------
+#: (cx, cy, w, h) @ this = (x1, y1, x2, y2): one matmul instead of eight element-wise kernels.
+_CXCYWH_TO_XYXY = torch.tensor(
+    [[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0], [-0.5, 0.0, 0.5, 0.0], [0.0, -0.5, 0.0, 0.5]]
+)
+
+
+def detr_box_transform(image_sizes: torch.Tensor) -> torch.Tensor:
+    """(B, 2) (height, width) of the original images → (B, 4, 4): normalised cxcywh → pixel xyxy.
+
+    Computed once per image size; ``detr_topk`` applies it as one batched matmul.
+    """
+    sizes = image_sizes.to(torch.float32)
+    scale = torch.stack((sizes[:, 1], sizes[:, 0], sizes[:, 1], sizes[:, 0]), dim=-1)  # w, h, w, h
+    return _CXCYWH_TO_XYXY.to(sizes.device).unsqueeze(0) * scale.unsqueeze(1)
+
+
 def detr_topk(
-    logits: torch.Tensor, boxes: torch.Tensor, image_sizes: torch.Tensor, k: int = 100
+    logits: torch.Tensor, boxes: torch.Tensor, image_sizes: torch.Tensor | None = None, k: int = 100,
+    *, box_transform: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Top-k (query, class) pairs → (scores (B, k), class ids (B, k), xyxy pixel boxes (B, k, 4)).
 
-    ``image_sizes`` is (B, 2) as (height, width) of the original images. Capturable.
+    ``image_sizes`` is (B, 2) as (height, width) of the original images, or pass its
+    ``detr_box_transform`` as ``box_transform``. Capturable.
     """
     if logits.dim() != 3 or boxes.dim() != 3 or boxes.shape[-1] != 4 or boxes.shape[:2] != logits.shape[:2]:
         raise ValueError(
             f"DETR decoding takes logits (B, Q, C) and boxes (B, Q, 4); got {tuple(logits.shape)} and "
             f"{tuple(boxes.shape)}"
         )
+    if (image_sizes is None) == (box_transform is None):
+        raise ValueError("pass image_sizes (B, 2) or box_transform (B, 4, 4), one of them")
+    if box_transform is None:
+        box_transform = detr_box_transform(image_sizes)
     batch, queries, classes = logits.shape
     k = min(k, queries * classes)
     # The sigmoid is monotonic: pick the top-k logits, then squash only those k.
     top_logits, index = logits.float().flatten(1).topk(k, dim=1)
-    scores = top_logits.sigmoid()
     query = torch.div(index, classes, rounding_mode="floor")
-    class_id = index % classes
     chosen = boxes.float().gather(1, query.unsqueeze(-1).expand(-1, -1, 4))
-    cx, cy, w, h = chosen.unbind(-1)
-    xyxy = torch.stack((cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h), dim=-1)
-    height, width = image_sizes.float().unbind(-1)
-    scale = torch.stack((width, height, width, height), dim=-1).unsqueeze(1)
-    return scores, class_id, xyxy * scale
+    return top_logits.sigmoid(), index % classes, torch.bmm(chosen, box_transform)
 
 
 def detections_from_topk(

@@ -33,6 +33,7 @@ from trtforge.vision.decode import (
     classification_topk,
     classifications_from_arrays,
     detections_from_arrays,
+    detr_box_transform,
     detr_topk,
 )
 from trtforge.vision.packing import PackedLayout
@@ -100,10 +101,12 @@ class Predictor:
         self._layouts: dict[tuple, tuple[PackedLayout, torch.Tensor]] = {}
 
     # -- stages ---------------------------------------------------------------------------
-    def _head(self, outputs: Mapping[str, torch.Tensor], sizes: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def _head(self, outputs: Mapping[str, torch.Tensor], boxes_to_pixels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Fixed-size decoding; ``boxes_to_pixels`` is the frames' ``detr_box_transform``."""
         if self.task == "classification":
             return classification_topk(outputs[self._logits], self.top_k)
-        return detr_topk(outputs[self._logits], outputs[self._boxes], sizes, self.num_detections)
+        return detr_topk(outputs[self._logits], outputs[self._boxes], k=self.num_detections,
+                         box_transform=boxes_to_pixels)
 
     def _results(self, arrays: tuple[np.ndarray, ...]) -> list[Classification] | list[Detections]:
         if self.task == "classification":
@@ -142,7 +145,7 @@ class Predictor:
         entry = self._static.get(shape)
         if entry is None:  # the graph reads these two buffers: they live as long as it does
             entry = (torch.empty(shape, dtype=torch.uint8, device=self.device),
-                     torch.tensor([shape[1:3]] * shape[0], device=self.device))
+                     detr_box_transform(torch.tensor([shape[1:3]] * shape[0], device=self.device)))
             self._static[shape] = entry
         return entry
 
@@ -153,18 +156,18 @@ class Predictor:
         one replay and one synchronize.
         """
         shape = (len(images), *tuple(images[0].shape))
-        static, sizes = self._statics(shape)
+        static, to_pixels = self._statics(shape)
         staging = self.pre.frame_buffer_of(images)
         if staging is not None:
-            return self._replay((shape, "frame_buffer", staging.data_ptr()), lambda: self._step(static, sizes, staging))
+            return self._replay((shape, "frame_buffer", staging.data_ptr()), lambda: self._step(static, to_pixels, staging))
         self.pre.upload(images, out=static)
-        return self._replay((shape, "static"), lambda: self._step(static, sizes, None))
+        return self._replay((shape, "static"), lambda: self._step(static, to_pixels, None))
 
-    def _step(self, static: torch.Tensor, sizes: torch.Tensor, staging: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    def _step(self, static: torch.Tensor, to_pixels: torch.Tensor, staging: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         if staging is not None:
             static.copy_(staging, non_blocking=True)
         dtype, channels_last = getattr(self.engine, "compute_format", (None, False))
-        return self._head(self.engine.capturable_forward(self.pre.transform(static, dtype, channels_last)), sizes)
+        return self._head(self.engine.capturable_forward(self.pre.transform(static, dtype, channels_last)), to_pixels)
 
     # -- calls ----------------------------------------------------------------------------
     def run_batch(self, images: Sequence[Any]) -> list[Classification] | list[Detections]:
@@ -182,7 +185,7 @@ class Predictor:
             return self._results(self._graph_call(decoded))
         sizes = torch.tensor([tuple(im.shape[:2]) for im in decoded], device=self.device)
         x = self.pre(decoded)
-        return self._finish(self._head(self.engine(x), sizes))
+        return self._finish(self._head(self.engine(x), detr_box_transform(sizes)))
 
     def __call__(self, images: Any) -> Any:
         """One image → one result; a list (or tuple) of images → a list of results."""
