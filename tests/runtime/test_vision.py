@@ -10,7 +10,7 @@ from skimage import data
 
 import trtforge
 from trtforge.vision import Predictor, PreprocessConfig, Preprocessor, decode_image
-from trtforge.vision.decode import detections_from_topk, detr_topk
+from trtforge.vision.decode import detections_from_topk, detr_box_transform, detr_topk
 from trtforge.vision.preprocess import ImageInputError
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 
@@ -103,6 +103,23 @@ def test_detr_decoding_matches_reference_on_crafted_tensors():
         np.testing.assert_array_equal(ours[b].class_id, [r[1] for r in ref])
         np.testing.assert_allclose(ours[b].xyxy, [r[2] for r in ref], rtol=1e-5)
     assert ours[0].label == ("b", "e", "a")
+
+
+def test_detr_fp16_selection_matches_fp32_on_fp16_logits():
+    """Logits a FP16 model produced are exact in FP16: selecting on FP16 keys picks the same pairs."""
+    every_fp16 = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.float16).float()
+    pool = every_fp16[every_fp16.abs() < 8]  # distinct, FP16-exact, sigmoid still distinct in FP32
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.stack([pool[torch.randperm(len(pool), generator=generator)[:24000]] for _ in range(2)])
+    logits = logits.view(2, 300, 80)
+    boxes = torch.rand(2, 300, 4, generator=generator)
+    sizes = torch.tensor([(720, 1280), (480, 640)])
+    fp32 = detr_topk(logits, boxes, sizes, k=100)
+    fp16 = detr_topk(logits, boxes, k=100, box_transform=detr_box_transform(sizes), select_dtype=torch.float16)
+    for a, b in zip(fp16, fp32, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="one of them"):
+        detr_topk(logits, boxes, k=100)
 
 
 @pytest.mark.parametrize("route", ["onnxruntime", "eager"])

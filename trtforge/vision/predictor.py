@@ -105,8 +105,10 @@ class Predictor:
         """Fixed-size decoding; ``boxes_to_pixels`` is the frames' ``detr_box_transform``."""
         if self.task == "classification":
             return classification_topk(outputs[self._logits], self.top_k)
+        # Logits a FP16 model computed are exact in FP16: select on them (half the radix passes).
+        select = getattr(self.engine, "compute_format", (None, False))[0]
         return detr_topk(outputs[self._logits], outputs[self._boxes], k=self.num_detections,
-                         box_transform=boxes_to_pixels)
+                         box_transform=boxes_to_pixels, select_dtype=select)
 
     def _results(self, arrays: tuple[np.ndarray, ...]) -> list[Classification] | list[Detections]:
         if self.task == "classification":
