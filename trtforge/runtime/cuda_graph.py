@@ -44,18 +44,6 @@ def capture_stream(device: torch.device) -> Any:
     return stream
 
 
-_COPY_STREAMS: dict[int, Any] = {}
-
-
-def copy_stream(device: torch.device) -> Any:
-    """One stream per device for copies that overlap compute (e.g. a frame's DMA in bands)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    stream = _COPY_STREAMS.get(index)
-    if stream is None:
-        stream = _COPY_STREAMS[index] = torch.cuda.Stream(torch.device("cuda", index))
-    return stream
-
-
 def capture(fn: Callable[[], Any], device: torch.device, warmup: int = 2) -> CapturedCall:
     """Run ``fn`` ``warmup`` times on the side stream (lazy init, autotuning), then capture it."""
     if device.type != "cuda":

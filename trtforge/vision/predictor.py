@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trtforge.runtime.cuda_graph import GraphCache, copy_stream
+from trtforge.runtime.cuda_graph import GraphCache
 from trtforge.runtime.protocol import Engine
 from trtforge.runtime.tensors import torch_dtype
 from trtforge.vision.decode import (
@@ -166,47 +166,10 @@ class Predictor:
         return self._replay((shape, "static"), lambda: self._step(static, to_pixels, None))
 
     def _step(self, static: torch.Tensor, to_pixels: torch.Tensor, staging: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-        dtype, channels_last = getattr(self.engine, "compute_format", (None, False))
-        if staging is None:
-            x = self.pre.transform(static, dtype, channels_last)
-        else:
-            x = self._banded_upload(static, staging, dtype or self.pre.dtype, channels_last)
-        return self._head(self.engine.capturable_forward(x), to_pixels)
-
-    def _banded_upload(self, static: torch.Tensor, staging: torch.Tensor, dtype: torch.dtype,
-                       channels_last: bool) -> torch.Tensor:
-        """DMA the pinned frames in row bands on a copy stream; preprocess each band once it landed.
-
-        The copy engine moves band j+1 while the GPU resizes band j, so only the last band's
-        preprocessing is left after the DMA (``Preprocessor.row_bands``: same result as a whole
-        ``transform``). Inside a capture the two streams fork and join, as graph branches.
-        """
-        bands = self.pre.row_bands(static.shape[1])
-        if len(bands) == 1:  # nothing to overlap
+        if staging is not None:
             static.copy_(staging, non_blocking=True)
-            return self.pre.transform(static, dtype, channels_last)
-        batch = static.shape[0]
-        layout = torch.channels_last if channels_last else torch.contiguous_format
-        x = torch.empty((batch, 3, *self.pre.config.size), dtype=dtype, device=self.device, memory_format=layout)
-        if self.device.type != "cuda":
-            for r0, r1, a, b in bands:
-                static[:, r0:r1].copy_(staging[:, r0:r1])
-                self.pre.transform_rows(static[:, r0:r1], x[:, :, a:b])
-            return x
-        main, copier = torch.cuda.current_stream(self.device), copy_stream(self.device)
-        copier.wait_stream(main)
-        landed = []
-        with torch.cuda.stream(copier):
-            for r0, r1, _a, _b in bands:
-                for i in range(batch):  # one contiguous block per image and band
-                    static[i, r0:r1].copy_(staging[i, r0:r1], non_blocking=True)
-                landed.append(torch.cuda.Event())
-                landed[-1].record(copier)
-        for (r0, r1, a, b), event in zip(bands, landed, strict=True):
-            main.wait_event(event)
-            self.pre.transform_rows(static[:, r0:r1], x[:, :, a:b])
-        main.wait_stream(copier)
-        return x
+        dtype, channels_last = getattr(self.engine, "compute_format", (None, False))
+        return self._head(self.engine.capturable_forward(self.pre.transform(static, dtype, channels_last)), to_pixels)
 
     # -- calls ----------------------------------------------------------------------------
     def run_batch(self, images: Sequence[Any]) -> list[Classification] | list[Detections]:

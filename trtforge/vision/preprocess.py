@@ -12,7 +12,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +30,6 @@ ACCEPTED_IMAGES = (
 
 #: Host → GPU uploads go in chunks of this many bytes, so copying into pinned memory overlaps the DMA.
 UPLOAD_CHUNK_BYTES = 1 << 19
-
-#: At most this many row bands when preprocessing follows the frame's DMA band by band.
-MAX_ROW_BANDS = 8
 
 
 class ImageInputError(TypeError):
@@ -209,49 +205,24 @@ class Preprocessor:
                 flat_out[lo:hi].copy_(flat_staging[lo:hi], non_blocking=True)
         return out
 
-    def _normalised(self, u8: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-        """(B, h, W, 3) uint8 → (B, 3, size) float32: resized, x * a + b."""
-        config = self.config
-        x = u8.permute(0, 3, 1, 2).float()
-        if config.channel_order == "BGR":
-            x = x.flip(1)
-        if tuple(x.shape[-2:]) != size:
-            kwargs = {} if config.interpolation == "nearest" else {"align_corners": False, "antialias": config.antialias}
-            x = F.interpolate(x, size=size, mode=config.interpolation, **kwargs)
-        return torch.addcmul(self._b, x, self._a)
-
     def transform(self, u8: torch.Tensor, dtype: torch.dtype | None = None, channels_last: bool = False) -> torch.Tensor:
         """(B, H, W, 3) uint8 → the model input: resized, normalised, NCHW (capturable: no syncs).
 
         ``dtype`` and ``channels_last`` let a caller that feeds the model directly (the predictor's
         graph) get the model's own compute format in the same final copy.
         """
-        x = self._normalised(u8, self.config.size)
+        config = self.config
+        x = u8.permute(0, 3, 1, 2).float()
+        if config.channel_order == "BGR":
+            x = x.flip(1)
+        if tuple(x.shape[-2:]) != config.size:
+            kwargs = {} if config.interpolation == "nearest" else {"align_corners": False, "antialias": config.antialias}
+            x = F.interpolate(x, size=config.size, mode=config.interpolation, **kwargs)
+        x = torch.addcmul(self._b, x, self._a)
         dtype = dtype or self.dtype
-        if self.config.layout == "NHWC":
+        if config.layout == "NHWC":
             return x.permute(0, 2, 3, 1).contiguous().to(dtype)
         return x.to(dtype, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
-
-    def row_bands(self, height: int) -> tuple[tuple[int, int, int, int], ...]:
-        """Exact row bands of a ``height``-row frame: (in_start, in_stop, out_start, out_stop) each.
-
-        Each band's output rows read only that band's input rows, so bands can be preprocessed one
-        by one (``transform_rows``) while the next band is still being copied to the GPU, with
-        the result of one whole ``transform``. That holds for bilinear/nearest downscaling without
-        antialias when both heights split evenly: ``gcd(height, out_height)`` gives the count, at
-        most ``MAX_ROW_BANDS``. Otherwise one band. Example: 720 → 224 rows gives 8 bands of 90 → 28.
-        """
-        out_h = self.config.size[0]
-        exact = (self.config.interpolation in ("bilinear", "nearest") and not self.config.antialias
-                 and self.config.layout == "NCHW" and height > out_h)
-        common = math.gcd(height, out_h) if exact else 1
-        n = max(d for d in range(1, MAX_ROW_BANDS + 1) if common % d == 0)
-        step_in, step_out = height // n, out_h // n
-        return tuple((j * step_in, (j + 1) * step_in, j * step_out, (j + 1) * step_out) for j in range(n))
-
-    def transform_rows(self, u8_rows: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """One band of ``row_bands``: (B, h, W, 3) uint8 rows → ``out``, that band's rows of the NCHW input."""
-        return out.copy_(self._normalised(u8_rows, (out.shape[-2], out.shape[-1])))
 
     def __call__(self, images: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
         """Decoded images (any sizes) → one model-input batch on the device."""
