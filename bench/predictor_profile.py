@@ -209,6 +209,8 @@ def variants(device: torch.device) -> dict[str, float]:
         "sort 300x80 descending, first 100": lambda: logits.flatten(1).sort(dim=1, descending=True)[0][:, :100],
         "floor: one tiny kernel": lambda: small.add_(1),
         "softmax + topk 5 of 1000": lambda: cls_logits.softmax(-1).topk(5, dim=-1),
+        "softmax + sort 1000, first 5": lambda: [t[:, :5] for t in cls_logits.softmax(-1).sort(dim=-1, descending=True)],
+        "topk 5 of 1000 logits, then softmax of those": lambda: (cls_logits.topk(5, dim=-1), cls_logits.logsumexp(-1)),
         "D2H 2.4 kB into pinned": lambda: pinned.copy_(small, non_blocking=True),
     }
     out = {}
