@@ -168,21 +168,11 @@ def _breakdown_one(name: str, image: np.ndarray, device: torch.device, warmup: i
             "upload": lambda: static.copy_(staging, non_blocking=True),  # the frame's DMA alone
             "graph": lambda: graphs.replay(key, None),  # DMA in, pre, model, decode, packed copy out
             "full": lambda: predictor(frame),
-            "full_sync": lambda: _with_wait(predictor, "sync", frame),
             "model": lambda: engine(x),
         }
         stats = measure_interleaved(cases, device, warmup=warmup, repeats=repeats)
         for kind, st in stats.items():
             result.add(name, "cuda_graph", 1, f"breakdown_{kind}", st, interleaved=True)
-
-
-def _with_wait(predictor: Predictor, wait: str, frame: np.ndarray):
-    """One call with another wait mode (spin → sync), then back."""
-    default, predictor.wait = predictor.wait, wait
-    try:
-        return predictor(frame)
-    finally:
-        predictor.wait = default
 
 
 def merge(result: BenchResult, previous: dict, source: str) -> None:

@@ -41,11 +41,6 @@ from trtforge.vision.preprocess import PreprocessConfig, Preprocessor, decode_im
 
 TASKS: tuple[str, ...] = ("classification", "detection")
 
-#: How a call waits for its results. "spin" polls a completion event (lowest latency; one CPU
-#: core busy during the wait); "sync" blocks in ``stream.synchronize()`` (frees the core; adds
-#: the driver's wake-up latency).
-WAITS: tuple[str, ...] = ("spin", "sync")
-
 #: Output names tried, in order, for the DETR-style heads (else the first two outputs).
 DETR_LOGITS = ("logits", "pred_logits", "labels", "scores")
 DETR_BOXES = ("boxes", "pred_boxes", "dets")
@@ -72,12 +67,9 @@ class Predictor:
         num_detections: int = 100,
         threshold: float = 0.5,
         cuda_graph: bool | None = None,
-        wait: str = "spin",
     ) -> None:
         if task not in TASKS:
             raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
-        if wait not in WAITS:
-            raise ValueError(f"unknown wait {wait!r}; choose one of {WAITS}")
         if preprocessing is None:
             preprocessing = getattr(getattr(engine, "sidecar", None), "preprocessing", None)
         if preprocessing is None:
@@ -104,8 +96,6 @@ class Predictor:
                 f"on {self.device}. Use the tensorrt route with cuda_graph=True for TensorRT engines"
             )
         self.cuda_graph = cuda_graph
-        self.wait = wait
-        self._done = torch.cuda.Event() if self.device.type == "cuda" else None
         self._graphs = GraphCache(self.device) if cuda_graph else None
         self._static: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
         self._layouts: dict[tuple, tuple[PackedLayout, torch.Tensor]] = {}
@@ -128,20 +118,9 @@ class Predictor:
     def _finish(self, topk: tuple[torch.Tensor, ...]) -> list[Classification] | list[Detections]:
         """The plain path: every result to the host with one synchronize."""
         host = tuple(t.to("cpu", non_blocking=True) for t in topk)
-        self._wait_for_gpu()
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
         return self._results(tuple(t.numpy() for t in host))
-
-    def _wait_for_gpu(self) -> None:
-        """Wait until the work queued on the current stream is done (see ``WAITS``)."""
-        if self._done is None:
-            return
-        stream = torch.cuda.current_stream(self.device)
-        if self.wait == "sync":
-            stream.synchronize()
-            return
-        self._done.record(stream)
-        while not self._done.query():  # busy-poll: notices completion within a microsecond or two
-            pass
 
     def _replay(self, key: tuple, step: Callable[[], tuple[torch.Tensor, ...]] | None) -> tuple[np.ndarray, ...]:
         """Replay the graph for ``key`` (capturing ``step`` + packing + one copy to the host first)."""
@@ -157,7 +136,8 @@ class Predictor:
             return host.copy_(layout.pack(out), non_blocking=True)
 
         host = self._graphs.replay(key, whole)
-        self._wait_for_gpu()
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
         if len(layouts) > len(self._graphs):  # graphs the cache evicted: drop their host bytes too
             for stale in [k for k in layouts if k not in self._graphs]:
                 del layouts[stale]
