@@ -6,7 +6,10 @@ buffer → resize + normalise → engine → top-k / DETR decoding → a few num
 On an engine that offers ``capturable_forward`` (the PyTorch routes) and with ``cuda_graph=True``
 (the default on the ``cuda_graph`` route), preprocessing, the model and the fixed-size decoding
 are captured as ONE CUDA graph per (batch, height, width) of the incoming frames, and each call
-is: copy uint8 in, replay, read back. Images of mixed sizes take the plain path.
+is: copy uint8 in, replay, read back. The graph packs every result into one byte buffer and copies
+it to pinned host memory once (``packing.PackedLayout``). Frames decoded into ``frame_buffer()``
+take a graph that also holds their DMA, and a call with them goes straight to the replay: no
+decoding, no torch op on the host. Images of mixed sizes take the plain path.
 
 Example:
     >>> engine = trtforge.load("out/efficientnet_lite0_fp16.engine", route="cuda_graph")
