@@ -164,13 +164,28 @@ def _breakdown_one(name: str, image: np.ndarray, device: torch.device, warmup: i
         key = (shape, "frame_buffer", staging.data_ptr())
         graphs = predictor._graphs
         x = example_input(model.inputs[0], 1, engine.device)
+        # The same call with compile_preprocessing=True (one fused Inductor kernel for the resize).
+        fused = Predictor(engine, model.preprocessing, task=model.task, compile_preprocessing=True)
+        fused_frames = fused.frame_buffer(1, *image.shape[:2])
+        fused_frames[...] = image
+        fused_frame = fused_frames[0]
+        predictor.threshold = fused.threshold = 0.0
+        a, b = predictor(frame), fused(fused_frame)
+        predictor.threshold = fused.threshold = 0.5
+        scores = "score" if model.task == "classification" else "confidence"
+        err = float(np.abs(getattr(a, scores)[:5] - getattr(b, scores)[:5]).max())
+        ok = bool(np.array_equal(a.class_id[:1], b.class_id[:1]) and err < 1e-2)
+        result.checks.append({"model": name, "route": "compiled_preprocessing_vs_eager", "batch": 1,
+                              "rel_error": err, "ok": ok})
         cases = {
             "upload": lambda: static.copy_(staging, non_blocking=True),  # the frame's DMA alone
             "graph": lambda: graphs.replay(key, None),  # DMA in, pre, model, decode, packed copy out
             "full": lambda: predictor(frame),
+            "full_fused_pre": lambda: fused(fused_frame),
             "model": lambda: engine(x),
         }
         stats = measure_interleaved(cases, device, warmup=warmup, repeats=repeats)
+        fused.close()
         for kind, st in stats.items():
             result.add(name, "cuda_graph", 1, f"breakdown_{kind}", st, interleaved=True)
 

@@ -130,3 +130,18 @@ def test_one_graph_path_matches_plain_path_detection():
         np.testing.assert_allclose(result.xyxy, ref.xyxy, rtol=1e-4, atol=1e-3)
         assert result.xyxy.dtype == np.float32 and result.class_id.dtype == np.int64
     assert graph._graphs.replays == 2
+
+
+def test_compiled_preprocessing_gives_the_eager_results(lite0):
+    """compile_preprocessing=True: one fused kernel (Inductor, here its CPU code), same classes and scores."""
+    engine = TorchEngine(lite0, [TensorSpec("images", "float32", (-1, 3, 224, 224))], ["logits"], device="cpu")
+    fused = Predictor(engine, LITE0_PREPROCESSING, cuda_graph=False, compile_preprocessing=True)
+    fused._graphs = EagerReplayGraphCacheDouble()
+    plain = Predictor(engine, LITE0_PREPROCESSING, cuda_graph=False)
+    photo = data.chelsea()
+    frames = fused.frame_buffer(1, *photo.shape[:2])
+    frames[0] = photo
+    ours, ref = fused(frames[0]), plain(photo)
+    np.testing.assert_array_equal(ours.class_id, ref.class_id)
+    np.testing.assert_allclose(ours.score, ref.score, rtol=1e-4, atol=1e-6)
+    assert fused._transform is not fused.pre.transform  # the compiled function ran, not the eager one

@@ -70,6 +70,7 @@ class Predictor:
         num_detections: int = 100,
         threshold: float = 0.5,
         cuda_graph: bool | None = None,
+        compile_preprocessing: bool = False,
     ) -> None:
         if task not in TASKS:
             raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
@@ -99,6 +100,10 @@ class Predictor:
                 f"on {self.device}. Use the tensorrt route with cuda_graph=True for TensorRT engines"
             )
         self.cuda_graph = cuda_graph
+        # torch.compile fuses uint8 → float, resize, normalise and the cast into one kernel; the
+        # first call per frame size pays the compile (about 5 s on a CPU).
+        self._transform = (torch.compile(self.pre.transform, dynamic=False, fullgraph=True)
+                           if compile_preprocessing else self.pre.transform)
         self._graphs = GraphCache(self.device) if cuda_graph else None
         self._static: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
         self._layouts: dict[tuple, tuple[PackedLayout, torch.Tensor]] = {}
@@ -172,7 +177,7 @@ class Predictor:
         if staging is not None:
             static.copy_(staging, non_blocking=True)
         dtype, channels_last = getattr(self.engine, "compute_format", (None, False))
-        return self._head(self.engine.capturable_forward(self.pre.transform(static, dtype, channels_last)), to_pixels)
+        return self._head(self.engine.capturable_forward(self._transform(static, dtype, channels_last)), to_pixels)
 
     # -- calls ----------------------------------------------------------------------------
     def run_batch(self, images: Sequence[Any]) -> list[Classification] | list[Detections]:
@@ -189,7 +194,7 @@ class Predictor:
         if self._graphs is not None and same:
             return self._results(self._graph_call(decoded))
         sizes = torch.tensor([tuple(im.shape[:2]) for im in decoded], device=self.device)
-        x = self.pre(decoded)
+        x = self._transform(self.pre.upload(decoded)) if same else self.pre(decoded)
         return self._finish(self._head(self.engine(x), detr_box_transform(sizes)))
 
     def __call__(self, images: Any) -> Any:
