@@ -248,6 +248,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="tiny repeats (a dry run on the CPU)")
     parser.add_argument("--compile-mode", default="max-autotune",
                         help="torch.compile mode of the compiled route (rows are labelled with it unless max-autotune)")
+    parser.add_argument("--compile-preprocessing", action="store_true",
+                        help="the cuda_graph route's predictor fuses its preprocessing (Predictor(compile_preprocessing=True))")
     parser.add_argument("--merge", type=Path, help="an earlier routes_gpu.json: its rows for cases not re-run are kept")
     parser.add_argument("--only-breakdown", action="store_true",
                         help="only the end-to-end breakdown (cuda_graph, batch 1) → routes_gpu_breakdown.json")
@@ -292,7 +294,8 @@ def main() -> int:
     models = [zoo_bench_model(m, compile_mode=args.compile_mode) for m in args.models]
     console.rule(f"routes {plain_routes}")
     run_route_bench(models, plain_routes, args.batches, device=device, image=image, warmup=args.warmup,
-                    repeats=args.repeats, result=result, on_progress=console.log, on_row=save)
+                    repeats=args.repeats, result=result, on_progress=console.log, on_row=save,
+                    compile_preprocessing=args.compile_preprocessing)
     console.rule(f"memory: {args.memory_loops} × load / run / close")
     memory = memory_roundtrips(args.memory_loops, device, image)
     result.config["memory"] = {k: v for k, v in memory.items() if k != "samples"}

@@ -262,8 +262,12 @@ def run_route_bench(
     on_progress: Callable[[str], None] | None = None,
     on_row: Callable[[BenchResult], None] | None = None,
     route_labels: dict[str, str] | None = None,
+    compile_preprocessing: bool = False,
 ) -> BenchResult:
-    """Time every model × route × batch (model-only and end-to-end); check each against eager FP32."""
+    """Time every model × route × batch (model-only and end-to-end); check each against eager FP32.
+
+    ``compile_preprocessing`` is passed to the predictor on the ``cuda_graph`` route.
+    """
     from trtforge.runtime.torch_routes import default_device
 
     device = default_device(device)
@@ -308,7 +312,9 @@ def run_route_bench(
                                           "first_call_s": first_call_s})
                     say(f"{bench_model.name} / {route} / b{batch}: model only and end to end, side by side "
                         f"(first call {first_call_s:.1f}s)")
-                    with Predictor(engine, bench_model.preprocessing, task=bench_model.task) as predictor:
+                    fuse = compile_preprocessing and route == "cuda_graph"
+                    with Predictor(engine, bench_model.preprocessing, task=bench_model.task,
+                                   compile_preprocessing=fuse) as predictor:
                         calls = {"model": lambda x=x, e=engine: e(x), "end_to_end": lambda f=[image] * batch: predictor(f)}
                         # Frames decoded straight into the predictor's pinned buffer: no host memcpy.
                         buffer = predictor.frame_buffer(batch, *image.shape[:2])
@@ -320,6 +326,7 @@ def run_route_bench(
                         stats = measure_interleaved(calls, engine.device, warmup=warmup, repeats=repeats, batch=batch)
                         for kind, st in stats.items():
                             extra = {} if kind == "model" else {"predictor_cuda_graph": predictor.cuda_graph}
+                            extra = {**extra, "compile_preprocessing": fuse} if kind != "model" else extra
                             result.add(bench_model.name, label, batch, kind, st, interleaved=True, **extra)
                     if on_row is not None:
                         on_row(result)
