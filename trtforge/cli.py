@@ -35,7 +35,7 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return func(*args, **kwargs)
         except USER_ERRORS as exc:
-            err_console.print(f"[bold red]error:[/] {exc}")
+            err_console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
             raise typer.Exit(2) from exc
         except KeyboardInterrupt as exc:
             err_console.print(f"[yellow]cancelled:[/] {exc or 'interrupted'}")

@@ -10,6 +10,9 @@ is: copy uint8 in, replay, read back. The graph packs every result into one byte
 it to pinned host memory once (``packing.PackedLayout``). Frames decoded into ``frame_buffer()``
 take a graph that also holds their DMA, and a call with them goes straight to the replay: no
 decoding, no torch op on the host. Images of mixed sizes take the plain path.
+``compile_preprocessing=True`` has ``torch.compile`` fuse uint8 → float, resize, normalise and the
+cast into one kernel (needs Triton on a GPU, a C++ compiler on a CPU; the first call per frame
+size pays the compile).
 
 Example:
     >>> engine = trtforge.load("out/efficientnet_lite0_fp16.engine", route="cuda_graph")
