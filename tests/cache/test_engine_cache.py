@@ -137,6 +137,20 @@ def test_prune_and_clear(tmp_path):
     assert cache.clear() == 1 and cache.entries() == []
 
 
+def test_prune_and_clear_remove_idle_lock_files_only(tmp_path):
+    cache = EngineCache(tmp_path)
+    locks = tmp_path / "locks"
+    with cache.lock("d" * 64):
+        pass  # a finished build leaves its lock file behind
+    with cache.lock("e" * 64):  # a build still running
+        cache.prune(max_bytes=10**9)
+        assert sorted(p.stem[0] for p in locks.glob("*.lock")) == ["e"]
+        cache.clear()
+        assert [p.stem[0] for p in locks.glob("*.lock")] == ["e"]
+    cache.clear()
+    assert list(locks.glob("*.lock")) == []
+
+
 def test_unwritable_cache_folder_is_refused_before_export(tiny_module, tmp_path, monkeypatch):
     def no_export(*args, **kwargs):
         raise AssertionError("refused too late")

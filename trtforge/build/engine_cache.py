@@ -337,13 +337,35 @@ class EngineCache:
             target = self.lookup_request(request.stem)
             if target not in live:
                 request.unlink(missing_ok=True)
+        self._remove_idle_locks()
         return removed
 
+    def _remove_idle_locks(self) -> int:
+        """Delete lock files nobody holds (taken first, so a running build keeps its own).
+
+        A process that opened a lock file just before it was deleted may still build the same key
+        as a newcomer: twice the work, never a broken entry (writes are atomic).
+        """
+        count = 0
+        for path in (self.directory / "locks").glob("*.lock"):
+            lock = FileLock(str(path))
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:
+                continue  # held: a build is running
+            try:
+                path.unlink(missing_ok=True)
+                count += 1
+            finally:
+                lock.release()
+        return count
+
     def clear(self) -> int:
-        """Remove every entry and request record; return how many entries went."""
+        """Remove every entry, request record and idle lock file; return how many entries went."""
         count = len(self.entries())
         for folder in ("entries", "requests"):
             for path in (self.directory / folder).iterdir():
                 if path.is_file():
                     path.unlink(missing_ok=True)
+        self._remove_idle_locks()
         return count
