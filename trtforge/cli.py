@@ -248,12 +248,15 @@ def bench(
     device: Annotated[str | None, typer.Option(help="cuda, cuda:1, cpu (default: the GPU if any)")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write every number here")] = None,
     png_out: Annotated[Path | None, typer.Option("--png", help="write the plot here (needs matplotlib)")] = None,
+    compile_preprocessing: Annotated[bool, typer.Option(
+        help="the cuda_graph route's predictor fuses its preprocessing with torch.compile")] = False,
 ) -> None:
     """Routes × batch sizes: model-only and end-to-end (predictor) latency, p50/p90/p99, throughput."""
     from trtforge.bench.routes import run_bench_command
 
     run_bench_command(target, route or ["eager", "fp16", "cuda_graph"], batch or [1, 8], warmup=warmup,
-                      repeats=repeats, device=device, json_path=json_out, png_path=png_out, console=console)
+                      repeats=repeats, device=device, json_path=json_out, png_path=png_out, console=console,
+                      compile_preprocessing=compile_preprocessing)
 
 
 def main() -> None:  # pragma: no cover - console entry

@@ -40,3 +40,15 @@ def test_bench_command_writes_rows_and_checks(lite0_sidecar, tmp_path):
 def test_bench_command_refuses_unknown_route(lite0_sidecar):
     result = CliRunner().invoke(app, ["bench", str(lite0_sidecar), "--route", "tensorflow"])
     assert result.exit_code == 2 and "unknown route" in result.output
+
+
+def test_bench_compile_preprocessing_reaches_the_cuda_graph_predictor(lite0_sidecar, tmp_path):
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(app, ["bench", str(lite0_sidecar), "--route", "eager", "--route", "cuda_graph",
+                                      "--batch", "1", "--warmup", "0", "--repeats", "1", "--compile-preprocessing",
+                                      "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["rows"]
+    fused = {(r["route"], r["kind"]): r.get("compile_preprocessing") for r in rows}
+    assert fused[("cuda_graph", "end_to_end")] is True and fused[("eager", "end_to_end")] is False
+    assert fused[("cuda_graph", "model")] is None  # a model-only row has no predictor

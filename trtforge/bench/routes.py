@@ -376,6 +376,7 @@ def open_bench_target(target: str) -> BenchModel:
 def run_bench_command(
     target: str, routes: Sequence[str], batches: Sequence[int], *, warmup: int = 10, repeats: int = 100,
     device: Any = None, json_path: str | Path | None = None, png_path: str | Path | None = None, console: Any = None,
+    compile_preprocessing: bool = False,
 ) -> BenchResult:
     """What ``trtforge bench`` does: time, print the table, write JSON and PNG when asked."""
     from rich.console import Console
@@ -392,7 +393,7 @@ def run_bench_command(
     if target.startswith("zoo:") and {"tensorrt", "onnxruntime"} & set(routes):
         raise ValueError("zoo targets run the PyTorch routes only; give an engine path for tensorrt/onnxruntime")
     result = run_route_bench([model], routes, batches, device=device, warmup=warmup, repeats=repeats,
-                             on_progress=console.log)
+                             on_progress=console.log, compile_preprocessing=compile_preprocessing)
     result.config["command"] = f"trtforge bench {target} " + " ".join(f"--route {r}" for r in routes)
     console.print(result.table())
     if json_path is not None:
