@@ -148,10 +148,6 @@ class Preprocessor:
             return None
         return self._staging[shape]
 
-    def in_frame_buffer(self, images: Sequence[Any]) -> bool:
-        """True when image ``i`` is exactly ``frame_buffer()[i]`` for every i (no host copy needed)."""
-        return self.frame_buffer_of(images) is not None
-
     def frame_buffer(self, batch: int, height: int, width: int) -> np.ndarray:
         """A pinned (batch, height, width, 3) uint8 array to decode frames into.
 
