@@ -44,6 +44,16 @@ def test_lite0_overrides(lite0_analysis):
     assert all(v is None for v in decide(a, rules=False).values())
 
 
+def test_depthwise_kind_excludes_exactly_the_grouped_convs(lite0_analysis):
+    a = lite0_analysis
+    d = _by_label(a, decide(a, exclude=("DepthwiseConv",)))
+    excluded = {label for label, reason in d.items() if reason == "excluded by pattern 'DepthwiseConv'"}
+    grouped = {c.label for c in a.candidates if c.op_type == "Conv" and c.groups > 1}
+    assert excluded == grouped and len(grouped) == 16  # one depthwise conv per MBConv block
+    assert all(label.endswith("_depthwise_conv") for label in grouped)
+    assert d["_blocks.15._project_conv"] is None  # pointwise convs keep their INT8
+
+
 def test_minilm_structure(minilm_analysis):
     a = minilm_analysis
     labels = {c.output: c.label for c in a.candidates}
