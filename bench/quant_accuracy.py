@@ -20,6 +20,7 @@ import argparse
 import json
 import logging
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -208,10 +209,12 @@ TRTFORGE_CONFIGS: tuple[tuple[str, QuantConfig], ...] = (
     ("trtforge INT8 placement=auto (task budget)", QuantConfig(placement="auto")),
     # The same search with the former default, one relative-L2 limit for every task.
     ("trtforge INT8 placement=auto (rel. L2 ≤ 0.1)", QuantConfig(placement="auto", error_budget=ErrorBudget.of(rel_l2=0.1))),
+    # Depthwise convolutions kept in FP16 (their INT8 weights bloat TensorRT-RTX engines; docs/quantization.md).
+    ("trtforge INT8 default, depthwise convs FP16", QuantConfig(exclude=("DepthwiseConv",))),
 )
 
 
-def evaluate_suite(suite: Suite, work: Path, modelopt_python: str | None) -> list[dict]:
+def evaluate_suite(suite: Suite, work: Path, modelopt_python: str | None, only: str | None = None) -> list[dict]:
     rows = []
     ref = run(suite.fp32, suite.evaluation)
     macs = mac_counts(suite.fp32, suite.evaluation[0])
@@ -230,6 +233,8 @@ def evaluate_suite(suite: Suite, work: Path, modelopt_python: str | None) -> lis
     t = time.perf_counter()
     record("FP16 (trtforge FP16 pass)", fp16_graph(suite), time.perf_counter() - t, coverage=0.0)
     for name, cfg in TRTFORGE_CONFIGS:
+        if only is not None and not re.search(only, name):
+            continue
         t = time.perf_counter()
         result = quantize_model(suite.fp32, suite.calib, cfg, suite.preprocessing, progress=False)
         excluded = len(result.plan.excluded)
@@ -302,6 +307,7 @@ def main() -> None:
     parser.add_argument("--models", default="lite0,minilm,ocr")
     parser.add_argument("--eval", type=int, default=500)
     parser.add_argument("--modelopt-python", default="/tmp/mo_venv/bin/python")
+    parser.add_argument("--only", help="regex: run only the trtforge configurations whose name matches")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     mo = args.modelopt_python if Path(args.modelopt_python).exists() else None
@@ -311,7 +317,7 @@ def main() -> None:
         task = progress.add_task("models", total=len(names))
         for name in names:
             suite = SUITES[name](Path(tmp), args.eval)
-            rows += evaluate_suite(suite, Path(tmp), mo)
+            rows += evaluate_suite(suite, Path(tmp), mo, args.only)
             progress.advance(task)
             (args.out / "quant_accuracy.json").write_text(json.dumps(
                 {"machine": f"{platform.processor() or platform.machine()}, {platform.system()}",
