@@ -76,9 +76,7 @@ def profile_model(name: str, image: np.ndarray, device: torch.device, repeats: i
         for _ in range(30):
             predictor(frame)
             engine(x)
-        shape = (1, *image.shape)
-        staging = predictor.pre.staging(shape)
-        key = (shape, "frame_buffer", staging.data_ptr())
+        key = predictor._frame_buffer_key([frame])
         graphs, layout_host = predictor._graphs, predictor._layouts[key]
         stream = torch.cuda.current_stream(device)
         arrays = layout_host[0].unpack(layout_host[1].numpy().copy())

@@ -161,7 +161,7 @@ def _breakdown_one(name: str, image: np.ndarray, device: torch.device, warmup: i
         shape = (1, *image.shape)
         static, _sizes = predictor._static[shape]
         staging = predictor.pre.staging(shape)
-        key = (shape, "frame_buffer", staging.data_ptr())
+        key = predictor._frame_buffer_key([frame])
         graphs = predictor._graphs
         x = example_input(model.inputs[0], 1, engine.device)
         # The same call with compile_preprocessing=True (one fused Inductor kernel for the resize).

@@ -103,6 +103,8 @@ class Predictor:
                 f"on {self.device}. Use the tensorrt route with cuda_graph=True for TensorRT engines"
             )
         self.cuda_graph = cuda_graph
+        # (dtype, channels_last) the model computes in; the graph's preprocessing writes it directly.
+        self._compute_format = getattr(engine, "compute_format", (None, False))
         # torch.compile fuses uint8 → float, resize, normalise and the cast into one kernel; the
         # first call per frame size pays the compile (about 5 s on a CPU).
         self._transform = (torch.compile(self.pre.transform, dynamic=False, fullgraph=True)
@@ -117,9 +119,8 @@ class Predictor:
         if self.task == "classification":
             return classification_topk(outputs[self._logits], self.top_k)
         # Logits a FP16 model computed are exact in FP16: select on them (half the radix passes).
-        select = getattr(self.engine, "compute_format", (None, False))[0]
         return detr_topk(outputs[self._logits], outputs[self._boxes], k=self.num_detections,
-                         box_transform=boxes_to_pixels, select_dtype=select)
+                         box_transform=boxes_to_pixels, select_dtype=self._compute_format[0])
 
     def _results(self, arrays: tuple[np.ndarray, ...]) -> list[Classification] | list[Detections]:
         if self.task == "classification":
@@ -170,16 +171,22 @@ class Predictor:
         """
         shape = (len(images), *tuple(images[0].shape))
         static, to_pixels = self._statics(shape)
-        staging = self.pre.frame_buffer_of(images)
-        if staging is not None:
-            return self._replay((shape, "frame_buffer", staging.data_ptr()), lambda: self._step(static, to_pixels, staging))
+        key = self._frame_buffer_key(images)
+        if key is not None:
+            staging = self.pre.staging(shape)
+            return self._replay(key, lambda: self._step(static, to_pixels, staging))
         self.pre.upload(images, out=static)
         return self._replay((shape, "static"), lambda: self._step(static, to_pixels, None))
+
+    def _frame_buffer_key(self, images: Sequence[Any]) -> tuple | None:
+        """The graph key of frames that are exactly ``frame_buffer()``'s views, else None."""
+        staging = self.pre.frame_buffer_of(images)
+        return None if staging is None else (tuple(staging.shape), "frame_buffer", staging.data_ptr())
 
     def _step(self, static: torch.Tensor, to_pixels: torch.Tensor, staging: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         if staging is not None:
             static.copy_(staging, non_blocking=True)
-        dtype, channels_last = getattr(self.engine, "compute_format", (None, False))
+        dtype, channels_last = self._compute_format
         return self._head(self.engine.capturable_forward(self._transform(static, dtype, channels_last)), to_pixels)
 
     # -- calls ----------------------------------------------------------------------------
@@ -188,8 +195,7 @@ class Predictor:
         if not images:
             return []
         if self._graphs is not None:  # frames already in the pinned buffer, graph captured: just replay
-            staging = self.pre.frame_buffer_of(images)
-            key = None if staging is None else ((len(images), *images[0].shape), "frame_buffer", staging.data_ptr())
+            key = self._frame_buffer_key(images)
             if key in self._graphs:
                 return self._results(self._replay(key, None))
         decoded = [decode_image(im) for im in images]

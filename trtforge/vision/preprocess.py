@@ -123,18 +123,17 @@ class Preprocessor:
         # x * scale, minus mean, over std  ==  x * a + b, one fused multiply-add on the GPU.
         self._a = (config.scale / std).view(1, 3, 1, 1).to(self.device)
         self._b = (-mean / std).view(1, 3, 1, 1).to(self.device)
-        self._staging: dict[tuple[int, ...], torch.Tensor] = {}
-        self._frame_addresses: dict[tuple[int, ...], tuple[int, ...]] = {}
+        # The pinned buffer for frames of one shape, and the host address of each of its frames.
+        self._staging: dict[tuple[int, ...], tuple[torch.Tensor, tuple[int, ...]]] = {}
 
     def _pinned(self, shape: tuple[int, ...]) -> torch.Tensor:
-        buffer = self._staging.get(shape)
-        if buffer is None:
+        entry = self._staging.get(shape)
+        if entry is None:
             buffer = torch.empty(shape, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
-            # Keep one: frames of one stream share a size.
-            self._staging = {shape: buffer}
             per_image = buffer[0].numel() if shape[0] else 0
-            self._frame_addresses = {shape: tuple(buffer.data_ptr() + i * per_image for i in range(shape[0]))}
-        return buffer
+            entry = (buffer, tuple(buffer.data_ptr() + i * per_image for i in range(shape[0])))
+            self._staging = {shape: entry}  # keep one: frames of one stream share a size
+        return entry[0]
 
     def staging(self, shape: tuple[int, ...]) -> torch.Tensor:
         """The pinned (B, H, W, 3) uint8 buffer behind ``frame_buffer()`` for frames of ``shape``."""
@@ -143,10 +142,10 @@ class Preprocessor:
     def frame_buffer_of(self, images: Sequence[Any]) -> torch.Tensor | None:
         """The pinned buffer when image ``i`` is exactly ``frame_buffer()[i]`` for every i, else None."""
         shape = (len(images), *getattr(images[0], "shape", ()))
-        addresses = self._frame_addresses.get(shape)
-        if addresses is None or not all(_address(im) == a for im, a in zip(images, addresses, strict=True)):
+        entry = self._staging.get(shape)
+        if entry is None or not all(_address(im) == a for im, a in zip(images, entry[1], strict=True)):
             return None
-        return self._staging[shape]
+        return entry[0]
 
     def frame_buffer(self, batch: int, height: int, width: int) -> np.ndarray:
         """A pinned (batch, height, width, 3) uint8 array to decode frames into.
@@ -185,7 +184,7 @@ class Preprocessor:
         staging = self._pinned(shape)
         flat_out, flat_staging = out.view(-1), staging.view(-1)
         per_image = flat_staging.numel() // len(images)
-        addresses = self._frame_addresses[shape]
+        addresses = self._staging[shape][1]
         for i, im in enumerate(images):
             if _address(im) == addresses[i]:  # decoded straight into frame_buffer(): no memcpy
                 out[i].copy_(staging[i], non_blocking=True)
