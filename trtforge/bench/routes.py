@@ -325,8 +325,8 @@ def run_route_bench(
                             calls["end_to_end_device"] = lambda f=resident: predictor(f)
                         stats = measure_interleaved(calls, engine.device, warmup=warmup, repeats=repeats, batch=batch)
                         for kind, st in stats.items():
-                            extra = {} if kind == "model" else {"predictor_cuda_graph": predictor.cuda_graph}
-                            extra = {**extra, "compile_preprocessing": fuse} if kind != "model" else extra
+                            extra = {} if kind == "model" else {"predictor_cuda_graph": predictor.cuda_graph,
+                                                                "compile_preprocessing": fuse}
                             result.add(bench_model.name, label, batch, kind, st, interleaved=True, **extra)
                     if on_row is not None:
                         on_row(result)

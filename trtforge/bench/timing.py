@@ -53,29 +53,7 @@ def measure(
     fn: Callable[[], Any], device: torch.device, *, warmup: int = 10, repeats: int = 100, batch: int = 1
 ) -> LatencyStats:
     """Call ``fn`` ``warmup`` times, then time ``repeats`` synchronized calls."""
-    if repeats < 1:
-        raise ValueError(f"repeats={repeats}: time at least one call")
-    device = torch.device(device)
-    for _ in range(warmup):
-        fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        stream = torch.cuda.current_stream(device)
-        samples = []
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record(stream)
-            fn()
-            end.record(stream)
-            end.synchronize()
-            samples.append(start.elapsed_time(end))
-        return LatencyStats.from_samples(samples, batch, "cuda_events")
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1000.0)
-    return LatencyStats.from_samples(samples, batch, "perf_counter")
+    return measure_interleaved({"call": fn}, device, warmup=warmup, repeats=repeats, batch=batch)["call"]
 
 
 def measure_interleaved(
