@@ -340,13 +340,12 @@ class EngineCache:
         self._remove_idle_locks()
         return removed
 
-    def _remove_idle_locks(self) -> int:
+    def _remove_idle_locks(self) -> None:
         """Delete lock files nobody holds (taken first, so a running build keeps its own).
 
         A process that opened a lock file just before it was deleted may still build the same key
         as a newcomer: twice the work, never a broken entry (writes are atomic).
         """
-        count = 0
         for path in (self.directory / "locks").glob("*.lock"):
             lock = FileLock(str(path))
             try:
@@ -355,10 +354,8 @@ class EngineCache:
                 continue  # held: a build is running
             try:
                 path.unlink(missing_ok=True)
-                count += 1
             finally:
                 lock.release()
-        return count
 
     def clear(self) -> int:
         """Remove every entry, request record and idle lock file; return how many entries went."""
