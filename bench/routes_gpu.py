@@ -146,12 +146,12 @@ def _breakdown_one(name: str, image: np.ndarray, device: torch.device, warmup: i
                    result: BenchResult) -> None:
     model = zoo_bench_model(name)
     with model.open("cuda_graph", device) as engine, \
-            Predictor(engine, model.preprocessing, task=model.task) as predictor:
+            Predictor(engine, model.preprocessing, task=model.task, compile_preprocessing=False) as predictor:
         frames = predictor.frame_buffer(1, *image.shape[:2])
         frames[...] = image
         frame = frames[0]
         one_graph = predictor(frame)  # captures the graph (frame-buffer path: DMA in, results out included)
-        plain = predictor(np.array(frame))  # a pageable copy takes the upload-then-replay path
+        plain = predictor(np.array(frame))  # a pageable copy: staged into our pinned buffer, then its own graph
         agree = all(np.array_equal(getattr(one_graph, f), getattr(plain, f))
                     for f in ("class_id", "score", "xyxy", "confidence") if hasattr(one_graph, f))
         result.checks.append({"model": name, "route": "frame_buffer_graph_vs_upload_path", "batch": 1,
@@ -248,8 +248,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="tiny repeats (a dry run on the CPU)")
     parser.add_argument("--compile-mode", default="max-autotune",
                         help="torch.compile mode of the compiled route (rows are labelled with it unless max-autotune)")
-    parser.add_argument("--compile-preprocessing", action="store_true",
-                        help="the cuda_graph route's predictor fuses its preprocessing (Predictor(compile_preprocessing=True))")
+    fused = parser.add_mutually_exclusive_group()
+    fused.add_argument("--compile-preprocessing", action="store_const", const=True, default=None,
+                       help="the cuda_graph route's predictor fuses its preprocessing (Predictor(compile_preprocessing=True); "
+                            "the default on a GPU with Triton)")
+    fused.add_argument("--no-compile-preprocessing", dest="compile_preprocessing", action="store_const", const=False,
+                       help="the cuda_graph route's predictor keeps its preprocessing unfused")
     parser.add_argument("--merge", type=Path, help="an earlier routes_gpu.json: its rows for cases not re-run are kept")
     parser.add_argument("--only-breakdown", action="store_true",
                         help="only the end-to-end breakdown (cuda_graph, batch 1) → routes_gpu_breakdown.json")

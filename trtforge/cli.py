@@ -248,8 +248,10 @@ def bench(
     device: Annotated[str | None, typer.Option(help="cuda, cuda:1, cpu (default: the GPU if any)")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write every number here")] = None,
     png_out: Annotated[Path | None, typer.Option("--png", help="write the plot here (needs matplotlib)")] = None,
-    compile_preprocessing: Annotated[bool, typer.Option(
-        help="the cuda_graph route's predictor fuses its preprocessing with torch.compile")] = False,
+    compile_preprocessing: Annotated[bool | None, typer.Option(
+        "--compile-preprocessing/--no-compile-preprocessing",
+        help="the cuda_graph route's predictor fuses its preprocessing with torch.compile "
+             "(default: when it captures CUDA graphs and Triton is installed)")] = None,
 ) -> None:
     """Routes × batch sizes: model-only and end-to-end (predictor) latency, p50/p90/p99, throughput."""
     from trtforge.bench.routes import run_bench_command

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 import torch
 from typer.testing import CliRunner
 
@@ -42,13 +43,17 @@ def test_bench_command_refuses_unknown_route(lite0_sidecar):
     assert result.exit_code == 2 and "unknown route" in result.output
 
 
-def test_bench_compile_preprocessing_reaches_the_cuda_graph_predictor(lite0_sidecar, tmp_path):
+@pytest.mark.parametrize(("flag", "on_cuda_graph"), [
+    (["--compile-preprocessing"], True),
+    ([], False),  # the default: fused only where the predictor captures CUDA graphs (here: a CPU)
+])
+def test_bench_compile_preprocessing_reaches_the_cuda_graph_predictor(lite0_sidecar, tmp_path, flag, on_cuda_graph):
     out = tmp_path / "bench.json"
     result = CliRunner().invoke(app, ["bench", str(lite0_sidecar), "--route", "eager", "--route", "cuda_graph",
-                                      "--batch", "1", "--warmup", "0", "--repeats", "1", "--compile-preprocessing",
+                                      "--batch", "1", "--warmup", "0", "--repeats", "1", *flag,
                                       "--json", str(out)])
     assert result.exit_code == 0, result.output
     rows = json.loads(out.read_text())["rows"]
     fused = {(r["route"], r["kind"]): r.get("compile_preprocessing") for r in rows}
-    assert fused[("cuda_graph", "end_to_end")] is True and fused[("eager", "end_to_end")] is False
+    assert fused[("cuda_graph", "end_to_end")] is on_cuda_graph and fused[("eager", "end_to_end")] is False
     assert fused[("cuda_graph", "model")] is None  # a model-only row has no predictor

@@ -20,6 +20,7 @@ from trtforge.capture.specs import TensorSpec
 from trtforge.runtime.torch_routes import TorchEngine
 from trtforge.vision import Predictor, PreprocessConfig, Preprocessor
 from trtforge.vision.packing import PackedLayout
+from trtforge.vision.predictor import fuse_preprocessing_by_default
 from trtforge.zoo.detr_like import detr_like
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 
@@ -104,7 +105,14 @@ def test_one_graph_path_matches_plain_path_classification(lite0):
         for ours, ref in zip(results, expected, strict=True):
             np.testing.assert_array_equal(ours.class_id, ref.class_id)
             np.testing.assert_allclose(ours.score, ref.score, rtol=1e-6)
-    assert graph._graphs.captures == 2 and graph._graphs.replays == 3  # frame-buffer graph + upload graph
+    assert graph._graphs.captures == 2 and graph._graphs.replays == 3  # frame-buffer graph + staged graph
+    # Pageable frames go through the predictor's own pinned buffer: the caller's frame buffer keeps its pixels.
+    reversed_results = graph(photos[::-1])
+    np.testing.assert_array_equal(frames, np.stack(photos))
+    assert [r.class_id[0] for r in reversed_results] == [r.class_id[0] for r in expected[::-1]]
+    assert graph._graphs.captures == 2  # the same staged graph, replayed
+    as_tensors = graph([torch.from_numpy(p.copy()) for p in photos])  # CPU tensors are pageable too
+    assert graph._graphs.captures == 2 and [r.class_id[0] for r in as_tensors] == [r.class_id[0] for r in expected]
     frames[0] = photos[1]  # new pixels in the same buffer: the replay reads them
     swapped = graph([frames[0], frames[1]])
     np.testing.assert_array_equal(swapped[0].class_id, expected[1].class_id)
@@ -144,4 +152,38 @@ def test_compiled_preprocessing_gives_the_eager_results(lite0):
     ours, ref = fused(frames[0]), plain(photo)
     np.testing.assert_array_equal(ours.class_id, ref.class_id)
     np.testing.assert_allclose(ours.score, ref.score, rtol=1e-4, atol=1e-6)
-    assert fused._transform is not fused.pre.transform  # the compiled function ran, not the eager one
+    assert fused.compile_preprocessing and not plain.compile_preprocessing
+
+
+def test_fused_preprocessing_compiles_once_for_every_predictor(lite0):
+    """A second predictor with the same record and frame size reuses the compiled kernel (hot swap, reload)."""
+    from torch._dynamo.utils import counters
+
+    engine = TorchEngine(lite0, [TensorSpec("images", "float32", (-1, 3, 224, 224))], ["logits"], device="cpu")
+    photo = data.astronaut()[:300, :400]
+    first = Predictor(engine, LITE0_PREPROCESSING, cuda_graph=False, compile_preprocessing=True)(photo)
+    graphs = counters["stats"]["unique_graphs"]
+    again = Predictor(engine, LITE0_PREPROCESSING, cuda_graph=False, compile_preprocessing=True)(photo)
+    assert counters["stats"]["unique_graphs"] == graphs >= 1
+    np.testing.assert_array_equal(again.class_id, first.class_id)
+
+
+@pytest.mark.parametrize(("cuda_graph", "device", "triton", "fused"), [
+    (True, "cuda", True, True),
+    (True, "cuda", False, False),   # no Triton: Inductor has no GPU code generator
+    (False, "cuda", True, False),   # the plain path gains little from one fused kernel among many launches
+    (True, "cpu", True, False),
+])
+def test_preprocessing_fuses_by_default_only_on_the_graph_path_with_triton(monkeypatch, cuda_graph, device,
+                                                                          triton, fused):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: (object() if triton else None) if name == "triton" else real(name, *a))
+    assert fuse_preprocessing_by_default(cuda_graph, torch.device(device)) is fused
+
+
+def test_predictor_on_the_cpu_keeps_preprocessing_unfused_by_default(lite0):
+    engine = TorchEngine(lite0, [TensorSpec("images", "float32", (-1, 3, 224, 224))], ["logits"], device="cpu")
+    assert Predictor(engine, LITE0_PREPROCESSING).compile_preprocessing is False

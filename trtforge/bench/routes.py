@@ -262,11 +262,12 @@ def run_route_bench(
     on_progress: Callable[[str], None] | None = None,
     on_row: Callable[[BenchResult], None] | None = None,
     route_labels: dict[str, str] | None = None,
-    compile_preprocessing: bool = False,
+    compile_preprocessing: bool | None = None,
 ) -> BenchResult:
     """Time every model × route × batch (model-only and end-to-end); check each against eager FP32.
 
-    ``compile_preprocessing`` is passed to the predictor on the ``cuda_graph`` route.
+    ``compile_preprocessing`` is passed to the predictor on the ``cuda_graph`` route (``None``:
+    the predictor's default, fused when it captures graphs on a GPU with Triton).
     """
     from trtforge.runtime.torch_routes import default_device
 
@@ -274,8 +275,10 @@ def run_route_bench(
     if image is None:
         image = np.random.default_rng(0).integers(0, 256, (720, 1280, 3), dtype=np.uint8)
     result = result or BenchResult()
-    result.config.update({"routes": list(routes), "batches": list(batches), "warmup": warmup, "repeats": repeats,
-                          "image": list(image.shape), "device": str(device)})
+    # Several calls may share one result (routes_gpu runs "compiled" last): the routes accumulate.
+    earlier = [r for r in result.config.get("routes", []) if r not in routes]
+    result.config.update({"routes": [*earlier, *routes], "batches": list(batches), "warmup": warmup,
+                          "repeats": repeats, "image": list(image.shape), "device": str(device)})
     say = on_progress or (lambda _msg: None)
     labels = route_labels or {}
     for bench_model in models:
@@ -312,7 +315,7 @@ def run_route_bench(
                                           "first_call_s": first_call_s})
                     say(f"{bench_model.name} / {route} / b{batch}: model only and end to end, side by side "
                         f"(first call {first_call_s:.1f}s)")
-                    fuse = compile_preprocessing and route == "cuda_graph"
+                    fuse = compile_preprocessing if route == "cuda_graph" else False
                     with Predictor(engine, bench_model.preprocessing, task=bench_model.task,
                                    compile_preprocessing=fuse) as predictor:
                         calls = {"model": lambda x=x, e=engine: e(x), "end_to_end": lambda f=[image] * batch: predictor(f)}
@@ -320,13 +323,18 @@ def run_route_bench(
                         buffer = predictor.frame_buffer(batch, *image.shape[:2])
                         buffer[...] = image
                         calls["end_to_end_pinned"] = lambda f=[buffer[i] for i in range(batch)]: predictor(f)
+                        # The first call captures the graph (and compiles the preprocessing when fused).
+                        t0 = time.perf_counter()
+                        calls["end_to_end_pinned"]()
+                        predictor_first_call_s = time.perf_counter() - t0
                         if engine.device.type == "cuda":  # frames already on the GPU (e.g. from NVDEC)
                             resident = [torch.from_numpy(image).to(engine.device) for _ in range(batch)]
                             calls["end_to_end_device"] = lambda f=resident: predictor(f)
                         stats = measure_interleaved(calls, engine.device, warmup=warmup, repeats=repeats, batch=batch)
                         for kind, st in stats.items():
                             extra = {} if kind == "model" else {"predictor_cuda_graph": predictor.cuda_graph,
-                                                                "compile_preprocessing": fuse}
+                                                                "compile_preprocessing": predictor.compile_preprocessing,
+                                                                "predictor_first_call_s": predictor_first_call_s}
                             result.add(bench_model.name, label, batch, kind, st, interleaved=True, **extra)
                     if on_row is not None:
                         on_row(result)
@@ -376,7 +384,7 @@ def open_bench_target(target: str) -> BenchModel:
 def run_bench_command(
     target: str, routes: Sequence[str], batches: Sequence[int], *, warmup: int = 10, repeats: int = 100,
     device: Any = None, json_path: str | Path | None = None, png_path: str | Path | None = None, console: Any = None,
-    compile_preprocessing: bool = False,
+    compile_preprocessing: bool | None = None,
 ) -> BenchResult:
     """What ``trtforge bench`` does: time, print the table, write JSON and PNG when asked."""
     from rich.console import Console

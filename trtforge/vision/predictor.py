@@ -5,14 +5,19 @@ buffer → resize + normalise → engine → top-k / DETR decoding → a few num
 
 On an engine that offers ``capturable_forward`` (the PyTorch routes) and with ``cuda_graph=True``
 (the default on the ``cuda_graph`` route), preprocessing, the model and the fixed-size decoding
-are captured as ONE CUDA graph per (batch, height, width) of the incoming frames, and each call
-is: copy uint8 in, replay, read back. The graph packs every result into one byte buffer and copies
-it to pinned host memory once (``packing.PackedLayout``). Frames decoded into ``frame_buffer()``
-take a graph that also holds their DMA, and a call with them goes straight to the replay: no
-decoding, no torch op on the host. Images of mixed sizes take the plain path.
-``compile_preprocessing=True`` has ``torch.compile`` fuse uint8 → float, resize, normalise and the
-cast into one kernel (needs Triton on a GPU, a C++ compiler on a CPU; the first call per frame
-size pays the compile).
+are captured as ONE CUDA graph per (batch, height, width) of the incoming frames. The graph holds
+the frames' DMA from a pinned buffer, and packs every result into one byte buffer that it copies
+to pinned host memory once (``packing.PackedLayout``). A call with frames decoded into
+``frame_buffer()`` goes straight to the replay: no decoding, no torch op on the host. Pageable
+frames (numpy arrays) are first copied into the predictor's own pinned buffer, one
+multi-threaded copy per frame; frames already on the GPU are copied into the graph's input.
+Images of mixed sizes take the plain path.
+``compile_preprocessing`` has ``torch.compile`` fuse uint8 → float, resize, normalise and the
+cast into one kernel. By default (``None``) it is on when the predictor captures CUDA graphs and
+Triton is importable: that is what keeps the graph route within 1.15× of the model alone at
+batch 1 (docs/benchmarks.md, runs 15 and 16). The first call per frame size pays the compile (5.1 s
+cold on the H200, about 1 s once Inductor is warm); pass ``False`` to skip it. ``True`` forces
+it anywhere (on a CPU it needs a C++ compiler).
 
 Example:
     >>> engine = trtforge.load("out/efficientnet_lite0_fp16.engine", route="cuda_graph")
@@ -24,6 +29,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -43,7 +50,7 @@ from trtforge.vision.decode import (
     detr_topk,
 )
 from trtforge.vision.packing import PackedLayout
-from trtforge.vision.preprocess import PreprocessConfig, Preprocessor, decode_image
+from trtforge.vision.preprocess import PreprocessConfig, Preprocessor, decode_image, is_pageable
 
 TASKS: tuple[str, ...] = ("classification", "detection")
 
@@ -57,6 +64,21 @@ def _pick(names: Sequence[str], wanted: Sequence[str], fallback: int) -> str:
         if name in names:
             return name
     return names[fallback]
+
+
+def fuse_preprocessing_by_default(cuda_graph: bool, device: torch.device) -> bool:
+    """Whether ``compile_preprocessing=None`` fuses: graphs on a CUDA device with Triton importable.
+
+    Example:
+        >>> fuse_preprocessing_by_default(False, torch.device("cuda"))
+        False
+    """
+    return bool(cuda_graph) and device.type == "cuda" and importlib.util.find_spec("triton") is not None
+
+
+def _pinned_key(staging: torch.Tensor) -> tuple:
+    """The graph key of a pinned frame buffer whose DMA the graph holds."""
+    return (tuple(staging.shape), "pinned", staging.data_ptr())
 
 
 class Predictor:
@@ -73,7 +95,7 @@ class Predictor:
         num_detections: int = 100,
         threshold: float = 0.5,
         cuda_graph: bool | None = None,
-        compile_preprocessing: bool = False,
+        compile_preprocessing: bool | None = None,
     ) -> None:
         if task not in TASKS:
             raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
@@ -106,9 +128,11 @@ class Predictor:
         # (dtype, channels_last) the model computes in; the graph's preprocessing writes it directly.
         self._compute_format = getattr(engine, "compute_format", (None, False))
         # torch.compile fuses uint8 → float, resize, normalise and the cast into one kernel; the
-        # first call per frame size pays the compile (about 5 s on a CPU).
-        self._transform = (torch.compile(self.pre.transform, dynamic=False, fullgraph=True)
-                           if compile_preprocessing else self.pre.transform)
+        # first call per frame size pays the compile.
+        if compile_preprocessing is None:
+            compile_preprocessing = fuse_preprocessing_by_default(cuda_graph, self.device)
+        self.compile_preprocessing = compile_preprocessing
+        self._transform = functools.partial(self.pre.transform, fused=compile_preprocessing)
         self._graphs = GraphCache(self.device) if cuda_graph else None
         self._static: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
         self._layouts: dict[tuple, tuple[PackedLayout, torch.Tensor]] = {}
@@ -171,17 +195,18 @@ class Predictor:
         """
         shape = (len(images), *tuple(images[0].shape))
         static, to_pixels = self._statics(shape)
-        key = self._frame_buffer_key(images)
-        if key is not None:
-            staging = self.pre.staging(shape)
-            return self._replay(key, lambda: self._step(static, to_pixels, staging))
-        self.pre.upload(images, out=static)
+        staging = self.pre.frame_buffer_of(images)
+        if staging is None and all(is_pageable(im) for im in images):
+            staging = self.pre.stage(images)  # one multi-threaded memcpy per frame, the DMA is in the graph
+        if staging is not None:
+            return self._replay(_pinned_key(staging), lambda: self._step(static, to_pixels, staging))
+        self.pre.upload(images, out=static)  # frames on the GPU, pinned tensors, or a mix
         return self._replay((shape, "static"), lambda: self._step(static, to_pixels, None))
 
     def _frame_buffer_key(self, images: Sequence[Any]) -> tuple | None:
         """The graph key of frames that are exactly ``frame_buffer()``'s views, else None."""
         staging = self.pre.frame_buffer_of(images)
-        return None if staging is None else (tuple(staging.shape), "frame_buffer", staging.data_ptr())
+        return None if staging is None else _pinned_key(staging)
 
     def _step(self, static: torch.Tensor, to_pixels: torch.Tensor, staging: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         if staging is not None:

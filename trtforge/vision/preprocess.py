@@ -12,7 +12,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,6 @@ ImageLike = Any  # str | Path | PIL.Image.Image | np.ndarray | torch.Tensor
 ACCEPTED_IMAGES = (
     "a file path, a PIL.Image, an HWC uint8 numpy array or torch tensor (RGB), or a list of these"
 )
-
-
-#: Host → GPU uploads go in chunks of this many bytes, so copying into pinned memory overlaps the DMA.
-UPLOAD_CHUNK_BYTES = 1 << 19
 
 
 class ImageInputError(TypeError):
@@ -101,6 +98,13 @@ def decode_image(image: ImageLike) -> np.ndarray | torch.Tensor:
     raise ImageInputError(f"unknown image type {type(image).__name__}; pass {ACCEPTED_IMAGES}")
 
 
+def is_pageable(image: Any) -> bool:
+    """A host image that is not in pinned memory (numpy, or a CPU tensor that is not pinned)."""
+    if isinstance(image, np.ndarray):
+        return True
+    return isinstance(image, torch.Tensor) and image.device.type == "cpu" and not image.is_pinned()
+
+
 def _address(image: Any) -> int:
     """Host address of a C-contiguous uint8 image's first pixel; -1 for anything else."""
     if type(image) is np.ndarray:
@@ -109,6 +113,41 @@ def _address(image: Any) -> int:
     if isinstance(image, torch.Tensor) and image.device.type == "cpu":
         return image.data_ptr() if image.dtype == torch.uint8 and image.is_contiguous() else -1
     return -1
+
+
+def transform_tensor(
+    u8: torch.Tensor, a: torch.Tensor, b: torch.Tensor, size: tuple[int, int], interpolation: str,
+    antialias: bool, bgr: bool, nhwc: bool, dtype: torch.dtype, channels_last: bool,
+) -> torch.Tensor:
+    """What ``Preprocessor.transform`` computes, from plain values: ``x * a + b`` after the resize.
+
+    Every argument but the three tensors is a constant, so one compiled version serves every
+    preprocessor with the same record (``fused_transform``).
+    """
+    x = u8.permute(0, 3, 1, 2).float()
+    if bgr:
+        x = x.flip(1)
+    if tuple(x.shape[-2:]) != tuple(size):
+        kwargs = {} if interpolation == "nearest" else {"align_corners": False, "antialias": antialias}
+        x = F.interpolate(x, size=size, mode=interpolation, **kwargs)
+    x = torch.addcmul(b, x, a)
+    if nhwc:
+        return x.permute(0, 2, 3, 1).contiguous().to(dtype)
+    return x.to(dtype, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+
+@functools.cache
+def fused_transform() -> Callable[..., torch.Tensor]:
+    """``transform_tensor`` through ``torch.compile``, once per process.
+
+    Predictors share it: a new predictor (a hot swap, a reload) with the same record and frame
+    size reuses the compiled kernel instead of compiling again.
+
+    Example:
+        >>> fused_transform() is fused_transform()
+        True
+    """
+    return torch.compile(transform_tensor, dynamic=False, fullgraph=True)
 
 
 class Preprocessor:
@@ -125,6 +164,8 @@ class Preprocessor:
         self._b = (-mean / std).view(1, 3, 1, 1).to(self.device)
         # The pinned buffer for frames of one shape, and the host address of each of its frames.
         self._staging: dict[tuple[int, ...], tuple[torch.Tensor, tuple[int, ...]]] = {}
+        # Our own pinned buffer for pageable frames: the caller's frame_buffer() is never written.
+        self._pageable: dict[tuple[int, ...], torch.Tensor] = {}
 
     def _pinned(self, shape: tuple[int, ...]) -> torch.Tensor:
         entry = self._staging.get(shape)
@@ -138,6 +179,23 @@ class Preprocessor:
     def staging(self, shape: tuple[int, ...]) -> torch.Tensor:
         """The pinned (B, H, W, 3) uint8 buffer behind ``frame_buffer()`` for frames of ``shape``."""
         return self._pinned(shape)
+
+    def stage(self, images: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
+        """Same-size host images → our pinned (B, H, W, 3) buffer, one whole-frame copy each.
+
+        A whole-frame ``Tensor.copy_`` uses torch's intra-op threads: 68–72 µs for a 1280×720
+        frame on the H200's host, against 233–257 µs for ``np.copyto`` and 370–430 µs for the
+        512 KiB chunks this replaced (docs/benchmarks.md, ``bench/host_copy.py``). The buffer is
+        reused: synchronize before the next call overwrites it (the predictor does).
+        """
+        shape = (len(images), *tuple(images[0].shape))
+        buffer = self._pageable.get(shape)
+        if buffer is None:
+            buffer = torch.empty(shape, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
+            self._pageable = {shape: buffer}  # keep one, as for the frame buffer
+        for i, im in enumerate(images):
+            buffer[i].copy_(torch.as_tensor(im))
+        return buffer
 
     def frame_buffer_of(self, images: Sequence[Any]) -> torch.Tensor | None:
         """The pinned buffer when image ``i`` is exactly ``frame_buffer()[i]`` for every i, else None."""
@@ -163,9 +221,10 @@ class Preprocessor:
     def upload(self, images: Sequence[np.ndarray | torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
         """Same-size HWC uint8 images → one (B, H, W, 3) uint8 tensor on the device (``out`` if given).
 
-        Host images go through a reused pinned buffer and one non-blocking copy. The caller must
-        synchronize before the next upload reuses that buffer (the predictor does: it reads its
-        results back on the host).
+        Pageable host images go through our reused pinned buffer (``stage``), then one
+        non-blocking copy each; frames in ``frame_buffer()`` and pinned tensors skip the memcpy.
+        The caller must synchronize before the next upload reuses that buffer (the predictor
+        does: it reads its results back on the host).
         """
         shape = (len(images), *tuple(images[0].shape))
         if any(tuple(im.shape) != shape[1:] for im in images):
@@ -180,44 +239,36 @@ class Preprocessor:
             for i, im in enumerate(images):
                 out[i].copy_(torch.as_tensor(im))
             return out
-        # Chunked: the DMA of one chunk runs while the CPU fills the next (memcpy and copy overlap).
-        staging = self._pinned(shape)
-        flat_out, flat_staging = out.view(-1), staging.view(-1)
-        per_image = flat_staging.numel() // len(images)
-        addresses = self._staging[shape][1]
+        frames = self._staging.get(shape)
+        addresses = frames[1] if frames is not None else ()
+        pageable = []
         for i, im in enumerate(images):
-            if _address(im) == addresses[i]:  # decoded straight into frame_buffer(): no memcpy
-                out[i].copy_(staging[i], non_blocking=True)
-                continue
-            if isinstance(im, torch.Tensor) and im.is_pinned() and im.is_contiguous():
+            if i < len(addresses) and _address(im) == addresses[i]:  # decoded into frame_buffer(): no memcpy
+                out[i].copy_(frames[0][i], non_blocking=True)
+            elif isinstance(im, torch.Tensor) and im.device == out.device:
+                out[i].copy_(im)
+            elif isinstance(im, torch.Tensor) and im.is_pinned() and im.is_contiguous():
                 out[i].copy_(im, non_blocking=True)
-                continue
-            src = (torch.from_numpy(np.ascontiguousarray(im)) if isinstance(im, np.ndarray) else im.contiguous()).view(-1)
-            for start in range(0, per_image, UPLOAD_CHUNK_BYTES):
-                stop = min(start + UPLOAD_CHUNK_BYTES, per_image)
-                lo, hi = i * per_image + start, i * per_image + stop
-                flat_staging[lo:hi].copy_(src[start:stop])
-                flat_out[lo:hi].copy_(flat_staging[lo:hi], non_blocking=True)
+            else:
+                pageable.append(i)
+        if pageable:
+            staged = self.stage([images[i] for i in pageable])
+            for j, i in enumerate(pageable):
+                out[i].copy_(staged[j], non_blocking=True)
         return out
 
-    def transform(self, u8: torch.Tensor, dtype: torch.dtype | None = None, channels_last: bool = False) -> torch.Tensor:
+    def transform(self, u8: torch.Tensor, dtype: torch.dtype | None = None, channels_last: bool = False, *,
+                  fused: bool = False) -> torch.Tensor:
         """(B, H, W, 3) uint8 → the model input: resized, normalised, NCHW (capturable: no syncs).
 
         ``dtype`` and ``channels_last`` let a caller that feeds the model directly (the predictor's
-        graph) get the model's own compute format in the same final copy.
+        graph) get the model's own compute format in the same final copy. ``fused=True`` runs
+        ``fused_transform()``: the same steps as one Inductor kernel.
         """
         config = self.config
-        x = u8.permute(0, 3, 1, 2).float()
-        if config.channel_order == "BGR":
-            x = x.flip(1)
-        if tuple(x.shape[-2:]) != config.size:
-            kwargs = {} if config.interpolation == "nearest" else {"align_corners": False, "antialias": config.antialias}
-            x = F.interpolate(x, size=config.size, mode=config.interpolation, **kwargs)
-        x = torch.addcmul(self._b, x, self._a)
-        dtype = dtype or self.dtype
-        if config.layout == "NHWC":
-            return x.permute(0, 2, 3, 1).contiguous().to(dtype)
-        return x.to(dtype, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+        step = fused_transform() if fused else transform_tensor
+        return step(u8, self._a, self._b, config.size, config.interpolation, config.antialias,
+                    config.channel_order == "BGR", config.layout == "NHWC", dtype or self.dtype, channels_last)
 
     def __call__(self, images: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
         """Decoded images (any sizes) → one model-input batch on the device."""
