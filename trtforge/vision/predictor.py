@@ -14,10 +14,10 @@ multi-threaded copy per frame; frames already on the GPU are copied into the gra
 Images of mixed sizes take the plain path.
 ``compile_preprocessing`` has ``torch.compile`` fuse uint8 → float, resize, normalise and the
 cast into one kernel. By default (``None``) it is on when the predictor captures CUDA graphs and
-Triton is importable: that is what keeps the graph route within 1.15× of the model alone at
-batch 1 (docs/benchmarks.md, runs 15 and 16). The first call per frame size pays the compile (5.1 s
-cold on the H200, about 1 s once Inductor is warm); pass ``False`` to skip it. ``True`` forces
-it anywhere (on a CPU it needs a C++ compiler).
+Triton is importable. With it, every H200 reading of the graph route at batch 1 from the frame
+buffer was within 1.15× of the model alone (docs/benchmarks.md, runs 13–18). The first call per
+frame size pays the compile: 5.1 s cold on the H200, 1.2–1.8 s with the capture once Inductor is
+warm. Pass ``False`` to skip it; ``True`` forces it anywhere (on a CPU it needs a C++ compiler).
 
 Example:
     >>> engine = trtforge.load("out/efficientnet_lite0_fp16.engine", route="cuda_graph")
