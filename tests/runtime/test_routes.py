@@ -119,3 +119,8 @@ def test_compiled_route_loads_the_aot_package_beside_the_engine(tmp_path):
         torch.testing.assert_close(engine(x)["y"], model(x).detach(), rtol=1e-5, atol=1e-5)
         with pytest.raises(EngineInputError, match=r"\[1, 8\]\.\.\[4, 8\]"):
             engine(torch.randn(5, 8))
+    # aot_package=False: the package beside the engine is ignored, the model is compiled instead.
+    with trtforge.load(sidecar, route="compiled", device="cpu", model=model, aot_package=False,
+                       compile_mode="default") as engine:
+        assert engine.aot_package is None
+        torch.testing.assert_close(engine(x)["y"], model(x).detach(), rtol=1e-5, atol=1e-5)

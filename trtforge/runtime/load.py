@@ -73,7 +73,8 @@ def load(
 
     Options per route: ``tensorrt``: ``cuda_graph``, ``allow_host_code``; ``compiled``:
     ``compile_mode``, ``aot_package`` (default: ``<name>_aot_<device>.pt2`` beside the engine, used
-    when it exists); ``onnxruntime``: ``onnx`` ("reference" FP32 graph, default, or "processed").
+    when it exists; ``False``: compile the model instead), ``aot_probe`` (default True: load the
+    package in a child process first, see ``aot_probe``); ``onnxruntime``: ``onnx`` ("reference" FP32 graph, default, or "processed").
 
     Example:
         >>> engine = trtforge.load("out/efficientnet_lite0_fp16.engine", route="cuda_graph")
@@ -106,11 +107,13 @@ def load(
 
     target = default_device(device)
     if route == "compiled":
-        package = options.pop("aot_package", None)
-        package = Path(package) if package is not None else aot_package_path(sidecar, target.type)
-        if package.is_file():
+        package = options.pop("aot_package", None)  # False: ignore any package, compile the model
+        probe = options.pop("aot_probe", True)
+        package = None if package is False else Path(package) if package is not None else aot_package_path(
+            sidecar, target.type)
+        if package is not None and package.is_file():
             engine = TorchEngine(None, sidecar.inputs, sidecar.outputs, route=route, device=target,
-                                 profiles=sidecar.profiles, aot_package=package)
+                                 profiles=sidecar.profiles, aot_package=package, aot_probe=probe)
             engine.sidecar = sidecar
             return engine
     if model is None:

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from trtforge.capture.specs import TensorSpec
+from trtforge.runtime.aot_probe import check_aot_package
 from trtforge.runtime.cuda_graph import GraphCache
 from trtforge.runtime.profiles import choose_profile
 from trtforge.runtime.protocol import EngineBase, Profiles
@@ -106,6 +107,7 @@ class TorchEngine(EngineBase):
         profiles: Profiles = (),
         compile_mode: str = "max-autotune",
         aot_package: str | Path | None = None,
+        aot_probe: bool = True,
     ) -> None:
         self._device = default_device(device)
         self.plan = plan_torch_route(route, self._device, compile_mode)
@@ -126,7 +128,7 @@ class TorchEngine(EngineBase):
             if route != "compiled":
                 raise ValueError("an AOTInductor package runs on route='compiled' only")
             self._module = None
-            self._forward = _load_aot_package(self.aot_package, self._device)
+            self._forward = _load_aot_package(self.aot_package, self._device, probe=aot_probe)
         else:
             if module is None:
                 raise ValueError("a PyTorch route needs the model: pass module=, or an aot_package= for 'compiled'")
@@ -217,10 +219,14 @@ class TorchEngine(EngineBase):
 
 
 # -- AOTInductor ------------------------------------------------------------------------------
-def _load_aot_package(path: Path, device: torch.device) -> Callable[..., Any]:
+def _load_aot_package(path: Path, device: torch.device, probe: bool = True) -> Callable[..., Any]:
+    """Load the package here, after a child process loaded it cleanly (``probe``; see aot_probe)."""
     if not path.is_file():
         raise FileNotFoundError(f"no AOTInductor package at {path}; write one with export_aot_package")
     from torch._inductor import aoti_load_package
+
+    if probe:
+        check_aot_package(path, device)
 
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
         return aoti_load_package(str(path))
