@@ -25,37 +25,19 @@ from rich.console import Console
 from rich.table import Table
 
 import trtforge
-from trtforge.bench.routes import BenchResult, example_input, relative_error, zoo_bench_model
+from trtforge.bench.routes import (
+    ZOO_BENCH_MODELS,
+    BenchResult,
+    example_input,
+    relative_error,
+    start_bench_script,
+    write_zoo_sidecar,
+)
 from trtforge.bench.timing import measure_interleaved
-from trtforge.build.sidecar import Sidecar, sha256_file, write_sidecar
-from trtforge.capture.specs import TensorSpec
 from trtforge.runtime.aot_probe import AotPackageError
 from trtforge.runtime.load import export_aot_beside
 
 console = Console()
-
-FACTORIES = {"efficientnet_lite0": "trtforge.zoo:efficientnet_lite0", "detr_like": "trtforge.zoo.detr_like:detr_like"}
-
-
-def write_zoo_sidecar(folder: Path, name: str) -> Path:
-    """A sidecar for a zoo model with a placeholder engine file (only TensorRT reads the engine)."""
-    model = zoo_bench_model(name)
-    engine_file = folder / f"{name}_fp16.engine"
-    engine_file.write_bytes(b"placeholder: the PyTorch routes never read the engine")
-    sidecar = Sidecar(
-        name=f"{name}_fp16", engine_file=engine_file.name, engine_size=engine_file.stat().st_size,
-        engine_sha256=sha256_file(engine_file), inputs=model.inputs, outputs=_output_specs(name), profiles=(),
-        precision={"built": "fp16"}, builder={}, source={"kind": "torch", "factory": FACTORIES[name]},
-        preprocessing=dict(model.preprocessing),
-    )
-    return write_sidecar(folder / f"{name}_fp16.json", sidecar)
-
-
-def _output_specs(name: str) -> tuple[TensorSpec, ...]:
-    if name == "efficientnet_lite0":
-        return (TensorSpec("logits", "float32", (-1, 1000)),)
-    return (TensorSpec("logits", "float32", (-1, 300, 80)), TensorSpec("boxes", "float32", (-1, 300, 4)))
-
 
 def run_model(name: str, folder: Path, device: torch.device, batches: list[int], warmup: int, repeats: int,
               result: BenchResult) -> None:
@@ -108,7 +90,7 @@ def run_model(name: str, folder: Path, device: torch.device, batches: list[int],
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--models", nargs="+", default=list(FACTORIES), choices=list(FACTORIES))
+    parser.add_argument("--models", nargs="+", default=list(ZOO_BENCH_MODELS), choices=list(ZOO_BENCH_MODELS))
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=300)
@@ -118,11 +100,7 @@ def main() -> int:
         args.warmup, args.repeats = 1, 3
     if any(not 1 <= b <= 8 for b in args.batches):
         parser.error(f"--batches must lie in the package's range 1–8, got {args.batches}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    torch.backends.cudnn.benchmark = True
-    result = BenchResult()
-    result.config["command"] = " ".join(["python", *sys.argv])
+    device, result = start_bench_script(args.out, sys.argv)
     console.print(result.machine)
     with tempfile.TemporaryDirectory() as folder:
         for name in args.models:

@@ -34,11 +34,11 @@ from trtforge.bench.routes import (
     bench_preprocessing,
     example_input,
     run_route_bench,
+    start_bench_script,
+    write_zoo_sidecar,
     zoo_bench_model,
 )
 from trtforge.bench.timing import measure_interleaved
-from trtforge.build.sidecar import Sidecar, sha256_file, write_sidecar
-from trtforge.capture.specs import TensorSpec
 from trtforge.vision import Predictor
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 
@@ -91,16 +91,7 @@ def memory_roundtrips(loops: int, device: torch.device, image: np.ndarray) -> di
     if device.type != "cuda":
         return {"skipped": "no GPU"}
     with tempfile.TemporaryDirectory() as folder:
-        engine_file = Path(folder) / "efficientnet_lite0_fp16.engine"
-        engine_file.write_bytes(b"placeholder: the PyTorch routes never read the engine")
-        sidecar = Sidecar(
-            name="efficientnet_lite0_fp16", engine_file=engine_file.name, engine_size=engine_file.stat().st_size,
-            engine_sha256=sha256_file(engine_file), inputs=(TensorSpec("images", "float32", (-1, 3, 224, 224)),),
-            outputs=(TensorSpec("logits", "float32", (-1, 1000)),), profiles=(), precision={"built": "fp16"},
-            builder={}, source={"kind": "torch", "factory": "trtforge.zoo:efficientnet_lite0"},
-            preprocessing=dict(LITE0_PREPROCESSING),
-        )
-        path = write_sidecar(Path(folder) / "efficientnet_lite0_fp16.json", sidecar)
+        path = write_zoo_sidecar(Path(folder), "efficientnet_lite0")
         x = torch.rand(4, 3, 224, 224, device=device)
 
         def roundtrip() -> None:
@@ -260,11 +251,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.warmup, args.repeats, args.memory_loops = 1, 3, 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    torch.backends.cudnn.benchmark = True
-    result = BenchResult()
-    result.config["command"] = " ".join(["python", *sys.argv])
+    device, result = start_bench_script(args.out, sys.argv)
     console.print(result.machine)
     image = frame_1280x720()
 

@@ -57,3 +57,19 @@ def test_bench_compile_preprocessing_reaches_the_cuda_graph_predictor(lite0_side
     fused = {(r["route"], r["kind"]): r.get("compile_preprocessing") for r in rows}
     assert fused[("cuda_graph", "end_to_end")] is on_cuda_graph and fused[("eager", "end_to_end")] is False
     assert fused[("cuda_graph", "model")] is None  # a model-only row has no predictor
+
+
+def test_zoo_sidecar_loads_on_the_pytorch_routes_and_matches_the_zoo_model(tmp_path):
+    import trtforge
+    from trtforge.bench.routes import example_input, write_zoo_sidecar, zoo_bench_model
+    from trtforge.zoo import efficientnet_lite0
+
+    path = write_zoo_sidecar(tmp_path, "efficientnet_lite0")
+    with trtforge.load(path, route="eager", device="cpu") as engine:
+        assert [s.name for s in engine.outputs] == ["logits"] and engine.inputs[0].shape == (-1, 3, 224, 224)
+        x = example_input(engine.inputs[0], 2, "cpu")
+        with torch.inference_mode():
+            torch.testing.assert_close(engine(x)["logits"], efficientnet_lite0()(x), rtol=1e-5, atol=1e-5)
+        assert engine.sidecar.preprocessing["resize"] == [224, 224]
+    with pytest.raises(ValueError, match="unknown zoo model 'yolo'"):
+        zoo_bench_model("yolo")

@@ -45,26 +45,54 @@ class BenchModel:
     task: str
 
 
+#: The zoo models the benchmarks run: (factory, inputs, outputs, task); -1 is the batch axis.
+ZOO_BENCH_MODELS: dict[str, tuple[str, tuple[TensorSpec, ...], tuple[TensorSpec, ...], str]] = {
+    "efficientnet_lite0": ("trtforge.zoo:efficientnet_lite0", (TensorSpec("images", "float32", (-1, 3, 224, 224)),),
+                           (TensorSpec("logits", "float32", (-1, 1000)),), "classification"),
+    "detr_like": ("trtforge.zoo.detr_like:detr_like", (TensorSpec("images", "float32", (-1, 3, 640, 640)),),
+                  (TensorSpec("logits", "float32", (-1, 300, 80)), TensorSpec("boxes", "float32", (-1, 300, 4))),
+                  "detection"),
+}
+
+
 def zoo_bench_model(name: str, compile_mode: str = "max-autotune") -> BenchModel:
     """``efficientnet_lite0`` (real weights) or ``detr_like`` (random weights), on the PyTorch routes."""
+    from trtforge.runtime.load import model_from_factory
     from trtforge.runtime.torch_routes import TorchEngine
 
-    if name == "efficientnet_lite0":
-        from trtforge.zoo import efficientnet_lite0 as factory
-
-        inputs, outputs, task = (TensorSpec("images", "float32", (-1, 3, 224, 224)),), ("logits",), "classification"
-    elif name == "detr_like":
-        from trtforge.zoo.detr_like import detr_like as factory
-
-        inputs, outputs, task = (TensorSpec("images", "float32", (-1, 3, 640, 640)),), ("logits", "boxes"), "detection"
-    else:
-        raise ValueError(f"unknown zoo model {name!r}; choose efficientnet_lite0 or detr_like")
-    model = factory()
+    if name not in ZOO_BENCH_MODELS:
+        raise ValueError(f"unknown zoo model {name!r}; choose one of {tuple(ZOO_BENCH_MODELS)}")
+    factory, inputs, outputs, task = ZOO_BENCH_MODELS[name]
+    model = model_from_factory(factory)
 
     def open_route(route: str, device: Any) -> Engine:
         return TorchEngine(model, inputs, outputs, route=route, device=device, compile_mode=compile_mode)
 
     return BenchModel(name, open_route, inputs, dict(model.preprocessing), task)
+
+
+def write_zoo_sidecar(folder: Path, name: str) -> Path:
+    """The sidecar of a zoo model, beside a placeholder engine file, for ``trtforge.load`` on the PyTorch routes.
+
+    Only the ``tensorrt`` route reads the engine bytes; the others rebuild the model from the
+    sidecar's factory.
+
+    Example:
+        >>> trtforge.load(write_zoo_sidecar(Path(tmp), "efficientnet_lite0"), route="cuda_graph")
+    """
+    from trtforge.build.sidecar import Sidecar, sha256_file, write_sidecar
+    from trtforge.runtime.load import model_from_factory
+
+    factory, inputs, outputs, _task = ZOO_BENCH_MODELS[name]
+    engine_file = folder / f"{name}_fp16.engine"
+    engine_file.write_bytes(b"placeholder: the PyTorch routes never read the engine")
+    sidecar = Sidecar(
+        name=f"{name}_fp16", engine_file=engine_file.name, engine_size=engine_file.stat().st_size,
+        engine_sha256=sha256_file(engine_file), inputs=inputs, outputs=outputs, profiles=(),
+        precision={"built": "fp16"}, builder={}, source={"kind": "torch", "factory": factory},
+        preprocessing=dict(model_from_factory(factory).preprocessing),
+    )
+    return write_sidecar(folder / f"{name}_fp16.json", sidecar)
 
 
 def sidecar_bench_model(path: str | Path) -> BenchModel:
@@ -342,6 +370,21 @@ def run_route_bench(
                 engine.close()
                 _free(device)
     return result
+
+
+def start_bench_script(out: Path, argv: Sequence[str]) -> tuple[torch.device, BenchResult]:
+    """What every ``bench/*_gpu.py`` does first: make ``out``, take the GPU if there is one (cuDNN
+    autotuning on), and start a result that records the command line and the machine.
+
+    Example:
+        >>> device, result = start_bench_script(args.out, sys.argv)
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    torch.backends.cudnn.benchmark = True
+    result = BenchResult()
+    result.config["command"] = " ".join(["python", *argv])
+    return device, result
 
 
 def bench_preprocessing(
