@@ -251,7 +251,7 @@ def bench(
     compile_preprocessing: Annotated[bool | None, typer.Option(
         "--compile-preprocessing/--no-compile-preprocessing",
         help="the cuda_graph route's predictor fuses its preprocessing with torch.compile "
-             "(default: when it captures CUDA graphs and Triton is installed)")] = None,
+             "(default: when it captures CUDA graphs, with Triton and a C compiler installed)")] = None,
 ) -> None:
     """Routes × batch sizes: model-only and end-to-end (predictor) latency, p50/p90/p99, throughput."""
     from trtforge.bench.routes import run_bench_command

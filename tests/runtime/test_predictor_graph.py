@@ -168,19 +168,22 @@ def test_fused_preprocessing_compiles_once_for_every_predictor(lite0):
     np.testing.assert_array_equal(again.class_id, first.class_id)
 
 
-@pytest.mark.parametrize(("cuda_graph", "device", "triton", "fused"), [
-    (True, "cuda", True, True),
-    (True, "cuda", False, False),   # no Triton: Inductor has no GPU code generator
-    (False, "cuda", True, False),   # the plain path gains little from one fused kernel among many launches
-    (True, "cpu", True, False),
+@pytest.mark.parametrize(("cuda_graph", "device", "triton", "cc", "fused"), [
+    (True, "cuda", True, True, True),
+    (True, "cuda", False, True, False),   # no Triton: Inductor has no GPU code generator
+    (True, "cuda", True, False, False),   # no C compiler: Triton cannot build its launcher
+    (False, "cuda", True, True, False),   # the plain path gains little from one fused kernel among many launches
+    (True, "cpu", True, True, False),
 ])
 def test_preprocessing_fuses_by_default_only_on_the_graph_path_with_triton(monkeypatch, cuda_graph, device,
-                                                                          triton, fused):
+                                                                          triton, cc, fused):
     import importlib.util
+    import shutil
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: (object() if triton else None) if name == "triton" else real(name, *a))
+    monkeypatch.setattr(shutil, "which", lambda name, *a: f"/usr/bin/{name}" if cc else None)
     assert fuse_preprocessing_by_default(cuda_graph, torch.device(device)) is fused
 
 

@@ -14,7 +14,7 @@ multi-threaded copy per frame; frames already on the GPU are copied into the gra
 Images of mixed sizes take the plain path.
 ``compile_preprocessing`` has ``torch.compile`` fuse uint8 → float, resize, normalise and the
 cast into one kernel. By default (``None``) it is on when the predictor captures CUDA graphs and
-Triton is importable. With it, every H200 reading of the graph route at batch 1 from the frame
+Triton and a C compiler are there. With it, every H200 reading of the graph route at batch 1 from the frame
 buffer was within 1.15× of the model alone (docs/benchmarks.md, runs 13–18). The first call per
 frame size pays the compile: 5.1 s cold on the H200, 1.2–1.8 s with the capture once Inductor is
 warm. Pass ``False`` to skip it; ``True`` forces it anywhere (on a CPU it needs a C++ compiler).
@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -67,13 +69,17 @@ def _pick(names: Sequence[str], wanted: Sequence[str], fallback: int) -> str:
 
 
 def fuse_preprocessing_by_default(cuda_graph: bool, device: torch.device) -> bool:
-    """Whether ``compile_preprocessing=None`` fuses: graphs on a CUDA device with Triton importable.
+    """Whether ``compile_preprocessing=None`` fuses: graphs on a CUDA device, Triton importable,
+    and a C compiler for Triton's launcher (without one the first call would fail, not just slow).
 
     Example:
         >>> fuse_preprocessing_by_default(False, torch.device("cuda"))
         False
     """
-    return bool(cuda_graph) and device.type == "cuda" and importlib.util.find_spec("triton") is not None
+    if not (cuda_graph and device.type == "cuda") or importlib.util.find_spec("triton") is None:
+        return False
+    compiler = os.environ.get("CC") or "cc"
+    return any(shutil.which(c) for c in (compiler, "gcc", "clang"))
 
 
 def _pinned_key(staging: torch.Tensor) -> tuple:
