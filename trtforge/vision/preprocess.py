@@ -231,10 +231,6 @@ class Preprocessor:
             raise ValueError("upload() takes images of one size; transform them one by one")
         if out is None:
             out = torch.empty(shape, dtype=torch.uint8, device=self.device)
-        if all(isinstance(im, torch.Tensor) and im.device == out.device for im in images):
-            for i, im in enumerate(images):
-                out[i].copy_(im)
-            return out
         if self.device.type != "cuda":
             for i, im in enumerate(images):
                 out[i].copy_(torch.as_tensor(im))
