@@ -32,6 +32,8 @@ from trtforge.runtime.protocol import Engine
 from trtforge.runtime.tensors import torch_dtype
 from trtforge.vision.predictor import Predictor
 from trtforge.vision.preprocess import PreprocessConfig, Preprocessor
+from trtforge.zoo.detr_like import DETR_LIKE_PREPROCESSING
+from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 
 
 @dataclass(frozen=True)
@@ -45,13 +47,26 @@ class BenchModel:
     task: str
 
 
-#: The zoo models the benchmarks run: (factory, inputs, outputs, task); -1 is the batch axis.
-ZOO_BENCH_MODELS: dict[str, tuple[str, tuple[TensorSpec, ...], tuple[TensorSpec, ...], str]] = {
-    "efficientnet_lite0": ("trtforge.zoo:efficientnet_lite0", (TensorSpec("images", "float32", (-1, 3, 224, 224)),),
-                           (TensorSpec("logits", "float32", (-1, 1000)),), "classification"),
-    "detr_like": ("trtforge.zoo.detr_like:detr_like", (TensorSpec("images", "float32", (-1, 3, 640, 640)),),
-                  (TensorSpec("logits", "float32", (-1, 300, 80)), TensorSpec("boxes", "float32", (-1, 300, 4))),
-                  "detection"),
+@dataclass(frozen=True)
+class ZooBenchSpec:
+    """A zoo model the benchmarks run: its factory, I/O (-1 is the batch axis), task and preprocessing."""
+
+    factory: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    task: str
+    preprocessing: dict[str, Any]
+
+
+#: The zoo models the benchmarks run, by name.
+ZOO_BENCH_MODELS: dict[str, ZooBenchSpec] = {
+    "efficientnet_lite0": ZooBenchSpec(
+        "trtforge.zoo:efficientnet_lite0", (TensorSpec("images", "float32", (-1, 3, 224, 224)),),
+        (TensorSpec("logits", "float32", (-1, 1000)),), "classification", LITE0_PREPROCESSING),
+    "detr_like": ZooBenchSpec(
+        "trtforge.zoo.detr_like:detr_like", (TensorSpec("images", "float32", (-1, 3, 640, 640)),),
+        (TensorSpec("logits", "float32", (-1, 300, 80)), TensorSpec("boxes", "float32", (-1, 300, 4))),
+        "detection", DETR_LIKE_PREPROCESSING),
 }
 
 
@@ -62,35 +77,34 @@ def zoo_bench_model(name: str, compile_mode: str = "max-autotune") -> BenchModel
 
     if name not in ZOO_BENCH_MODELS:
         raise ValueError(f"unknown zoo model {name!r}; choose one of {tuple(ZOO_BENCH_MODELS)}")
-    factory, inputs, outputs, task = ZOO_BENCH_MODELS[name]
-    model = model_from_factory(factory)
+    spec = ZOO_BENCH_MODELS[name]
+    model = model_from_factory(spec.factory)
 
     def open_route(route: str, device: Any) -> Engine:
-        return TorchEngine(model, inputs, outputs, route=route, device=device, compile_mode=compile_mode)
+        return TorchEngine(model, spec.inputs, spec.outputs, route=route, device=device, compile_mode=compile_mode)
 
-    return BenchModel(name, open_route, inputs, dict(model.preprocessing), task)
+    return BenchModel(name, open_route, spec.inputs, dict(spec.preprocessing), spec.task)
 
 
 def write_zoo_sidecar(folder: Path, name: str) -> Path:
     """The sidecar of a zoo model, beside a placeholder engine file, for ``trtforge.load`` on the PyTorch routes.
 
     Only the ``tensorrt`` route reads the engine bytes; the others rebuild the model from the
-    sidecar's factory.
+    sidecar's factory. Writing it builds no model.
 
     Example:
         >>> trtforge.load(write_zoo_sidecar(Path(tmp), "efficientnet_lite0"), route="cuda_graph")
     """
     from trtforge.build.sidecar import Sidecar, sha256_file, write_sidecar
-    from trtforge.runtime.load import model_from_factory
 
-    factory, inputs, outputs, _task = ZOO_BENCH_MODELS[name]
+    spec = ZOO_BENCH_MODELS[name]
     engine_file = folder / f"{name}_fp16.engine"
     engine_file.write_bytes(b"placeholder: the PyTorch routes never read the engine")
     sidecar = Sidecar(
         name=f"{name}_fp16", engine_file=engine_file.name, engine_size=engine_file.stat().st_size,
-        engine_sha256=sha256_file(engine_file), inputs=inputs, outputs=outputs, profiles=(),
-        precision={"built": "fp16"}, builder={}, source={"kind": "torch", "factory": factory},
-        preprocessing=dict(model_from_factory(factory).preprocessing),
+        engine_sha256=sha256_file(engine_file), inputs=spec.inputs, outputs=spec.outputs, profiles=(),
+        precision={"built": "fp16"}, builder={}, source={"kind": "torch", "factory": spec.factory},
+        preprocessing=dict(spec.preprocessing),
     )
     return write_sidecar(folder / f"{name}_fp16.json", sidecar)
 
