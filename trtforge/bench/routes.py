@@ -309,7 +309,7 @@ def run_route_bench(
     """Time every model × route × batch (model-only and end-to-end); check each against eager FP32.
 
     ``compile_preprocessing`` is passed to the predictor on the ``cuda_graph`` route (``None``:
-    the predictor's default, fused when it captures graphs on a GPU with Triton).
+    the predictor's default, ``fuse_preprocessing_by_default``).
     """
     from trtforge.runtime.torch_routes import default_device
 
