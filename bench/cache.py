@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 import trtforge
-from trtforge.build import trt
+from trtforge.core import trt
 from trtforge.pipeline import build_matrix
 from trtforge.zoo import efficientnet_lite0
 

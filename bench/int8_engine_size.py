@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.table import Table
 
 import trtforge
-from trtforge.build.builder import build_engine
-from trtforge.build.config import BuildConfig
+from trtforge.builder.build import build_engine
+from trtforge.builder.config import BuildConfig
 from trtforge.quantize.api import QuantConfig
 from trtforge.zoo import efficientnet_lite0
 from trtforge.zoo.photos import normalize, photo_crops

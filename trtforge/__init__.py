@@ -8,7 +8,7 @@ Example:
 
 from trtforge._version import __version__
 from trtforge.artifact import Artifact
-from trtforge.build.config import BuildConfig
+from trtforge.builder.config import BuildConfig
 from trtforge.pipeline import compile  # noqa: A004 - the public verb
 from trtforge.runtime.load import load
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from trtforge.build.sidecar import Sidecar, read_sidecar
+from trtforge.core.sidecar import Sidecar, read_sidecar
 
 
 @dataclass(frozen=True)

@@ -29,15 +29,15 @@ from rich.console import Console
 
 from trtforge._version import __version__
 from trtforge.artifact import Artifact
-from trtforge.atomic import atomic_write_bytes
-from trtforge.build.builder import BuildResult, build_engine
-from trtforge.build.config import BuildConfig, BuildConfigError
-from trtforge.build.engine_cache import CacheEntry, EngineCache, engine_key
-from trtforge.build.portability import file_suffix
-from trtforge.build.sidecar import Sidecar, check_writable, is_trtforge_sidecar, sha256_file, write_sidecar
+from trtforge.builder.build import BuildResult, build_engine
+from trtforge.builder.config import BuildConfig, BuildConfigError
+from trtforge.builder.portability import file_suffix
+from trtforge.cache.engine_cache import CacheEntry, EngineCache, engine_key
 from trtforge.capture.export import export_onnx, normalize_example_inputs
 from trtforge.capture.onnx_file import load_onnx
-from trtforge.capture.specs import TensorSpec
+from trtforge.core.atomic import atomic_write_bytes
+from trtforge.core.sidecar import Sidecar, check_writable, is_trtforge_sidecar, sha256_file, write_sidecar
+from trtforge.core.specs import TensorSpec
 from trtforge.passes.cleanup import cleanup
 from trtforge.passes.float16 import apply_float, infer_types, plan_float
 from trtforge.passes.graph import dtype_summary, has_qdq, load_ir, proto_bytes, to_proto
@@ -226,7 +226,7 @@ def compile(  # noqa: A001 - the public verb users expect
         request = None
         if engine_cache is not None and config.precision != "int8":
             # A cheap key over what was asked: a hit skips export, passes and build.
-            from trtforge.request_key import request_key
+            from trtforge.cache.request_key import request_key
 
             request = request_key(model_or_onnx, example_inputs, config, name=name, input_names=input_names,
                                   output_names=output_names)

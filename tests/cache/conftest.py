@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from tiny_model import TinyNet, export_tiny  # noqa: E402
 
-from trtforge.build import trt  # noqa: E402
+from trtforge.core import trt  # noqa: E402
 
 
 def pytest_configure(config):

@@ -1,7 +1,7 @@
 """``FakeTrtRefitter``: a named double of the TensorRT refit API (Runtime → engine → Refitter → serialize).
 
 No TensorRT engine can be deserialized on this machine, so the refit logic is tested against this
-double; test_refit.py also checks that every name ``trtforge.build.refit`` uses exists in the real
+double; test_refit.py also checks that every name ``trtforge.refit`` uses exists in the real
 bindings, and that the double offers the same names.
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from trtforge.build.engine_cache import EngineCache
+from trtforge.cache.engine_cache import EngineCache
 from trtforge.cli import app
 
 pytestmark = pytest.mark.needs_trt

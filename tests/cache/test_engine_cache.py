@@ -9,9 +9,9 @@ import torch
 from tiny_model import EXAMPLE_SHAPE
 
 import trtforge.pipeline as pipeline
-from trtforge.build import trt
-from trtforge.build.engine_cache import EngineCache, pack, unpack
-from trtforge.build.sidecar import read_sidecar
+from trtforge.cache.engine_cache import EngineCache, pack, unpack
+from trtforge.core import trt
+from trtforge.core.sidecar import read_sidecar
 
 pytestmark = pytest.mark.needs_trt
 

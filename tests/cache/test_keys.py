@@ -12,11 +12,12 @@ import pytest
 import torch
 from tiny_model import EXAMPLE_SHAPE, TinyNet
 
-from trtforge.build import engine_cache, trt
-from trtforge.build.config import NOT_IN_KEY, BuildConfig
-from trtforge.build.profiles import BatchProfile
+from trtforge.builder.config import NOT_IN_KEY, BuildConfig
+from trtforge.builder.profiles import BatchProfile
+from trtforge.cache import engine_cache
+from trtforge.cache.request_key import request_key
+from trtforge.core import trt
 from trtforge.pipeline import compile as compile_model
-from trtforge.request_key import request_key
 
 pytestmark = pytest.mark.needs_trt
 
@@ -26,9 +27,9 @@ KEYS_SCRIPT = """
 import json, sys, torch
 sys.path.insert(0, sys.argv[1])
 from tiny_model import TinyNet, EXAMPLE_SHAPE
-from trtforge.build.config import BuildConfig
-from trtforge.build.engine_cache import engine_key
-from trtforge.request_key import request_key
+from trtforge.builder.config import BuildConfig
+from trtforge.cache.engine_cache import engine_key
+from trtforge.cache.request_key import request_key
 onnx_path = sys.argv[2]
 cfg = BuildConfig.create(precision="fp16", batch="1:4:8", targets=["sm89"])
 torch.manual_seed(0)

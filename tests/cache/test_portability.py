@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 import trtforge.pipeline as pipeline
-from trtforge.build import config as config_module
-from trtforge.build import portability, timing_cache, trt
-from trtforge.build.config import BuildConfig, BuildConfigError
-from trtforge.build.sidecar import read_sidecar, write_sidecar
+from trtforge.builder import config as config_module
+from trtforge.builder import portability, timing_cache
+from trtforge.builder.config import BuildConfig, BuildConfigError
+from trtforge.core import trt
+from trtforge.core.sidecar import read_sidecar, write_sidecar
 
 pytestmark = pytest.mark.needs_trt
 

@@ -18,10 +18,11 @@ from tiny_model import TinyNet, export_tiny
 from typer.testing import CliRunner
 
 import trtforge.pipeline as pipeline
-from trtforge.build import refit, trt
-from trtforge.build.refit import TRT_API_USED, RefitError, refit_engine
-from trtforge.build.sidecar import read_sidecar, write_sidecar
+from trtforge import refit
 from trtforge.cli import app
+from trtforge.core import trt
+from trtforge.core.sidecar import read_sidecar, write_sidecar
+from trtforge.refit import TRT_API_USED, RefitError, refit_engine
 
 pytestmark = pytest.mark.needs_trt
 

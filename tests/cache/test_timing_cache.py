@@ -7,8 +7,8 @@ import logging
 import pytest
 
 import trtforge.pipeline as pipeline
-from trtforge.build import timing_cache
-from trtforge.build.timing_cache import TimingCacheSession, check_timing_cache_path
+from trtforge.builder import timing_cache
+from trtforge.builder.timing_cache import TimingCacheSession, check_timing_cache_path
 
 pytestmark = pytest.mark.needs_trt
 

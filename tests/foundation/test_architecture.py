@@ -11,12 +11,15 @@ PACKAGE = Path(__file__).resolve().parents[2] / "trtforge"
 
 #: (package, packages it must never import, why)
 FORBIDDEN: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("capture", ("passes", "quantize", "build", "runtime", "vision", "serve", "bench"), "first stage"),
-    ("passes", ("quantize", "build", "runtime", "vision", "serve", "bench"), "general graph passes"),
-    ("quantize", ("build", "runtime", "vision", "serve", "bench"), "knows nothing of TensorRT"),
-    ("build", ("quantize", "runtime", "vision", "serve", "bench"), "knows nothing of how engines run"),
-    ("runtime", ("quantize", "vision", "serve", "bench"), "knows nothing of how the engine was made"),
-    ("vision", ("build", "quantize", "passes", "serve", "bench"), "knows nothing of engines' making"),
+    ("core", ("capture", "passes", "quantize", "builder", "cache", "runtime", "vision", "bench", "zoo", "cli",
+              "pipeline", "artifact", "refit"), "shared by every stage"),
+    ("capture", ("passes", "quantize", "builder", "runtime", "vision", "bench"), "first stage"),
+    ("passes", ("quantize", "builder", "runtime", "vision", "bench"), "general graph passes"),
+    ("quantize", ("builder", "runtime", "vision", "bench"), "knows nothing of TensorRT"),
+    ("builder", ("quantize", "runtime", "vision", "bench"), "knows nothing of how engines run"),
+    ("runtime", ("quantize", "vision", "bench", "builder", "passes", "capture", "cache"),
+     "knows nothing of how the engine was made"),
+    ("vision", ("builder", "quantize", "passes", "bench"), "knows nothing of engines' making"),
 )
 
 
@@ -55,4 +58,4 @@ def test_tensorrt_is_imported_only_through_the_shim():
             for a in (n.names if isinstance(n, ast.Import) else [n])
         }
     ]
-    assert not direct, f"import TensorRT through trtforge.build.trt, not directly: {direct}"
+    assert not direct, f"import TensorRT through trtforge.core.trt, not directly: {direct}"

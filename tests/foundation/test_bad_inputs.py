@@ -9,9 +9,9 @@ import torch
 from onnx import TensorProto, helper
 
 import trtforge
-from trtforge.build.builder import OnnxParseError
-from trtforge.build.config import BuildConfigError
-from trtforge.build.profiles import BatchSpecError
+from trtforge.builder.build import OnnxParseError
+from trtforge.builder.config import BuildConfigError
+from trtforge.builder.profiles import BatchSpecError
 from trtforge.capture.export import ExampleInputsError
 from trtforge.capture.onnx_file import NotOnnxError
 

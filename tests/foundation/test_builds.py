@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import trtforge
-from trtforge.build import trt
-from trtforge.build.builder import build_engine
-from trtforge.build.config import BuildConfig
-from trtforge.build.sidecar import read_sidecar, sha256_file
-from trtforge.ort_session import session
+from trtforge.builder.build import build_engine
+from trtforge.builder.config import BuildConfig
+from trtforge.core import trt
+from trtforge.core.ort_session import session
+from trtforge.core.sidecar import read_sidecar, sha256_file
 
 STATIC = {"min": [1, 3, 224, 224], "opt": [1, 3, 224, 224], "max": [1, 3, 224, 224]}
 DYNAMIC = {"min": [1, 3, 224, 224], "opt": [8, 3, 224, 224], "max": [32, 3, 224, 224]}

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 import trtforge
-from trtforge.build.builder import BuildCancelled, build_engine
-from trtforge.build.config import BuildConfig
-from trtforge.build.progress import BuildProgress
+from trtforge.builder.build import BuildCancelled, build_engine
+from trtforge.builder.config import BuildConfig
+from trtforge.builder.progress import BuildProgress
 from trtforge.capture.export import export_onnx
 from trtforge.capture.onnx_file import graph_io, load_onnx
-from trtforge.ort_session import session
+from trtforge.core.ort_session import session
 
 
 class DataDependent(torch.nn.Module):

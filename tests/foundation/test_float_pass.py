@@ -12,7 +12,7 @@ import torch
 from onnx import TensorProto, helper
 
 from trtforge.capture.export import export_onnx
-from trtforge.ort_session import session
+from trtforge.core.ort_session import session
 from trtforge.passes.float16 import QdqGraphError, convert_float, plan_float
 from trtforge.passes.graph import dtype_summary, load_ir, save_model
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trtforge.build import trt
-from trtforge.build.profiles import BatchProfile, BatchSpecError, parse_batch, resolve_profiles
-from trtforge.capture.specs import TensorSpec
+from trtforge.builder.profiles import BatchProfile, BatchSpecError, parse_batch, resolve_profiles
+from trtforge.core import trt
+from trtforge.core.specs import TensorSpec
 
 
 def test_shim_reports_installed_flavour():

@@ -11,8 +11,8 @@ from onnx import TensorProto, helper
 
 import trtforge
 from trtforge.artifact import Artifact
-from trtforge.atomic import atomic_writer
-from trtforge.build.sidecar import EngineHashMismatch, read_sidecar, write_sidecar
+from trtforge.core.atomic import atomic_writer
+from trtforge.core.sidecar import EngineHashMismatch, read_sidecar, write_sidecar
 
 
 @pytest.fixture(scope="module")

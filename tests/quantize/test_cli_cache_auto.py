@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from trtforge.build.sidecar import read_sidecar
 from trtforge.cli import app
+from trtforge.core.sidecar import read_sidecar
 from trtforge.quantize.api import QuantConfig, quantize_model
 from trtforge.quantize.budget import ErrorBudget
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING

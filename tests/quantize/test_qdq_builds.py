@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
-from trtforge.build import trt
+from trtforge.core import trt
 from trtforge.quantize.api import QuantConfig, quantize_model
 from trtforge.quantize.coverage import int8_coverage, mac_counts
 
@@ -70,7 +70,7 @@ def test_lite0_qdq_builds_with_rtx(lite0_onnx, photo_inputs, tmp_path):
     json.dumps(rep)  # JSON-able for the sidecar
     # The TensorRT graph (FP16 layers, FP16 scales) computes what the FP32-scale simulation measured:
     # run both in ONNX Runtime (with its FP16-scale optimiser disabled) on the held-back images.
-    from trtforge.ort_session import session
+    from trtforge.core.ort_session import session
 
     held = photo_inputs[32:40]
     trt_graph = session(result.model.SerializeToString()).run(None, {"images": held})[0]

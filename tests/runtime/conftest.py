@@ -12,8 +12,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from trtforge.build.sidecar import Sidecar, sha256_file, write_sidecar  # noqa: E402
-from trtforge.capture.specs import TensorSpec  # noqa: E402
+from trtforge.core.sidecar import Sidecar, sha256_file, write_sidecar  # noqa: E402
+from trtforge.core.specs import TensorSpec  # noqa: E402
 
 LITE0_PROFILE = {"images": {"min": [1, 3, 224, 224], "opt": [4, 3, 224, 224], "max": [8, 3, 224, 224]}}
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from trtforge.capture.specs import TensorSpec
+from trtforge.core.specs import TensorSpec
 from trtforge.runtime import aot_probe
 from trtforge.runtime.aot_probe import AotPackageError, ProbeResult, check_aot_package, run_probe
 from trtforge.runtime.torch_routes import TorchEngine, export_aot_package

@@ -16,7 +16,7 @@ import pytest
 import torch
 from skimage import data
 
-from trtforge.capture.specs import TensorSpec
+from trtforge.core.specs import TensorSpec
 from trtforge.runtime.torch_routes import TorchEngine
 from trtforge.vision import Predictor, PreprocessConfig, Preprocessor
 from trtforge.vision.packing import PackedLayout

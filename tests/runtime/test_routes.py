@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import trtforge
-from trtforge.capture.specs import TensorSpec
+from trtforge.core.specs import TensorSpec
 from trtforge.runtime import Engine, EngineInputError
 from trtforge.runtime.torch_routes import TorchEngine, export_aot_package
 
@@ -96,7 +96,7 @@ def test_load_refusals(lite0_sidecar, tmp_path):
 
 
 def test_compiled_route_loads_the_aot_package_beside_the_engine(tmp_path):
-    from trtforge.build.sidecar import Sidecar, sha256_file, write_sidecar
+    from trtforge.core.sidecar import Sidecar, sha256_file, write_sidecar
     from trtforge.runtime.load import export_aot_beside
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)).eval()

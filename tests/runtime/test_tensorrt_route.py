@@ -8,7 +8,7 @@ import torch
 import trt_double
 from trt_double import FAKE_TRT, FakeTrtRuntime, write_fake_engine
 
-from trtforge.build.sidecar import EngineHashMismatch
+from trtforge.core.sidecar import EngineHashMismatch
 from trtforge.runtime.protocol import EngineClosedError, EngineInputError
 from trtforge.runtime.tensorrt_route import HostCodeRefused, TensorRTEngine
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trt_double
 
-from trtforge.build import trt
+from trtforge.core import trt
 from trtforge.runtime.tensorrt_route import TRT_API_OPTIONAL, TRT_API_USED
 
 pytestmark = pytest.mark.skipif(not trt.available(), reason="no TensorRT bindings installed")

@@ -158,7 +158,7 @@ def test_bad_images_refused_with_the_fix(lite0_sidecar, image, error, fragment):
 
 def test_artifact_predictor_uses_the_sidecar_record(lite0_sidecar):
     from trtforge.artifact import Artifact
-    from trtforge.build.sidecar import read_sidecar
+    from trtforge.core.sidecar import read_sidecar
 
     sidecar = read_sidecar(lite0_sidecar)
     art = Artifact(sidecar.engine_path, lite0_sidecar, lite0_sidecar.parent / "efficientnet_lite0_fp32.onnx",
@@ -169,7 +169,7 @@ def test_artifact_predictor_uses_the_sidecar_record(lite0_sidecar):
 
 
 def test_predictor_feeds_an_fp16_input_engine_in_fp16(lite0):
-    from trtforge.capture.specs import TensorSpec
+    from trtforge.core.specs import TensorSpec
     from trtforge.runtime.torch_routes import TorchEngine
 
     photo = data.chelsea()

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from trtforge.build.sidecar import Sidecar, sha256_file, write_sidecar
-from trtforge.capture.specs import TensorSpec
+from trtforge.core.sidecar import Sidecar, sha256_file, write_sidecar
+from trtforge.core.specs import TensorSpec
 
 RUNS_ON_HOST_MEMORY = True
 

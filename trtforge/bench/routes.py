@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from trtforge.atomic import atomic_write_bytes
 from trtforge.bench.timing import LatencyStats, measure, measure_interleaved
-from trtforge.capture.specs import TensorSpec
+from trtforge.core.atomic import atomic_write_bytes
+from trtforge.core.specs import TensorSpec
 from trtforge.runtime.protocol import Engine
 from trtforge.runtime.tensors import torch_dtype
 from trtforge.vision.predictor import Predictor
@@ -95,7 +95,7 @@ def write_zoo_sidecar(folder: Path, name: str) -> Path:
     Example:
         >>> trtforge.load(write_zoo_sidecar(Path(tmp), "efficientnet_lite0"), route="cuda_graph")
     """
-    from trtforge.build.sidecar import Sidecar, sha256_file, write_sidecar
+    from trtforge.core.sidecar import Sidecar, sha256_file, write_sidecar
 
     spec = ZOO_BENCH_MODELS[name]
     engine_file = folder / f"{name}_fp16.engine"
@@ -111,7 +111,7 @@ def write_zoo_sidecar(folder: Path, name: str) -> Path:
 
 def sidecar_bench_model(path: str | Path) -> BenchModel:
     """A built engine (its sidecar), opened with ``trtforge.load`` on each route."""
-    from trtforge.build.sidecar import read_sidecar
+    from trtforge.core.sidecar import read_sidecar
     from trtforge.runtime.load import load
 
     sidecar = read_sidecar(Path(path))

@@ -18,13 +18,15 @@ from typing import Any
 
 import torch
 
+from trtforge.core.errors import InvalidArgument
+
 log = logging.getLogger(__name__)
 
 #: Opset for captured graphs: ≥ 19 so FP16 Q/DQ scales are legal, and LayerNormalization exists.
 OPSET = 20
 
 
-class ExampleInputsError(ValueError):
+class ExampleInputsError(InvalidArgument):
     """The example inputs do not fit the model's ``forward``."""
 
 

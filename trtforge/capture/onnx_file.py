@@ -11,10 +11,11 @@ from pathlib import Path
 
 import onnx
 
-from trtforge.capture.specs import ONNX_TO_DTYPE, TensorSpec
+from trtforge.core.errors import InvalidArgument
+from trtforge.core.specs import ONNX_TO_DTYPE, TensorSpec
 
 
-class NotOnnxError(ValueError):
+class NotOnnxError(InvalidArgument):
     """The file is missing or is not an ONNX model."""
 
 

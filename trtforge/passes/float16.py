@@ -19,6 +19,7 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 
+from trtforge.core.errors import InvalidArgument
 from trtforge.passes.graph import has_qdq
 
 FLOAT_TARGETS: dict[str, ir.DataType] = {"float16": ir.DataType.FLOAT16, "bfloat16": ir.DataType.BFLOAT16}
@@ -41,7 +42,7 @@ CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
 FIXED_FP32_INPUTS = frozenset({("Resize", 2), ("Upsample", 1)})
 
 
-class QdqGraphError(ValueError):
+class QdqGraphError(InvalidArgument):
     """The graph already contains Q/DQ nodes, so it is quantized; the float pass would break it."""
 
 

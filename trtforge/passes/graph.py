@@ -16,7 +16,7 @@ import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 
-from trtforge.capture.specs import ONNX_TO_DTYPE
+from trtforge.core.specs import ONNX_TO_DTYPE
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
 #: Ops whose inputs and weights the quantizer may cover; used for MAC counting too.
@@ -47,7 +47,7 @@ def model_sha256(model: ir.Model | onnx.ModelProto) -> str:
 
 def save_model(model: ir.Model | onnx.ModelProto, path: Path) -> bytes:
     """Save as one .onnx file (no external data) atomically; returns the bytes written."""
-    from trtforge.atomic import atomic_write_bytes
+    from trtforge.core.atomic import atomic_write_bytes
 
     data = proto_bytes(model)
     if len(data) >= 2**31:

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import onnx
 
+from trtforge.cache.calib_cache import CalibrationCache
 from trtforge.quantize import placement as placement_mod
 from trtforge.quantize.budget import ErrorBudget, check_override, resolve_budget
-from trtforge.quantize.calib_cache import CalibrationCache
 from trtforge.quantize.calibrators import CALIBRATORS, calibrate, weight_scales
 from trtforge.quantize.data import CalibrationDataError, batches, check_count, data_hash, load_calibration
 from trtforge.quantize.graph_tools import GraphIndex, ensure_node_names, ensure_opset, input_specs

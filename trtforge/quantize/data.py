@@ -24,11 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
+from trtforge.core.errors import InvalidArgument
+
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm"})
 InputSpec = tuple[str, np.dtype, tuple]  # (name, dtype, shape with None for dynamic dims)
 
 
-class CalibrationDataError(ValueError):
+class CalibrationDataError(InvalidArgument):
     """Calibration data that cannot be used; the message says how to fix it."""
 
 

@@ -151,9 +151,9 @@ def ort_providers() -> list[str]:
 
 
 def ort_session(model: onnx.ModelProto, providers: list[str] | None = None, threads: int | None = None):
-    """An ONNX Runtime session from an in-memory model, through ``trtforge.ort_session`` (known-bad
+    """An ONNX Runtime session from an in-memory model, through ``trtforge.core.ort_session`` (known-bad
     optimisers off)."""
-    from trtforge.ort_session import session
+    from trtforge.core.ort_session import session
 
     return session(model.SerializeToString(), providers=providers or ort_providers(), threads=threads)
 

@@ -16,13 +16,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from trtforge.core.errors import InvalidArgument
 from trtforge.quantize.graph_tools import GraphIndex, ensure_opset
 from trtforge.quantize.plan import QuantInput, QuantPlan
 
 FLOAT_TYPES = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16}
 
 
-class PlanMismatchError(ValueError):
+class PlanMismatchError(InvalidArgument):
     """The plan names a layer or weight that the graph does not have."""
 
 

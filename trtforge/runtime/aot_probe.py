@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from trtforge.core.errors import Unsupported
+
 try:
     import resource
 except ImportError:  # not on Windows
@@ -36,7 +38,7 @@ except ImportError:  # not on Windows
 PROBE_TIMEOUT_S = 300.0
 
 
-class AotPackageError(RuntimeError):
+class AotPackageError(Unsupported):
     """An AOTInductor package that cannot be loaded safely in this process."""
 
 

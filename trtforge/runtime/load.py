@@ -9,7 +9,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from trtforge.build.sidecar import Sidecar, read_sidecar
+from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.runtime.protocol import Engine
 
 #: (route, what runs, what it needs). README's routes table is this table.

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from trtforge.capture.specs import TensorSpec
-from trtforge.ort_session import session
+from trtforge.core.ort_session import session
+from trtforge.core.specs import TensorSpec
 from trtforge.runtime.profiles import choose_profile
 from trtforge.runtime.protocol import EngineBase, Profiles
 from trtforge.runtime.tensors import bind_input

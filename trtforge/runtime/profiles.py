@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from trtforge.capture.specs import TensorSpec
+from trtforge.core.specs import TensorSpec
 from trtforge.runtime.protocol import EngineInputError, Profiles
 
 

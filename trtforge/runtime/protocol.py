@@ -18,17 +18,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from trtforge.capture.specs import TensorSpec
+from trtforge.core.errors import InvalidArgument, Unsupported
+from trtforge.core.specs import TensorSpec
 
 #: One dict per optimization profile: {input name: {"min": [...], "opt": [...], "max": [...]}}.
 Profiles = tuple[dict[str, dict[str, list[int]]], ...]
 
 
-class EngineInputError(ValueError):
+class EngineInputError(InvalidArgument):
     """A call's inputs do not fit the engine (count, name, rank, dtype, device, shape, layout)."""
 
 
-class EngineClosedError(RuntimeError):
+class EngineClosedError(Unsupported):
     """The engine was closed; load it again."""
 
 

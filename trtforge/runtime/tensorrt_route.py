@@ -38,9 +38,10 @@ from typing import Any
 
 import torch
 
-from trtforge.build import trt as trt_shim
-from trtforge.build.sidecar import read_sidecar
-from trtforge.capture.specs import TensorSpec
+from trtforge.core import trt as trt_shim
+from trtforge.core.errors import NotPermitted
+from trtforge.core.sidecar import read_sidecar
+from trtforge.core.specs import TensorSpec
 from trtforge.runtime.cuda_graph import GraphCache
 from trtforge.runtime.profiles import choose_profile, max_shapes
 from trtforge.runtime.protocol import EngineBase
@@ -70,7 +71,7 @@ TRT_DTYPES: dict[str, str] = {
 }
 
 
-class HostCodeRefused(PermissionError):
+class HostCodeRefused(NotPermitted):
     """The engine embeds host code and the caller did not allow it."""
 
 

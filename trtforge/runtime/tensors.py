@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trtforge.capture.specs import TensorSpec
+from trtforge.core.specs import TensorSpec
 from trtforge.runtime.profiles import check_rank_and_dims
 from trtforge.runtime.protocol import EngineInputError
 

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trtforge.capture.specs import TensorSpec
+from trtforge.core.specs import TensorSpec
 from trtforge.runtime.aot_probe import check_aot_package
 from trtforge.runtime.cuda_graph import GraphCache
 from trtforge.runtime.profiles import choose_profile

@@ -22,6 +22,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from trtforge.core.errors import WrongType
+
 ImageLike = Any  # str | Path | PIL.Image.Image | np.ndarray | torch.Tensor
 
 ACCEPTED_IMAGES = (
@@ -29,7 +31,7 @@ ACCEPTED_IMAGES = (
 )
 
 
-class ImageInputError(TypeError):
+class ImageInputError(WrongType):
     """An image the predictor cannot take; the message lists what it accepts."""
 
 

@@ -17,7 +17,7 @@ from types import FrameType
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from trtforge.build import trt
+from trtforge.core import trt
 
 
 class BuildProgress:

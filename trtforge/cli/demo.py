@@ -1,7 +1,7 @@
 """``trtforge demo``: EfficientNet-Lite0 with real weights → FP32 and FP16 engines, checked on real photos.
 
 Example:
-    >>> from trtforge.demo import run_demo
+    >>> from trtforge.cli.demo import run_demo
     >>> rows = run_demo(output_dir=Path("trtforge_out"), crops=64)
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from trtforge.build.targets import where_it_runs
+from trtforge.builder.targets import where_it_runs
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class DemoRow:
 
 def ort_logits(onnx_path: Path, x: np.ndarray, input_name: str, batch: int = 16) -> np.ndarray:
     """Run ``onnx_path`` in ONNX Runtime on the CPU, in batches."""
-    from trtforge.ort_session import session as ort_session
+    from trtforge.core.ort_session import session as ort_session
 
     session = ort_session(onnx_path)
     return np.concatenate([session.run(None, {input_name: x[i : i + batch]})[0] for i in range(0, len(x), batch)])

@@ -16,12 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trtforge.capture.specs import TensorSpec
+from trtforge.core.errors import InvalidArgument
+from trtforge.core.specs import TensorSpec
 
 Shapes = Mapping[str, tuple[Sequence[int], Sequence[int], Sequence[int]]]
 
 
-class BatchSpecError(ValueError):
+class BatchSpecError(InvalidArgument):
     """A batch spec that cannot describe a TensorRT profile."""
 
 

@@ -21,14 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from trtforge._version import __version__
-from trtforge.atomic import atomic_write_bytes
-from trtforge.capture.specs import TensorSpec
+from trtforge.core.atomic import atomic_write_bytes
+from trtforge.core.errors import InvalidArgument
+from trtforge.core.specs import TensorSpec
 
 SCHEMA_VERSION = 1
 GENERATOR = "trtforge"
 
 
-class EngineHashMismatch(ValueError):
+class EngineHashMismatch(InvalidArgument):
     """The engine's bytes do not match the sha256 recorded in its sidecar."""
 
 

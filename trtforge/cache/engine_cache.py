@@ -45,8 +45,9 @@ import zstandard
 from filelock import FileLock, Timeout
 
 from trtforge._version import __version__
-from trtforge.atomic import atomic_write_bytes
-from trtforge.build import trt
+from trtforge.core import trt
+from trtforge.core.atomic import atomic_write_bytes
+from trtforge.core.errors import TrtforgeError
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ ZSTD_LEVEL = 3
 LOCK_TIMEOUT_S = 3600.0
 
 
-class CacheEntryCorrupt(ValueError):
+class CacheEntryCorrupt(TrtforgeError, ValueError):
     """A cache entry whose bytes do not match the hashes recorded for it."""
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import onnx
 
 from trtforge._version import __version__
-from trtforge.atomic import atomic_write_bytes
+from trtforge.core.atomic import atomic_write_bytes
 
 FORMAT = 1
 

@@ -38,9 +38,10 @@ from typing import Any
 import numpy as np
 from filelock import FileLock
 
-from trtforge.atomic import atomic_write_bytes
-from trtforge.build import trt as trt_shim
-from trtforge.build.sidecar import read_sidecar, sha256_file, write_sidecar
+from trtforge.core import trt as trt_shim
+from trtforge.core.atomic import atomic_write_bytes
+from trtforge.core.errors import InvalidArgument
+from trtforge.core.sidecar import read_sidecar, sha256_file, write_sidecar
 
 #: Every TensorRT attribute the refit path uses ("Class.attribute"); tests check each one exists.
 TRT_API_USED: tuple[str, ...] = (
@@ -58,7 +59,7 @@ NUMPY_OF_TRT: dict[str, str] = {"FLOAT": "float32", "HALF": "float16", "INT32": 
 FLOAT_KINDS = ("f",)
 
 
-class RefitError(ValueError):
+class RefitError(InvalidArgument):
     """The new weights do not fit the engine (names, shapes or dtypes), or TensorRT refused them."""
 
 

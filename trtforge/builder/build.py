@@ -14,13 +14,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from trtforge.build import trt
-from trtforge.build.config import BuildConfig
-from trtforge.build.portability import apply_portability, builder_record
-from trtforge.build.profiles import resolve_profiles
-from trtforge.build.progress import BuildProgress
-from trtforge.build.timing_cache import TimingCacheSession
-from trtforge.capture.specs import TensorSpec
+from trtforge.builder.config import BuildConfig
+from trtforge.builder.portability import apply_portability, builder_record
+from trtforge.builder.profiles import resolve_profiles
+from trtforge.builder.progress import BuildProgress
+from trtforge.builder.timing_cache import TimingCacheSession
+from trtforge.core import trt
+from trtforge.core.errors import Cancelled, InvalidArgument, Unsupported
+from trtforge.core.specs import TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ TRT_DTYPES = {
 }
 
 
-class OnnxParseError(ValueError):
+class OnnxParseError(InvalidArgument):
     """TensorRT's ONNX parser rejected the graph; ``failures`` lists (node, op, message)."""
 
     def __init__(self, path: Path, failures: list[tuple[str, str, str]]) -> None:
@@ -43,11 +44,11 @@ class OnnxParseError(ValueError):
         )
 
 
-class BuildFailedError(RuntimeError):
+class BuildFailedError(Unsupported):
     """TensorRT returned no plan; the message carries the builder's error log."""
 
 
-class BuildCancelled(KeyboardInterrupt):
+class BuildCancelled(Cancelled):
     """The user pressed Ctrl-C during a build; nothing was written."""
 
 

@@ -106,8 +106,8 @@ def _shape(shape: Any) -> str:
 @user_errors
 def inspect(path: Annotated[Path, typer.Argument(help="an .engine or its .json sidecar")]) -> None:
     """Print a sidecar as tables and check the engine's sha256 against it."""
-    from trtforge.build.sidecar import EngineHashMismatch, read_sidecar
-    from trtforge.build.targets import where_it_runs
+    from trtforge.builder.targets import where_it_runs
+    from trtforge.core.sidecar import EngineHashMismatch, read_sidecar
 
     sc = read_sidecar(path)
     try:
@@ -164,7 +164,7 @@ def demo(
     crops: Annotated[int, typer.Option(help="photo crops for the agreement check")] = 128,
 ) -> None:
     """EfficientNet-Lite0 → FP32 and FP16 engines, checked on real photos; prints a table."""
-    from trtforge.demo import run_demo
+    from trtforge.cli.demo import run_demo
 
     run_demo(output_dir=output_dir, crops=crops, console=console)
 
@@ -181,7 +181,7 @@ def cache_ls(cache_dir: CacheDirOption = None) -> None:
     """List entries: key, model, precision, targets, size and last use (most recent first)."""
     import datetime as dt
 
-    from trtforge.build.engine_cache import EngineCache
+    from trtforge.cache.engine_cache import EngineCache
 
     cache = EngineCache(cache_dir)
     entries = cache.entries()
@@ -203,7 +203,7 @@ def cache_prune(
     older_than_days: Annotated[float | None, typer.Option(help="remove entries unused for this many days")] = None,
 ) -> None:
     """Remove old entries and evict down to the size limit; tidy half-written leftovers."""
-    from trtforge.build.engine_cache import EngineCache
+    from trtforge.cache.engine_cache import EngineCache
 
     cache = EngineCache(cache_dir)
     removed = cache.prune(max_bytes=int(max_mb * 1e6) if max_mb is not None else None,
@@ -216,7 +216,7 @@ def cache_prune(
 @user_errors
 def cache_clear(cache_dir: CacheDirOption = None) -> None:
     """Remove every entry."""
-    from trtforge.build.engine_cache import EngineCache
+    from trtforge.cache.engine_cache import EngineCache
 
     cache = EngineCache(cache_dir)
     console.print(f"cleared {cache.clear()} entries from {cache.directory}")
@@ -229,7 +229,7 @@ def refit(
     weights: Annotated[Path, typer.Option(help="new weights: a .onnx, or a state_dict .pt")],
 ) -> None:
     """Refit new weights into an engine in place (atomically); its sidecar gets the new sha256."""
-    from trtforge.build.refit import refit_engine
+    from trtforge.refit import refit_engine
 
     report = refit_engine(engine, weights)
     console.print(f"[green]refitted[/] {report.engine} with {report.weights} weights from {report.source}; "

@@ -13,15 +13,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from trtforge.build import trt
-from trtforge.build.portability import (
+from trtforge.builder.portability import (
     HARDWARE_LEVELS,
     cuda_device_count,
     find_lean_runtime,
     lean_runtime_missing_message,
 )
-from trtforge.build.profiles import BatchProfile, parse_batch
-from trtforge.build.timing_cache import check_timing_cache_path
+from trtforge.builder.profiles import BatchProfile, parse_batch
+from trtforge.builder.timing_cache import check_timing_cache_path
+from trtforge.core import trt
+from trtforge.core.errors import InvalidArgument
 
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
 #: Precision → the float dtype the graph computes in (int8 graphs are FP16 outside Q/DQ).
@@ -31,7 +32,7 @@ FLOAT_OF_PRECISION: dict[str, str | None] = {
 OPTIMIZATION_LEVELS = range(0, 6)
 
 
-class BuildConfigError(ValueError):
+class BuildConfigError(InvalidArgument):
     """A build option that cannot work; raised before capture or build starts."""
 
 

@@ -4,7 +4,7 @@ Everything else asks this module for the bindings and for feature flags found by
 never by version strings.
 
 Example:
-    >>> from trtforge.build import trt
+    >>> from trtforge.core import trt
     >>> info = trt.info()
     >>> info.flavour in ("tensorrt", "tensorrt_rtx")
     True
@@ -18,6 +18,8 @@ import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
+from trtforge.core.errors import MissingDependency
+
 #: Import order: full TensorRT wins when both are installed.
 FLAVOURS: tuple[str, ...] = ("tensorrt", "tensorrt_rtx")
 
@@ -28,7 +30,7 @@ INSTALL_HINT = (
 )
 
 
-class TensorRTNotFoundError(ImportError):
+class TensorRTNotFoundError(MissingDependency):
     """Neither ``tensorrt`` nor ``tensorrt_rtx`` can be imported."""
 
 

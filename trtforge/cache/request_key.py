@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trtforge.build.config import BuildConfig
-from trtforge.build.engine_cache import digest_of, toolchain
+from trtforge.builder.config import BuildConfig
+from trtforge.cache.engine_cache import digest_of, toolchain
 
 #: Distributions whose versions change the captured or processed graph.
 GRAPH_LIBRARIES: tuple[str, ...] = ("torch", "onnx", "onnx-ir", "onnxscript")

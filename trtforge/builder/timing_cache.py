@@ -26,8 +26,8 @@ from typing import Any
 
 from filelock import FileLock
 
-from trtforge.atomic import atomic_write_bytes
-from trtforge.build import trt
+from trtforge.core import trt
+from trtforge.core.atomic import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
