@@ -105,3 +105,19 @@ def test_rebuild_overwrites_own_files(built):
                              batch="1:4:16", output_dir=built.engine_path.parent, progress=False,
                              notes="unit test", preprocessing={"layout": "NC"})
     assert json.loads(again.sidecar_path.read_text())["engine"] == json.loads(before)["engine"]
+
+
+def test_atomic_writes_get_the_mode_open_would_give(tmp_path):
+    """mkstemp creates 0600 files; an atomic write must land like open() would (0666 less the umask)."""
+    import os
+
+    from trtforge.core.atomic import atomic_write_bytes, default_mode
+
+    umask = os.umask(0)
+    os.umask(umask)
+    target = tmp_path / "x.onnx"
+    atomic_write_bytes(target, b"abc")
+    assert default_mode() == 0o666 & ~umask
+    assert (target.stat().st_mode & 0o777) == default_mode()
+    atomic_write_bytes(target, b"abcd", mode=0o600)
+    assert (target.stat().st_mode & 0o777) == 0o600 and target.read_bytes() == b"abcd"

@@ -28,6 +28,7 @@ from filelock import FileLock
 
 from trtforge.core import trt
 from trtforge.core.atomic import atomic_write_bytes
+from trtforge.core.errors import InvalidArgument
 
 log = logging.getLogger(__name__)
 
@@ -46,19 +47,19 @@ _said_ignored = False
 def check_timing_cache_path(path: str | os.PathLike[str]) -> Path:
     """Refuse a timing-cache location before any build starts; return it expanded.
 
-    A directory, or a path ending in a separator, is a ``ValueError``; a location whose folder
+    A directory, or a path ending in a separator, is an ``InvalidArgument`` (a ``ValueError``); a location whose folder
     cannot be created or written is an ``OSError``.
     """
     text = os.fspath(path)
     if not text:
-        raise ValueError("timing_cache='' is empty; pass a file path such as ~/.cache/trtforge/timing.cache")
+        raise InvalidArgument("timing_cache='' is empty; pass a file path such as ~/.cache/trtforge/timing.cache")
     if text.endswith(("/", os.sep)) or (os.altsep and text.endswith(os.altsep)):
-        raise ValueError(
+        raise InvalidArgument(
             f"timing_cache={text!r} ends in a path separator; name a file, e.g. {text.rstrip('/' + os.sep)}/timing.cache"
         )
     resolved = Path(text).expanduser()
     if resolved.is_dir():
-        raise ValueError(f"timing_cache={text!r} is a directory; name a file inside it, e.g. {resolved / 'timing.cache'}")
+        raise InvalidArgument(f"timing_cache={text!r} is a directory; name a file inside it, e.g. {resolved / 'timing.cache'}")
     folder = resolved.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -1,17 +1,32 @@
 """Atomic file writes: temp file in the same folder, fsync, then ``os.replace``.
 
+Files get the mode a plain ``open(path, "w")`` would give (``0o666`` less the umask) unless
+``mode`` says otherwise, so every file of one build has the same permission bits.
+
 Example:
-    >>> atomic_write_bytes(Path("out/model.engine"), plan, mode=0o644)
+    >>> atomic_write_bytes(Path("out/model.engine"), plan)
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
+
+
+@functools.cache
+def default_mode() -> int:
+    """``0o666`` less the process umask: what ``open()`` would create (``mkstemp`` gives 0600).
+
+    Read once: ``os.umask`` can only be read by setting it, so it is not read on every write.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 @contextlib.contextmanager
@@ -24,8 +39,7 @@ def atomic_writer(path: Path, mode: int | None = None) -> Iterator[BinaryIO]:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
+        os.chmod(tmp, default_mode() if mode is None else mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

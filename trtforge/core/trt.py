@@ -18,7 +18,7 @@ import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
-from trtforge.core.errors import MissingDependency
+from trtforge.core.errors import InvalidArgument, MissingDependency
 
 #: Import order: full TensorRT wins when both are installed.
 FLAVOURS: tuple[str, ...] = ("tensorrt", "tensorrt_rtx")
@@ -135,12 +135,12 @@ def compute_capability(target: str):
     name = target.upper()
     enum = getattr(mod, "ComputeCapability", None)
     if enum is None:
-        raise ValueError(
+        raise InvalidArgument(
             f"target {target!r}: this TensorRT ({info().flavour} {info().version}) has no compute-"
             "capability targets; omit targets, or use hardware_compatibility with full TensorRT"
         )
     if not hasattr(enum, name) or not name[2:].isdigit():
-        raise ValueError(
+        raise InvalidArgument(
             f"unknown target {target!r}; known targets: {', '.join(info().compute_capability_targets)}"
         )
     return getattr(enum, name)
