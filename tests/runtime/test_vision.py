@@ -11,7 +11,7 @@ from skimage import data
 import trtforge
 from trtforge.vision import Predictor, PreprocessConfig, Preprocessor, decode_image
 from trtforge.vision.decode import detections_from_topk, detr_box_transform, detr_topk
-from trtforge.vision.preprocess import ImageInputError
+from trtforge.core.preprocessing import ImageInputError
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 
 CONFIG = PreprocessConfig.from_dict(LITE0_PREPROCESSING)
