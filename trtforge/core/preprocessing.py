@@ -4,8 +4,8 @@ Calibration (``quantize.data``), the predictor (``vision.preprocess`` on CPU or 
 all call ``transform_tensor``, so INT8 is calibrated on exactly the pixels the engine serves.
 The steps, as the record says: resize (bilinear, bicubic or nearest; half-pixel centres, i.e.
 ``align_corners=False``; antialias when asked, which torch applies to bilinear and bicubic only;
-``nearest`` is torch's ``mode="nearest"``), then ``x * scale``, minus mean, over std, channel
-order, layout and dtype.
+``nearest`` is torch's ``mode="nearest"``), channel order, then ``x * scale``, minus mean, over
+std (both given in the model's channel order, as BGR models record them), layout and dtype.
 
 torch is imported inside the functions that need it: reading a sidecar's record stays light.
 
