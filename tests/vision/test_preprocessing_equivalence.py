@@ -19,7 +19,7 @@ from PIL import Image
 from trtforge.core.specs import TensorSpec
 from trtforge.quantize.data import load_calibration
 from trtforge.runtime.torch_routes import TorchEngine
-from trtforge.vision import Predictor
+from trtforge.vision import Predictor, PreprocessConfig, Preprocessor
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 from trtforge.zoo.photos import photos
 
@@ -121,3 +121,17 @@ def test_fused_preprocessing_feeds_the_calibrated_inputs(photo_dir, interpolatio
     for cal, inf in zip([calibration[0], calibration[4]], fused, strict=True):
         assert inf.shape == cal.shape
         np.testing.assert_allclose(inf, cal, rtol=0, atol=1e-5)
+
+
+def test_fused_preprocessing_past_the_recompile_limit_runs_the_same_function(caplog):
+    """A tenth frame size in one process (Dynamo compiles 8): unfused, same values, one warning; no failure."""
+    from trtforge.vision.preprocess import _warn_unfused
+
+    torch._dynamo.reset()
+    _warn_unfused.cache_clear()  # it warns once per process
+    pre = Preprocessor(PreprocessConfig((8, 6), interpolation="bicubic", antialias=True), torch.device("cpu"))
+    rng = np.random.default_rng(0)
+    for side in range(10, 20):
+        u8 = torch.from_numpy(rng.integers(0, 256, (1, side, side + 3, 3), dtype=np.uint8))
+        torch.testing.assert_close(pre.transform(u8, fused=True), pre.transform(u8), rtol=0, atol=1e-5)
+    assert sum("recompile limit" in r.getMessage() for r in caplog.records) == 1

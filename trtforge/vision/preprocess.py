@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,6 +24,8 @@ from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig, transform, transform_tensor
 
 __all__ = ["Preprocessor", "PreprocessConfig", "fused_transform", "is_pageable"]
+
+log = logging.getLogger(__name__)
 
 
 def is_pageable(image: Any) -> bool:
@@ -47,13 +50,33 @@ def fused_transform() -> Callable[..., torch.Tensor]:
     """``transform_tensor`` through ``torch.compile``, once per process.
 
     Predictors share it: a new predictor (a hot swap, a reload) with the same record and frame
-    size reuses the compiled kernel instead of compiling again.
+    size reuses the compiled kernel instead of compiling again. Each new (record, frame size)
+    compiles once; past Dynamo's ``recompile_limit`` (8) such keys in one process, further new
+    keys run ``transform_tensor`` unfused (the same function) instead of failing.
 
     Example:
         >>> fused_transform() is fused_transform()
         True
     """
-    return torch.compile(transform_tensor, dynamic=False, fullgraph=True)
+    from torch._dynamo.exc import FailOnRecompileLimitHit
+
+    compiled = torch.compile(transform_tensor, dynamic=False, fullgraph=True)
+
+    def step(*args: Any) -> torch.Tensor:
+        try:
+            return compiled(*args)
+        except FailOnRecompileLimitHit:
+            _warn_unfused()
+            return transform_tensor(*args)
+
+    return step
+
+
+@functools.cache
+def _warn_unfused() -> None:
+    log.warning("fused preprocessing: torch.compile's recompile limit is reached (one compile per record and "
+                "frame size); new frame sizes run the unfused transform. Raise "
+                "torch._dynamo.config.recompile_limit to fuse more sizes")
 
 
 class Preprocessor:
