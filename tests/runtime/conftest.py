@@ -20,17 +20,14 @@ LITE0_PROFILE = {"images": {"min": [1, 3, 224, 224], "opt": [4, 3, 224, 224], "m
 
 @pytest.fixture(scope="session")
 def photo_batch() -> np.ndarray:
-    """Two real photos (skimage), resized to 224² with PIL and normalised with NumPy: (2, 3, 224, 224)."""
-    from PIL import Image
+    """Two real photos (skimage) as the predictor preprocesses them for Lite0: (2, 3, 224, 224) float32."""
     from skimage import data
 
-    from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING as P
+    from trtforge.core.preprocessing import PreprocessConfig, preprocess_images
+    from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 
-    out = []
-    for image in (data.chelsea(), data.astronaut()):
-        resized = np.asarray(Image.fromarray(image).resize((224, 224), Image.BILINEAR), np.float32) / 255.0
-        out.append(((resized - P["mean"]) / P["std"]).transpose(2, 0, 1))
-    return np.ascontiguousarray(np.stack(out), dtype=np.float32)
+    config = PreprocessConfig.from_dict(LITE0_PREPROCESSING)
+    return np.ascontiguousarray(preprocess_images([data.chelsea(), data.astronaut()], config).numpy())
 
 
 @pytest.fixture(scope="session")

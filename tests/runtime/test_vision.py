@@ -9,9 +9,9 @@ from PIL import Image
 from skimage import data
 
 import trtforge
+from trtforge.core.preprocessing import ImageInputError
 from trtforge.vision import Predictor, PreprocessConfig, Preprocessor, decode_image
 from trtforge.vision.decode import detections_from_topk, detr_box_transform, detr_topk
-from trtforge.vision.preprocess import ImageInputError
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 
 CONFIG = PreprocessConfig.from_dict(LITE0_PREPROCESSING)
@@ -59,6 +59,42 @@ def test_antialias_record_matches_pil_bilinear_within_1_over_255():
     ours = _pixels(Preprocessor(config, torch.device("cpu"))([photo]))
     pil = np.asarray(Image.fromarray(photo).resize((224, 224), Image.BILINEAR), np.float64) / 255.0
     assert np.abs(ours - pil).max() <= 1 / 255
+
+
+def resize_bicubic_reference(image: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
+    """Bicubic (Keys, a = -0.75), half-pixel centres, no antialias, edge-clamped taps; float64 NumPy."""
+
+    def weights(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+        src = (np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5
+        base = np.floor(src).astype(int)
+        t = np.abs(src[:, None] - (base[:, None] + np.arange(-1, 3)))  # distance to the 4 taps
+        a = -0.75
+        near = ((a + 2) * t - (a + 3)) * t * t + 1
+        far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+        return np.clip(base[:, None] + np.arange(-1, 3), 0, n_in - 1), np.where(t <= 1, near, far)
+
+    (yi, wy), (xi, wx) = weights(image.shape[0], out_h), weights(image.shape[1], out_w)
+    rows = np.einsum("ok,okwc->owc", wy, image.astype(np.float64)[yi])
+    return np.einsum("pk,opkc->opc", wx, rows[:, xi])
+
+
+@pytest.mark.parametrize("size", [(300, 451), (97, 64)], ids=["down", "up"])
+def test_bicubic_record_matches_numpy_reference(size):
+    photo = np.asarray(Image.fromarray(data.chelsea()).resize(size[::-1], Image.BILINEAR))
+    config = PreprocessConfig.from_dict({**LITE0_PREPROCESSING, "interpolation": "bicubic"})
+    ours = _pixels(Preprocessor(config, torch.device("cpu"))([photo]))
+    reference = resize_bicubic_reference(photo, 224, 224) / 255.0
+    assert np.abs(ours - reference).max() <= 1e-4  # float32 weights against float64, in [0, 1] pixel units
+
+
+def test_nearest_record_picks_torch_nearest_source_pixels():
+    """``nearest`` is torch's mode="nearest": source index floor(i * (in / out)) in float32, no half-pixel offset."""
+    photo = np.asarray(Image.fromarray(data.chelsea()).resize((451, 300), Image.BILINEAR))
+    config = PreprocessConfig.from_dict({**LITE0_PREPROCESSING, "interpolation": "nearest", "antialias": True})
+    ours = _pixels(Preprocessor(config, torch.device("cpu"))([photo]))
+    rows = np.minimum(np.floor(np.arange(224, dtype=np.float32) * np.float32(300 / 224)).astype(int), 299)
+    cols = np.minimum(np.floor(np.arange(224, dtype=np.float32) * np.float32(451 / 224)).astype(int), 450)
+    np.testing.assert_allclose(ours, photo[rows][:, cols] / 255.0, rtol=0, atol=1e-6)
 
 
 def test_bgr_record_swaps_channels():

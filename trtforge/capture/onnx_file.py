@@ -11,7 +11,7 @@ from pathlib import Path
 
 import onnx
 
-from trtforge.core.errors import InvalidArgument
+from trtforge.core.errors import InvalidArgument, MissingFile
 from trtforge.core.specs import ONNX_TO_DTYPE, TensorSpec
 
 
@@ -23,7 +23,7 @@ def load_onnx(path: Path) -> onnx.ModelProto:
     """Load ``path`` with its external data; a clear error when it is missing or not ONNX."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"model file {path} does not exist; pass an .onnx file or an nn.Module")
+        raise MissingFile(f"model file {path} does not exist; pass an .onnx file or an nn.Module")
     if path.is_dir():
         raise NotOnnxError(f"{path} is a directory; pass the .onnx file inside it")
     try:

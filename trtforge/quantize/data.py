@@ -2,7 +2,8 @@
 
 Accepted sources:
 * a directory of images: sorted by file name, the first ``max_images``, preprocessed as the
-  sidecar's ``preprocessing`` dict says (NumPy/PIL here; no GPU code);
+  sidecar's ``preprocessing`` dict says, by the predictor's own transform on the CPU
+  (``trtforge.core.preprocessing``), so calibration sees the pixels inference serves;
 * a ``.npy`` file or a float array shaped like the input (already normalised); a ``.npz`` file
   with one array per input name for multi-input models;
 * an iterable of dicts of arrays (multi-input models such as MiniLM), one sample or a batch each;
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from trtforge.core.errors import InvalidArgument
+from trtforge.core.preprocessing import ImageLike, PreprocessConfig, preprocess_images
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm"})
 InputSpec = tuple[str, np.dtype, tuple]  # (name, dtype, shape with None for dynamic dims)
@@ -35,59 +37,16 @@ class CalibrationDataError(InvalidArgument):
 
 
 # -- images ----------------------------------------------------------------------------------
-def _resize_bilinear(img: np.ndarray, height: int, width: int) -> np.ndarray:
-    """Bilinear resize without antialiasing (half-pixel centres, like torch align_corners=False)."""
-    in_h, in_w = img.shape[:2]
+def preprocess_image(image: ImageLike, preprocessing: Mapping | PreprocessConfig) -> np.ndarray:
+    """One image (path, PIL image or HxWxC uint8 array) → the float32 model input with batch 1.
 
-    def coords(out_size: int, in_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        pos = (np.arange(out_size, dtype=np.float64) + 0.5) * (in_size / out_size) - 0.5
-        pos = np.clip(pos, 0, in_size - 1)
-        lo = np.floor(pos).astype(np.int64)
-        hi = np.minimum(lo + 1, in_size - 1)
-        return lo, hi, (pos - lo).astype(np.float32)
-
-    y0, y1, wy = coords(height, in_h)
-    x0, x1, wx = coords(width, in_w)
-    img = img.astype(np.float32)
-    top = img[y0][:, x0] * (1 - wx)[None, :, None] + img[y0][:, x1] * wx[None, :, None]
-    bottom = img[y1][:, x0] * (1 - wx)[None, :, None] + img[y1][:, x1] * wx[None, :, None]
-    return top * (1 - wy)[:, None, None] + bottom * wy[:, None, None]
-
-
-def preprocess_image(image, preprocessing: Mapping) -> np.ndarray:
-    """One PIL image or HxWxC uint8 array → a float32 (1, C, H, W) or (1, H, W, C) array.
+    The predictor's transform (``trtforge.core.preprocessing``), run on the CPU.
 
     Example:
         >>> preprocess_image(Image.open("cat.jpg"), LITE0_PREPROCESSING).shape
         (1, 3, 224, 224)
     """
-    from PIL import Image
-
-    if isinstance(image, np.ndarray):
-        image = Image.fromarray(image)
-    image = image.convert("RGB")
-    arr = np.asarray(image)
-    height, width = (int(v) for v in preprocessing.get("resize", arr.shape[:2]))
-    interpolation = preprocessing.get("interpolation", "bilinear")
-    if interpolation == "bilinear" and not preprocessing.get("antialias", False):
-        arr = _resize_bilinear(arr, height, width)
-    else:
-        modes = {"bilinear": Image.BILINEAR, "nearest": Image.NEAREST, "bicubic": Image.BICUBIC}
-        if interpolation not in modes:
-            raise CalibrationDataError(
-                f"preprocessing interpolation {interpolation!r} is not supported for calibration images; "
-                f"use one of {sorted(modes)}, or pass preprocessed arrays instead of a directory"
-            )
-        arr = np.asarray(image.resize((width, height), modes[interpolation]), dtype=np.float32)
-    arr = arr.astype(np.float32) * float(preprocessing.get("scale", 1.0 / 255.0))
-    if preprocessing.get("channel_order", "RGB").upper() == "BGR":
-        arr = arr[..., ::-1]
-    mean = np.asarray(preprocessing.get("mean", [0.0, 0.0, 0.0]), dtype=np.float32)
-    std = np.asarray(preprocessing.get("std", [1.0, 1.0, 1.0]), dtype=np.float32)
-    arr = (arr - mean) / std
-    if preprocessing.get("layout", "NCHW").upper() == "NCHW":
-        arr = arr.transpose(2, 0, 1)
-    return np.ascontiguousarray(arr[None], dtype=np.float32)
+    return preprocess_images([image], PreprocessConfig.of(preprocessing)).numpy()
 
 
 def image_files(directory: Path, max_images: int) -> list[Path]:
@@ -226,8 +185,6 @@ def load_calibration(
 
 
 def _load_image_dir(path: Path, specs, preprocessing, max_images: int) -> list[dict[str, np.ndarray]]:
-    from PIL import Image
-
     if len(specs) != 1:
         raise CalibrationDataError(
             f"a directory of images calibrates single-input models; this one has inputs "
@@ -243,13 +200,9 @@ def _load_image_dir(path: Path, specs, preprocessing, max_images: int) -> list[d
         raise CalibrationDataError(
             f"{path} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))}); put calibration images there"
         )
+    config = PreprocessConfig.of(preprocessing)
     name = specs[0][0]
-    out = []
-    for file in files:
-        with Image.open(file) as img:
-            arr = preprocess_image(img, preprocessing)
-        out.append({name: _check_array(name, arr, specs[0])})
-    return out
+    return [{name: _check_array(name, preprocess_image(file, config), specs[0])} for file in files]
 
 
 def check_count(samples: Sequence[dict], batch_size: int, held_back: int) -> None:

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trtforge.core.preprocessing import PreprocessConfig, decode_image
 from trtforge.runtime.cuda_graph import GraphCache
 from trtforge.runtime.protocol import Engine
 from trtforge.runtime.tensors import torch_dtype
@@ -52,7 +53,7 @@ from trtforge.vision.decode import (
     detr_topk,
 )
 from trtforge.vision.packing import PackedLayout
-from trtforge.vision.preprocess import PreprocessConfig, Preprocessor, decode_image, is_pageable
+from trtforge.vision.preprocess import Preprocessor, is_pageable
 
 TASKS: tuple[str, ...] = ("classification", "detection")
 

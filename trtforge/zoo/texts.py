@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from trtforge.core.errors import InvalidArgument
+
 
 def sentences(count: int | None = None, offset: int = 0) -> list[str]:
     """Deterministic plain sentences (30–200 characters) from Python's help topics."""
@@ -23,6 +25,9 @@ def sentences(count: int | None = None, offset: int = 0) -> list[str]:
     chosen = found[offset:]
     if count is not None:
         if len(chosen) < count:
-            raise ValueError(f"only {len(chosen)} sentences available after offset {offset}, asked for {count}")
+            raise InvalidArgument(
+                f"only {len(chosen)} sentences available after offset {offset}, asked for {count}; "
+                "ask for fewer, or a smaller offset"
+            )
         chosen = chosen[:count]
     return chosen

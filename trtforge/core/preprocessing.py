@@ -1,0 +1,233 @@
+"""The one image preprocessing: the sidecar's record, image decoding, and the transform.
+
+Calibration (``quantize.data``), the predictor (``vision.preprocess`` on CPU or GPU) and the zoo
+all call ``transform_tensor``, so INT8 is calibrated on exactly the pixels the engine serves.
+The steps, as the record says: resize (bilinear, bicubic or nearest; half-pixel centres, i.e.
+``align_corners=False``; antialias when asked, which torch applies to bilinear and bicubic only;
+``nearest`` is torch's ``mode="nearest"``), channel order, then ``x * scale``, minus mean, over
+std (both given in the model's channel order, as BGR models record them), layout and dtype.
+
+torch is imported inside the functions that need it: reading a sidecar's record stays light.
+
+Example:
+    >>> config = PreprocessConfig.from_dict({"resize": [224, 224], "mean": [0.5] * 3, "std": [0.5] * 3})
+    >>> preprocess_images([decode_image("cat.jpg")], config).shape   # on the CPU
+    torch.Size([1, 3, 224, 224])
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from trtforge.core.errors import InvalidArgument, MissingFile, WrongType
+
+if TYPE_CHECKING:
+    import torch
+
+ImageLike = Any  # str | Path | PIL.Image.Image | np.ndarray | torch.Tensor
+
+INTERPOLATIONS: tuple[str, ...] = ("bilinear", "bicubic", "nearest")
+CHANNEL_ORDERS: tuple[str, ...] = ("RGB", "BGR")
+LAYOUTS: tuple[str, ...] = ("NCHW", "NHWC")
+ACCEPTED_IMAGES = (
+    "a file path, a PIL.Image, an HWC uint8 numpy array or torch tensor (RGB), or a list of these"
+)
+
+
+class ImageInputError(WrongType):
+    """An image that cannot be preprocessed; the message lists what is accepted."""
+
+
+class PreprocessingRecordError(InvalidArgument):
+    """A ``preprocessing`` record (sidecar dict or ``PreprocessConfig``) that cannot work."""
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    """The preprocessing a model expects; built from the sidecar's record and checked on creation.
+
+    Example:
+        >>> PreprocessConfig((224, 224), channel_order="BGR").layout
+        'NCHW'
+    """
+
+    size: tuple[int, int]  # (height, width)
+    mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    std: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    scale: float = 1.0 / 255.0
+    interpolation: str = "bilinear"
+    antialias: bool = False
+    channel_order: str = "RGB"
+    layout: str = "NCHW"
+
+    def __post_init__(self) -> None:
+        problems = []
+        if len(self.size) != 2 or any(int(v) <= 0 for v in self.size):
+            problems.append(f"size {self.size} is not a positive [height, width]")
+        if len(self.mean) != 3 or len(self.std) != 3 or any(float(s) == 0.0 for s in self.std):
+            problems.append(f"mean {self.mean} / std {self.std} need 3 values each, std non-zero")
+        if self.interpolation not in INTERPOLATIONS:
+            problems.append(f"interpolation {self.interpolation!r} is not one of {INTERPOLATIONS}")
+        if self.channel_order not in CHANNEL_ORDERS or self.layout not in LAYOUTS:
+            problems.append(f"channel_order {self.channel_order!r} / layout {self.layout!r} is not one of "
+                            f"{CHANNEL_ORDERS} / {LAYOUTS}")
+        if problems:
+            raise PreprocessingRecordError(f"preprocessing record: {'; '.join(problems)}; fix the record")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PreprocessConfig:
+        """From a sidecar ``preprocessing`` dict (``resize`` is ``[height, width]``).
+
+        Example:
+            >>> PreprocessConfig.from_dict({"resize": [224, 224], "layout": "nhwc"}).layout
+            'NHWC'
+        """
+        if not isinstance(data, Mapping) or "resize" not in data:
+            raise PreprocessingRecordError(
+                f"preprocessing record {data!r} has no 'resize': [height, width]; add the model's input size"
+            )
+        try:
+            fields = {
+                "size": (int(data["resize"][0]), int(data["resize"][1])),
+                "mean": tuple(float(v) for v in data.get("mean", (0.0, 0.0, 0.0))),
+                "std": tuple(float(v) for v in data.get("std", (1.0, 1.0, 1.0))),
+                "scale": float(data.get("scale", 1.0 / 255.0)),
+            }
+        except (TypeError, ValueError, IndexError) as exc:
+            raise PreprocessingRecordError(
+                f"preprocessing record {dict(data)} has a value of the wrong kind ({exc}); resize is "
+                "[height, width], mean and std are 3 numbers, scale a number"
+            ) from exc
+        return cls(
+            **fields,
+            interpolation=str(data.get("interpolation", "bilinear")).lower(),
+            antialias=bool(data.get("antialias", False)),
+            channel_order=str(data.get("channel_order", "RGB")).upper(),
+            layout=str(data.get("layout", "NCHW")).upper(),
+        )
+
+    @classmethod
+    def of(cls, record: PreprocessConfig | Mapping[str, Any]) -> PreprocessConfig:
+        """``record`` as a ``PreprocessConfig``: returned as it is, or built from a sidecar dict."""
+        return record if isinstance(record, PreprocessConfig) else cls.from_dict(record)
+
+    def coefficients(self, device: Any = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """``(a, b)`` of shape (1, 3, 1, 1) with ``(x * scale - mean) / std == x * a + b``."""
+        import torch
+
+        mean = torch.tensor(self.mean, dtype=torch.float32)
+        std = torch.tensor(self.std, dtype=torch.float32)
+        return (self.scale / std).view(1, 3, 1, 1).to(device), (-mean / std).view(1, 3, 1, 1).to(device)
+
+
+def decode_image(image: ImageLike) -> np.ndarray | torch.Tensor:
+    """Anything the predictor accepts → an HWC uint8 RGB array (tensors stay tensors, on their device).
+
+    Example:
+        >>> decode_image("cat.png").shape
+        (480, 640, 3)
+    """
+    if isinstance(image, (str, Path)):
+        from PIL import Image
+
+        path = Path(image)
+        if not path.is_file():
+            raise MissingFile(f"no image file at {path}; pass the path of an existing image")
+        with Image.open(path) as img:
+            return np.asarray(img.convert("RGB"))
+    if type(image).__module__.startswith("PIL."):
+        return np.asarray(image.convert("RGB"))
+    torch = sys.modules.get("torch")  # a tensor exists only once torch is imported
+    if isinstance(image, np.ndarray) or (torch is not None and isinstance(image, torch.Tensor)):
+        return _check_pixels(image)
+    raise ImageInputError(f"unknown image type {type(image).__name__}; pass {ACCEPTED_IMAGES}")
+
+
+def _check_pixels(image: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+    """An HWC uint8 array or tensor, grey expanded to 3 channels; anything else refused with the fix."""
+    if str(image.dtype).removeprefix("torch.") != "uint8":
+        raise ImageInputError(
+            f"image array has dtype {image.dtype}; pass uint8 pixels (0-255), e.g. "
+            "(x * 255).round().astype(np.uint8)"
+        )
+    if image.ndim == 2:
+        image = image[..., None].repeat(3, axis=2) if isinstance(image, np.ndarray) else image[..., None].expand(-1, -1, 3)
+    if image.ndim != 3 or image.shape[2] != 3:
+        raise ImageInputError(
+            f"image array has shape {tuple(image.shape)}; pass HWC with 3 channels (RGB). "
+            "For CHW use x.permute(1, 2, 0); for RGBA drop alpha with x[..., :3]"
+        )
+    return image
+
+
+def transform_tensor(
+    u8: torch.Tensor, a: torch.Tensor, b: torch.Tensor, size: tuple[int, int], interpolation: str,
+    antialias: bool, bgr: bool, nhwc: bool, dtype: torch.dtype, channels_last: bool,
+) -> torch.Tensor:
+    """(B, H, W, 3) uint8 → the model input, from plain values: ``x * a + b`` after the resize.
+
+    Every argument but the three tensors is a constant, so one compiled version serves every
+    preprocessor with the same record (``vision.preprocess.fused_transform``).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    x = u8.permute(0, 3, 1, 2).float()
+    if bgr:
+        x = x.flip(1)
+    if tuple(x.shape[-2:]) != tuple(size):
+        kwargs = {} if interpolation == "nearest" else {"align_corners": False, "antialias": antialias}
+        x = F.interpolate(x, size=size, mode=interpolation, **kwargs)
+    x = torch.addcmul(b, x, a)
+    if nhwc:
+        return x.permute(0, 2, 3, 1).contiguous().to(dtype)
+    return x.to(dtype, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+
+def transform(
+    u8: torch.Tensor, config: PreprocessConfig, dtype: torch.dtype | None = None, channels_last: bool = False, *,
+    coefficients: tuple[torch.Tensor, torch.Tensor] | None = None, step: Any = transform_tensor,
+) -> torch.Tensor:
+    """(B, H, W, 3) uint8 on any device → the model input ``config`` describes (float32 by default).
+
+    ``coefficients`` are ``config.coefficients(u8.device)``, cached by callers that run per frame;
+    ``step`` is ``transform_tensor`` or its compiled version.
+
+    Example:
+        >>> transform(torch.zeros(1, 480, 640, 3, dtype=torch.uint8), PreprocessConfig((224, 224))).shape
+        torch.Size([1, 3, 224, 224])
+    """
+    import torch
+
+    a, b = coefficients if coefficients is not None else config.coefficients(u8.device)
+    return step(u8, a, b, config.size, config.interpolation, config.antialias, config.channel_order == "BGR",
+                config.layout == "NHWC", dtype or torch.float32, channels_last)
+
+
+def preprocess_images(images: Sequence[ImageLike], config: PreprocessConfig) -> torch.Tensor:
+    """Images of any sizes (paths, PIL, HWC uint8) → one float32 model-input batch on the CPU.
+
+    Example:
+        >>> preprocess_images(["a.jpg", "b.png"], config).shape
+        torch.Size([2, 3, 224, 224])
+    """
+    import torch
+
+    a, b = config.coefficients("cpu")
+    pixels = [_host_tensor(decode_image(image)) for image in images]
+    return torch.cat([transform(p[None], config, coefficients=(a, b)) for p in pixels])
+
+
+def _host_tensor(pixels: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """A CPU tensor of ``pixels``; read-only arrays (PIL's) are copied, since torch wants writable ones."""
+    import torch
+
+    if isinstance(pixels, np.ndarray):
+        return torch.from_numpy(np.require(pixels, requirements=("C", "W")))
+    return pixels.cpu()
