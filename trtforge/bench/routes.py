@@ -27,6 +27,7 @@ import torch
 
 from trtforge.bench.timing import LatencyStats, measure, measure_interleaved
 from trtforge.core.atomic import atomic_write_bytes
+from trtforge.core.errors import InvalidArgument
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime.protocol import Engine
 from trtforge.runtime.tensors import torch_dtype
@@ -76,7 +77,7 @@ def zoo_bench_model(name: str, compile_mode: str = "max-autotune") -> BenchModel
     from trtforge.runtime.torch_routes import TorchEngine
 
     if name not in ZOO_BENCH_MODELS:
-        raise ValueError(f"unknown zoo model {name!r}; choose one of {tuple(ZOO_BENCH_MODELS)}")
+        raise InvalidArgument(f"unknown zoo model {name!r}; choose one of {tuple(ZOO_BENCH_MODELS)}")
     spec = ZOO_BENCH_MODELS[name]
     model = model_from_factory(spec.factory)
 
@@ -116,7 +117,7 @@ def sidecar_bench_model(path: str | Path) -> BenchModel:
 
     sidecar = read_sidecar(Path(path))
     if not sidecar.preprocessing:
-        raise ValueError(f"{path}: the sidecar has no preprocessing record; the end-to-end timing needs one")
+        raise InvalidArgument(f"{path}: the sidecar has no preprocessing record; the end-to-end timing needs one")
     task = "detection" if len(sidecar.outputs) >= 2 else "classification"
 
     def open_route(route: str, device: Any) -> Engine:
@@ -450,13 +451,13 @@ def run_bench_command(
 
     unknown = [r for r in routes if r not in ROUTE_NAMES]
     if unknown:
-        raise ValueError(f"unknown route(s) {unknown}; choose from {ROUTE_NAMES}")
+        raise InvalidArgument(f"unknown route(s) {unknown}; choose from {ROUTE_NAMES}")
     if any(b < 1 for b in batches):
-        raise ValueError(f"batch sizes must be ≥ 1, got {list(batches)}")
+        raise InvalidArgument(f"batch sizes must be ≥ 1, got {list(batches)}")
     console = console or Console()
     model = open_bench_target(target)
     if target.startswith("zoo:") and {"tensorrt", "onnxruntime"} & set(routes):
-        raise ValueError("zoo targets run the PyTorch routes only; give an engine path for tensorrt/onnxruntime")
+        raise InvalidArgument("zoo targets run the PyTorch routes only; give an engine path for tensorrt/onnxruntime")
     result = run_route_bench([model], routes, batches, device=device, warmup=warmup, repeats=repeats,
                              on_progress=console.log, compile_preprocessing=compile_preprocessing)
     result.config["command"] = f"trtforge bench {target} " + " ".join(f"--route {r}" for r in routes)
