@@ -185,7 +185,7 @@ class QuantizationRecord(SidecarRecord):
     coverage: Any = _optional()  # the INT8 share of MACs (older reports: a dict of shares)
     int8_layers: int | None = _optional()
     layers_total: int | None = _optional()
-    excluded_layers: tuple[Mapping[str, str], ...] | None = _optional()
+    excluded_layers: list[Mapping[str, str]] | None = _optional()  # {"layer", "reason"} each
     graph_sha256: str | None = _optional()
     data_sha256: str | None = _optional()
 
