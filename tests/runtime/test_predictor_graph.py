@@ -18,6 +18,7 @@ import torch
 from skimage import data
 from trt_double import FAKE_TRT, FakeTrtRuntime, write_fake_engine
 
+from trtforge.core.errors import InvalidArgument
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime.protocol import CapturableEngine
 from trtforge.runtime.tensorrt_route import TensorRTEngine
@@ -220,6 +221,9 @@ def test_tensorrt_route_takes_the_one_graph_path(tmp_path):
                              preprocessing={"resize": [16, 16]})
     engine = CallCountingTensorRTEngine(path, device="cpu", bindings=FAKE_TRT)
     assert isinstance(engine, CapturableEngine) and engine.sidecar.preprocessing == {"resize": [16, 16]}
+    assert Predictor(engine).cuda_graph is False  # on by default only when the engine replays graphs itself
+    with pytest.raises(InvalidArgument, match="on a CUDA device"):
+        Predictor(engine, cuda_graph=True)  # host memory: no CUDA graphs to capture
     graph, plain = _graph_and_plain(engine, "classification", None)  # the record comes from engine.sidecar
     photos = [data.chelsea()[:120, :160], data.coffee()[:120, :160]]
     frames = graph.frame_buffer(2, 120, 160)
