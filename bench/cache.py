@@ -47,13 +47,13 @@ def one_repeat(model: torch.nn.Module, example: tuple, tmp: Path) -> dict:
 
     miss_s, miss = run(model, "a")
     hit_s, hit = run(model, "b")
-    assert miss.sidecar.builder["cache"]["hit"] is False and hit.sidecar.builder["cache"]["hit"] is True
+    assert miss.sidecar.builder.cache["hit"] is False and hit.sidecar.builder.cache["hit"] is True
     assert hit.engine_path.read_bytes() == miss.engine_path.read_bytes()
     # Engine-key hit: the same graph from an ONNX file, which the cache knows as an engine but not as
     # a request (ONNX loaded and passes run, build skipped).
     onnx_s, onnx_art = run(miss.reference_onnx_path, "c", name="efficientnet_lite0")
-    return {"miss_s": miss_s, "hit_s": hit_s, "onnx_s": onnx_s, "onnx_hit": onnx_art.sidecar.builder["cache"]["hit"],
-            "build_s": miss.sidecar.builder["build_seconds"],
+    return {"miss_s": miss_s, "hit_s": hit_s, "onnx_s": onnx_s, "onnx_hit": onnx_art.sidecar.builder.cache["hit"],
+            "build_s": miss.sidecar.builder.build_seconds,
             "entry_mb": sum(p.stat().st_size for p in (tmp / "cache" / "entries").glob("*.zst")) / 1e6,
             "engine_mb": miss.sidecar.engine_size / 1e6}
 
@@ -76,7 +76,7 @@ def matrix() -> list[tuple[str, int, float]]:
         common = {"precision": "fp16", "output_dir": tmp, "cache_dir": Path(tmp) / "cache", "progress": False}
         arts = build_matrix(model, example, targets=["sm80", "sm86", "sm89", "sm120"], console=console, **common)
         arts.append(trtforge.compile(model, example, **common))
-        return [(",".join(a.sidecar.builder["targets"]), a.sidecar.engine_size, a.sidecar.builder["build_seconds"])
+        return [(",".join(a.sidecar.builder.targets), a.sidecar.engine_size, a.sidecar.builder.build_seconds)
                 for a in arts]
 
 

@@ -70,9 +70,9 @@ def main() -> int:
         table.add_column(column)
 
     def report(art) -> tuple[str, str, str]:
-        q = art.sidecar.quantization or {}
-        measured = q.get("measured", {})
-        cover = q.get("coverage", {})
+        q = art.sidecar.quantization
+        measured = (q.measured if q else None) or {}
+        cover = (q.coverage if q else None) or {}
         share = cover.get("int8_mac_share", cover.get("share")) if isinstance(cover, dict) else cover
         return (f"{share:.1%}" if isinstance(share, float) else "–",
                 f"{measured['top1_agreement']:.3f}" if "top1_agreement" in measured else "–",

@@ -2,7 +2,7 @@
 
 Example:
     >>> art = trtforge.compile(model, (x,), precision="fp16")
-    >>> art.engine_path.name, art.sidecar.precision["built"]
+    >>> art.engine_path.name, art.sidecar.precision.built
     ('efficientnet_lite0_fp16.engine', 'fp16')
 """
 
@@ -33,14 +33,14 @@ class Artifact:
         return cls(
             engine_path=sidecar.engine_path,
             sidecar_path=sidecar.path,
-            onnx_path=base / sidecar.source.get("onnx_file", ""),
-            reference_onnx_path=base / sidecar.source.get("reference_onnx_file", ""),
+            onnx_path=base / (sidecar.source.onnx_file or ""),
+            reference_onnx_path=base / (sidecar.source.reference_onnx_file or ""),
             sidecar=sidecar,
         )
 
     @property
     def precision(self) -> str:
-        return self.sidecar.precision.get("built", "?")
+        return self.sidecar.precision.built or "?"
 
     def engine(self, route: str = "tensorrt", device=None, **options):
         """This artifact behind the ``Engine`` protocol: ``trtforge.load(engine_path, route, device)``."""

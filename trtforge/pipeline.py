@@ -417,7 +417,7 @@ def build_matrix(
     for column in ("targets", "engine", "bytes", "cache"):
         table.add_column(column)
     for plan, art in zip(plans, artifacts, strict=True):
-        hit = art.sidecar.builder.get("cache", {}).get("hit")
+        hit = (art.sidecar.builder.cache or {}).get("hit")
         table.add_row(",".join(plan), art.engine_path.name, f"{art.sidecar.engine_size:,}", "hit" if hit else "built")
     console.print(table)
     return artifacts

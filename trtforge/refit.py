@@ -135,15 +135,15 @@ def load_new_weights(weights: Path, sidecar: Any) -> dict[str, np.ndarray]:
     if not weights.is_file():
         raise FileNotFoundError(f"weights file {weights} does not exist; pass a new .onnx or a state_dict .pt")
     base = sidecar.path.parent
-    processed_file = base / sidecar.source.get("onnx_file", "")
-    reference_file = base / sidecar.source.get("reference_onnx_file", "")
+    processed_file = base / (sidecar.source.onnx_file or "")
+    reference_file = base / (sidecar.source.reference_onnx_file or "")
     if not processed_file.is_file():
         raise FileNotFoundError(
             f"{processed_file} (the graph {sidecar.engine_file} was built from) is missing; refit needs it "
             "to check names and shapes. Keep the .onnx files trtforge wrote beside the engine"
         )
     expected = _float_initializers(onnx.load(str(processed_file)))
-    built = sidecar.precision.get("built", "fp32")
+    built = sidecar.precision.built or "fp32"
     if weights.suffix == ".onnx":
         given = _float_initializers(_process_like_build(onnx.load(str(weights)), built))
         what = "the new ONNX (after the build's passes)"
@@ -221,7 +221,7 @@ def refit_engine(engine: Path, weights: Path, *, bindings: ModuleType | None = N
     sidecar = read_sidecar(Path(engine))
     engine_path = sidecar.verify_engine()
     builder = sidecar.builder
-    if not (builder.get("refittable") or builder.get("weights_stripped")):
+    if not (builder.refittable or builder.weights_stripped):
         raise RefitError(
             f"{engine_path.name} was not built refittable (sidecar builder.refittable is false); rebuild it "
             "with refittable=True (trtforge build --refittable)"
@@ -229,7 +229,7 @@ def refit_engine(engine: Path, weights: Path, *, bindings: ModuleType | None = N
     new_weights = load_new_weights(Path(weights), sidecar)  # names and shapes, before any TensorRT work
     trt = bindings if bindings is not None else trt_shim.bindings()
     with FileLock(str(engine_path) + ".lock"):
-        plan = apply_refit(engine_path.read_bytes(), new_weights, stripped=bool(builder.get("weights_stripped")),
+        plan = apply_refit(engine_path.read_bytes(), new_weights, stripped=builder.weights_stripped,
                            bindings=trt)
         mode = stat.S_IMODE(os.stat(engine_path).st_mode)
         atomic_write_bytes(engine_path, plan, mode=mode)
@@ -240,9 +240,8 @@ def refit_engine(engine: Path, weights: Path, *, bindings: ModuleType | None = N
             "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "previous_engine_sha256": sidecar.engine_sha256,
         }
-        updated = replace(sidecar.with_engine(engine_path), builder={
-            **builder, "weights_stripped": False, "refit": refit_record,
-        })
+        updated = replace(sidecar.with_engine(engine_path),
+                          builder=replace(builder, weights_stripped=False, refit=refit_record))
         write_sidecar(sidecar.path, updated)
     return RefitReport(engine=engine_path, weights=len(new_weights), source=Path(weights).name,
                        old_sha256=sidecar.engine_sha256, new_sha256=hashlib.sha256(plan).hexdigest())

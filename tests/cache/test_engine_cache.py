@@ -24,7 +24,7 @@ def _compile(model, out, cache_dir, **kw):
 
 def test_module_hit_skips_export_and_logs_cache_hit(tiny_module, tmp_path, monkeypatch, caplog):
     first = _compile(tiny_module, tmp_path / "a", tmp_path / "cache")
-    assert first.sidecar.builder["cache"]["hit"] is False
+    assert first.sidecar.builder.cache["hit"] is False
 
     def no_export(*args, **kwargs):
         raise AssertionError("a cache hit must not export")
@@ -32,7 +32,7 @@ def test_module_hit_skips_export_and_logs_cache_hit(tiny_module, tmp_path, monke
     monkeypatch.setattr(pipeline, "export_onnx", no_export)
     monkeypatch.setattr(pipeline, "build_engine", no_export)
     second = _compile(tiny_module, tmp_path / "b", tmp_path / "cache")
-    assert second.sidecar.builder["cache"]["hit"] is True
+    assert second.sidecar.builder.cache["hit"] is True
     assert "cache hit" in caplog.text
     for name in ("engine_path", "onnx_path", "reference_onnx_path"):
         assert getattr(second, name).read_bytes() == getattr(first, name).read_bytes()
@@ -45,14 +45,14 @@ def test_changed_weights_are_a_miss(tiny_module, tmp_path):
     with torch.no_grad():
         tiny_module.conv.weight.mul_(2)
     second = _compile(tiny_module, tmp_path / "a", tmp_path / "cache")
-    assert second.sidecar.builder["cache"]["hit"] is False
-    assert second.sidecar.source["onnx_sha256"] != first.sidecar.source["onnx_sha256"]
+    assert second.sidecar.builder.cache["hit"] is False
+    assert second.sidecar.source.onnx_sha256 != first.sidecar.source.onnx_sha256
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "json", "member"])
 def test_damaged_entry_is_deleted_warned_and_rebuilt(tiny_onnx, tmp_path, caplog, damage):
     first = _compile(tiny_onnx, tmp_path / "a", tmp_path / "cache")
-    key = first.sidecar.builder["cache"]["key"]
+    key = first.sidecar.builder.cache["key"]
     cache = EngineCache(tmp_path / "cache")
     blob = cache.blob_path(key)
     data = bytearray(blob.read_bytes())
@@ -79,12 +79,12 @@ def test_damaged_entry_is_deleted_warned_and_rebuilt(tiny_onnx, tmp_path, caplog
     with caplog.at_level(logging.WARNING):
         second = _compile(tiny_onnx, tmp_path / "b", tmp_path / "cache")
     assert any("rebuilding" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
-    assert second.sidecar.builder["cache"] == {"key": key, "hit": False}
+    assert second.sidecar.builder.cache == {"key": key, "hit": False}
     read_sidecar(second.sidecar_path).verify_engine()
     if trt.info().is_rtx:  # TensorRT-RTX builds are deterministic; full TensorRT times kernels
         assert second.engine_path.read_bytes() == first.engine_path.read_bytes()
     third = _compile(tiny_onnx, tmp_path / "c", tmp_path / "cache")
-    assert third.sidecar.builder["cache"]["hit"] is True  # the repaired entry serves again
+    assert third.sidecar.builder.cache["hit"] is True  # the repaired entry serves again
 
 
 def test_hit_still_refuses_to_overwrite_foreign_files(tiny_onnx, tmp_path):
@@ -99,10 +99,10 @@ def test_hit_still_refuses_to_overwrite_foreign_files(tiny_onnx, tmp_path):
 
 def test_cache_off_and_env_override(tiny_onnx, tmp_path, monkeypatch):
     art = _compile(tiny_onnx, tmp_path / "a", None, cache=False)
-    assert art.sidecar.builder["cache"] == {"enabled": False}
+    assert art.sidecar.builder.cache == {"enabled": False}
     monkeypatch.setenv("TRTFORGE_CACHE_DIR", str(tmp_path / "from_env"))
     art = _compile(tiny_onnx, tmp_path / "a", None)
-    assert (tmp_path / "from_env" / "entries" / f"{art.sidecar.builder['cache']['key']}.zst").is_file()
+    assert (tmp_path / "from_env" / "entries" / f"{art.sidecar.builder.cache['key']}.zst").is_file()
 
 
 def _put(cache, key, size):

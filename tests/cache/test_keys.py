@@ -130,11 +130,11 @@ def test_output_dir_preprocessing_and_notes_do_not_change_the_key(tiny_onnx, tmp
     first = compile_model(tiny_onnx, output_dir=tmp_path / "a", cache_dir=tmp_path / "cache", progress=False)
     second = compile_model(tiny_onnx, output_dir=tmp_path / "b", cache_dir=tmp_path / "cache", progress=False,
                            notes="second", preprocessing={"mean": [0.5]})
-    assert first.sidecar.builder["cache"] == {"key": second.sidecar.builder["cache"]["key"], "hit": False}
-    assert second.sidecar.builder["cache"]["hit"] is True
+    assert first.sidecar.builder.cache == {"key": second.sidecar.builder.cache["key"], "hit": False}
+    assert second.sidecar.builder.cache["hit"] is True
     assert second.sidecar.notes == ("second",) and second.sidecar.preprocessing == {"mean": [0.5]}
     assert second.engine_path.read_bytes() == first.engine_path.read_bytes()
     third = compile_model(tiny_onnx, output_dir=tmp_path / "a", cache_dir=tmp_path / "cache", progress=False,
                           optimization_level=2)
-    assert third.sidecar.builder["cache"]["hit"] is False
-    assert third.sidecar.builder["cache"]["key"] != first.sidecar.builder["cache"]["key"]
+    assert third.sidecar.builder.cache["hit"] is False
+    assert third.sidecar.builder.cache["key"] != first.sidecar.builder.cache["key"]

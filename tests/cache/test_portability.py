@@ -50,7 +50,7 @@ def test_build_matrix_one_engine_per_target_and_one_multi_target(tiny_onnx, tmp_
     for art, expected in zip(arts, [[t] for t in targets] + [targets], strict=True):
         sc = read_sidecar(art.sidecar_path)
         sc.verify_engine()
-        assert sc.builder["targets"] == expected
+        assert sc.builder.targets == tuple(expected)
         assert sc.engine_size == art.engine_path.stat().st_size > 0
     assert len({a.engine_path.read_bytes() for a in arts}) == 5
 
@@ -103,7 +103,7 @@ def test_runtime_refuses_an_engine_with_host_code(tiny_onnx, tmp_path):
     art = pipeline.compile(tiny_onnx, output_dir=tmp_path, cache=False, progress=False)
     sc = read_sidecar(art.sidecar_path)
     vc = dataclasses.replace(BASE, version_compatible=True)
-    write_sidecar(art.sidecar_path, dataclasses.replace(sc, builder={**sc.builder, **portability.builder_record(vc)}))
+    write_sidecar(art.sidecar_path, dataclasses.replace(sc, builder=dataclasses.replace(sc.builder, **portability.builder_record(vc))))
     with pytest.raises(HostCodeRefused, match="allow_host_code=True"):
         TensorRTEngine(art.engine_path, device="cpu")
 

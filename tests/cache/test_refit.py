@@ -37,7 +37,7 @@ def refittable_artifact(tiny_onnx, tmp_path):
     """A real FP16 build whose sidecar says refittable (RTX builds refittable engines only on a GPU)."""
     art = pipeline.compile(tiny_onnx, output_dir=tmp_path / "out", cache=False, progress=False)
     sc = read_sidecar(art.sidecar_path)
-    write_sidecar(art.sidecar_path, dataclasses.replace(sc, builder={**sc.builder, "refittable": True}))
+    write_sidecar(art.sidecar_path, dataclasses.replace(sc, builder=dataclasses.replace(sc.builder, refittable=True)))
     return art
 
 
@@ -61,7 +61,7 @@ def test_refit_from_new_onnx_updates_engine_and_sidecar(refittable_artifact, tmp
     sc = read_sidecar(art.sidecar_path)
     sc.verify_engine()  # the sidecar carries the new sha256
     assert sc.engine_sha256 == report.new_sha256 != old_sha
-    assert sc.builder["refit"]["weights"] == "finetuned.onnx" and sc.builder["refit"]["previous_engine_sha256"] == old_sha
+    assert sc.builder.refit["weights"] == "finetuned.onnx" and sc.builder.refit["previous_engine_sha256"] == old_sha
     assert art.engine_path.read_bytes() == FakeTrtEngine(expected, True, False).serialize()
 
 
@@ -127,13 +127,13 @@ def test_failed_refit_leaves_engine_and_sidecar_untouched(refittable_artifact, t
 def test_stripped_engine_is_written_back_with_its_weights(refittable_artifact, tmp_path):
     art = refittable_artifact
     sc = read_sidecar(art.sidecar_path)
-    write_sidecar(art.sidecar_path, dataclasses.replace(sc, builder={**sc.builder, "refittable": False,
-                                                                     "weights_stripped": True}))
+    write_sidecar(art.sidecar_path, dataclasses.replace(sc, builder=dataclasses.replace(sc.builder, refittable=False,
+                                                                                    weights_stripped=True)))
     torch.manual_seed(1)
     torch.save(TinyNet().state_dict(), tmp_path / "new.pt")
     refit_engine(art.engine_path, tmp_path / "new.pt", bindings=_bindings(art, stripped=True))
     assert b"conv.weight float16" in art.engine_path.read_bytes()
-    assert read_sidecar(art.sidecar_path).builder["weights_stripped"] is False
+    assert read_sidecar(art.sidecar_path).builder.weights_stripped is False
 
 
 @pytest.mark.parametrize("name", TRT_API_USED)

@@ -53,7 +53,7 @@ def test_rtx_ignores_the_timing_cache_and_says_so_once(tiny_onnx, tmp_path, monk
     for out in ("a", "b"):
         art = pipeline.compile(tiny_onnx, timing_cache=tmp_path / "t.cache", output_dir=tmp_path / out,
                                cache=False, progress=False)
-        assert art.sidecar.builder["timing_cache"] is False
+        assert art.sidecar.builder.timing_cache is False
     said = [r for r in caplog.records if "timing_cache is ignored" in r.getMessage()]
     assert len(said) == 1
     assert not (tmp_path / "t.cache").exists()

@@ -44,7 +44,7 @@ def _worker(cache_dir: str, output_dir: str, start_at: float) -> None:
     time.sleep(max(0.0, start_at - time.time()))  # every worker reaches the cache at the same moment
     art = trtforge.compile(model, (torch.zeros(*EXAMPLE_SHAPE),), output_dir=output_dir, cache_dir=cache_dir,
                            progress=False)
-    print(json.dumps({"cache": art.sidecar.builder["cache"],
+    print(json.dumps({"cache": art.sidecar.builder.cache,
                       "sha256": hashlib.sha256(art.engine_path.read_bytes()).hexdigest()}))
 
 

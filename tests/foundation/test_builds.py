@@ -37,11 +37,11 @@ def test_efficientnet_lite0_builds(lite0_onnx, tmp_path, precision, batch, profi
     expected_batch = 1 if batch == 1 else -1
     assert [s.as_dict() for s in sc.inputs] == [{"name": "images", "dtype": "float32", "shape": [expected_batch, 3, 224, 224]}]
     assert [s.as_dict() for s in sc.outputs] == [{"name": "logits", "dtype": "float32", "shape": [expected_batch, 1000]}]
-    assert sc.precision["built"] == precision
+    assert sc.precision.built == precision
     low = "float16" if precision == "fp16" else "float32"
-    assert sc.precision["node_dtypes"][low] > 80
-    assert sc.builder["flavour"] == trt.info().flavour
-    assert sc.source["kind"] == "onnx" and sc.source["onnx_file"] == art.onnx_path.name
+    assert sc.precision.node_dtypes[low] > 80
+    assert sc.builder.flavour == trt.info().flavour
+    assert sc.source.kind == "onnx" and sc.source.onnx_file == art.onnx_path.name
     assert sc.preprocessing == {"resize": [224, 224]}
     # The processed graph kept beside the engine is the one that was built, and it runs.
     processed = onnx.load(str(art.onnx_path))
@@ -77,7 +77,7 @@ def test_transformer_encoder_block_fp16(tmp_path):
     sc = art.sidecar
     ops = {n.op_type for n in onnx.load(str(art.onnx_path)).graph.node}
     assert "LayerNormalization" in ops and "Softmax" in ops
-    assert any("LayerNormalization" in reason for reason in sc.precision["fp32_nodes"].values())
+    assert any("LayerNormalization" in reason for reason in sc.precision.fp32_nodes.values())
     out = session(art.onnx_path).run(None, {"x": x.numpy()})[0]
     with torch.no_grad():
         ref = model(x).numpy()
@@ -100,4 +100,4 @@ def test_multi_target_build(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())
     art = trtforge.compile(model, (torch.randn(1, 16),), targets=["sm89", "sm86"], output_dir=tmp_path,
                            name="mlp", progress=False)
-    assert art.sidecar.builder["targets"] == ["sm86", "sm89"]
+    assert art.sidecar.builder.targets == ("sm86", "sm89")

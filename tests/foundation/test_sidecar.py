@@ -12,7 +12,17 @@ from onnx import TensorProto, helper
 import trtforge
 from trtforge.artifact import Artifact
 from trtforge.core.atomic import atomic_writer
-from trtforge.core.sidecar import EngineHashMismatch, read_sidecar, write_sidecar
+from trtforge.core.errors import WrongType
+from trtforge.core.sidecar import (
+    BuilderRecord,
+    EngineHashMismatch,
+    EngineRecord,
+    PrecisionRecord,
+    Sidecar,
+    SourceRecord,
+    read_sidecar,
+    write_sidecar,
+)
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +131,44 @@ def test_atomic_writes_get_the_mode_open_would_give(tmp_path):
     assert (target.stat().st_mode & 0o777) == default_mode()
     atomic_write_bytes(target, b"abcd", mode=0o600)
     assert (target.stat().st_mode & 0o777) == 0o600 and target.read_bytes() == b"abcd"
+
+
+def test_typed_records_round_trip_the_json_exactly(built):
+    data = json.loads(built.sidecar_path.read_text())
+    sc = read_sidecar(built.sidecar_path)
+    assert sc.to_dict() == data  # same keys, same values, nothing added or dropped
+    assert isinstance(sc.builder, BuilderRecord) and isinstance(sc.precision, PrecisionRecord)
+    assert sc.precision.built == "fp16" and sc.precision.node_dtypes == data["precision"]["node_dtypes"]
+    assert sc.builder.targets == tuple(data["builder"]["targets"]) and sc.source.kind == "onnx"
+    assert sc.engine == EngineRecord(file="mm_fp16.engine", size=built.engine_path.stat().st_size,
+                                     sha256=data["engine"]["sha256"])
+    assert sc.source.onnx_file == built.onnx_path.name and sc.quantization is None
+
+
+def test_older_sidecars_read_with_defaults_and_unknown_keys_survive(built, tmp_path):
+    data = json.loads(built.sidecar_path.read_text())
+    for key in ("precision", "builder", "source", "profiles", "notes", "preprocessing"):
+        del data[key]  # an older, sparser writer
+    data["quantization"] = {"calibrator": "entropy", "future_metric": 0.5}  # a newer writer's key in a record
+    sc = Sidecar.from_dict(data)
+    assert sc.precision == PrecisionRecord() and sc.precision.built is None and sc.precision.node_dtypes == {}
+    assert sc.builder.host_code is False and sc.builder.targets == () and sc.builder.flavour is None
+    assert sc.source == SourceRecord() and sc.profiles == () and sc.notes == () and sc.preprocessing is None
+    assert sc.quantization.calibrator == "entropy" and sc.quantization.extra == {"future_metric": 0.5}
+    again = sc.to_dict()
+    assert again["quantization"]["future_metric"] == 0.5 and again["engine"] == data["engine"]
+    assert Sidecar.from_dict(again) == sc
+
+
+def test_sub_records_accept_dicts_or_records():
+    common = dict(name="m", engine_file="m.engine", engine_size=1, engine_sha256="0" * 64, inputs=(), outputs=(),
+                  profiles=({"x": {"min": (1, 3), "opt": [2, 3], "max": [4, 3]}},))
+    from_dicts = Sidecar(**common, precision={"built": "int8"}, builder={"targets": ["sm86"], "refittable": True},
+                         source={"kind": "torch", "factory": "trtforge.zoo:efficientnet_lite0"})
+    from_records = Sidecar(**common, precision=PrecisionRecord(built="int8"),
+                           builder=BuilderRecord(targets=("sm86",), refittable=True),
+                           source=SourceRecord(kind="torch", factory="trtforge.zoo:efficientnet_lite0"))
+    assert from_dicts == from_records and from_dicts.builder.refittable is True
+    assert from_dicts.profiles == ({"x": {"min": [1, 3], "opt": [2, 3], "max": [4, 3]}},)  # plain JSON lists
+    with pytest.raises(WrongType, match="JSON object"):
+        Sidecar(**common, precision="fp16", builder={}, source={})

@@ -39,10 +39,10 @@ def test_cli_build_int8_writes_quantization_block(lite0_onnx, image_dir, tmp_pat
     assert result.exit_code == 0, result.output
     sidecar = read_sidecar(next(out.glob("*int8*.json")))
     q = sidecar.quantization
-    assert q["calibrator"] == "percentile" and q["samples"] == {"calibration": 16, "held_back": 4}
-    assert any("excluded by pattern" in e["reason"] for e in q["excluded_layers"])
-    assert 0 < q["coverage"] < 1 and "rel_l2_mean" in q["measured"]
-    assert q["task"] == "classification" and q["error_budget"]["limits"][0]["metric"] == "softmax_kl"
+    assert q.calibrator == "percentile" and q.samples == {"calibration": 16, "held_back": 4}
+    assert any("excluded by pattern" in e["reason"] for e in q.excluded_layers)
+    assert 0 < q.coverage < 1 and "rel_l2_mean" in q.measured
+    assert q.task == "classification" and q.error_budget["limits"][0]["metric"] == "softmax_kl"
     assert list((out / "calib_cache").glob("calib_*.json"))
 
 

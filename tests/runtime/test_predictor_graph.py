@@ -1,4 +1,5 @@
-"""The predictor's one-graph path: packed results, the frame-buffer fast path, against the plain path.
+"""The predictor's one-graph path: packed results, the frame-buffer fast path, against the plain path,
+on the PyTorch routes and on the TensorRT route (through the TensorRT double).
 
 CUDA graphs cannot be captured on this machine, so the graph cache is replaced by
 ``EagerReplayGraphCacheDouble``: it keeps the first function it is given per key and re-runs it
@@ -15,8 +16,12 @@ import numpy as np
 import pytest
 import torch
 from skimage import data
+from trt_double import FAKE_TRT, FakeTrtRuntime, write_fake_engine
 
+from trtforge.core.errors import InvalidArgument
 from trtforge.core.specs import TensorSpec
+from trtforge.runtime.protocol import CapturableEngine
+from trtforge.runtime.tensorrt_route import TensorRTEngine
 from trtforge.runtime.torch_routes import TorchEngine
 from trtforge.vision import Predictor, PreprocessConfig, Preprocessor
 from trtforge.vision.packing import PackedLayout
@@ -190,3 +195,50 @@ def test_preprocessing_fuses_by_default_only_on_the_graph_path_with_triton(monke
 def test_predictor_on_the_cpu_keeps_preprocessing_unfused_by_default(lite0):
     engine = TorchEngine(lite0, [TensorSpec("images", "float32", (-1, 3, 224, 224))], ["logits"], device="cpu")
     assert Predictor(engine, LITE0_PREPROCESSING).compile_preprocessing is False
+
+
+class CallCountingTensorRTEngine(TensorRTEngine):
+    """The real TensorRT route, counting which entry point the predictor used."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.entries: list[str] = []
+
+    def capturable_forward(self, *tensors):
+        self.entries.append("capturable_forward")
+        return super().capturable_forward(*tensors)
+
+    def __call__(self, *tensors, **named):
+        self.entries.append("__call__")
+        return super().__call__(*tensors, **named)
+
+
+def test_tensorrt_route_takes_the_one_graph_path(tmp_path):
+    """A predictor over the TensorRT route (the double: a global average pool) captures through
+    ``capturable_forward``, and gives the plain path's results and the worked numbers."""
+    profile = [{"images": [[1, 3, 16, 16], [2, 3, 16, 16], [2, 3, 16, 16]]}]
+    path = write_fake_engine(tmp_path, profile, feature_dims=(3, 16, 16), model="channel_mean",
+                             preprocessing={"resize": [16, 16]})
+    engine = CallCountingTensorRTEngine(path, device="cpu", bindings=FAKE_TRT)
+    assert isinstance(engine, CapturableEngine) and engine.sidecar.preprocessing == {"resize": [16, 16]}
+    assert Predictor(engine).cuda_graph is False  # on by default only when the engine replays graphs itself
+    with pytest.raises(InvalidArgument, match="on a CUDA device"):
+        Predictor(engine, cuda_graph=True)  # host memory: no CUDA graphs to capture
+    graph, plain = _graph_and_plain(engine, "classification", None)  # the record comes from engine.sidecar
+    photos = [data.chelsea()[:120, :160], data.coffee()[:120, :160]]
+    frames = graph.frame_buffer(2, 120, 160)
+    frames[...] = np.stack(photos)
+    first, again = graph([frames[0], frames[1]]), graph([frames[0], frames[1]])
+    assert engine.entries == ["capturable_forward"] * 2 and graph._graphs.replays == 2
+    expected = plain(photos)
+    assert engine.entries[-1] == "__call__"
+    # Worked numbers: softmax over the channel means of the resized photo scaled to [0, 1].
+    pixels = torch.from_numpy(np.stack(photos)).permute(0, 3, 1, 2).float() / 255
+    logits = torch.nn.functional.interpolate(pixels, size=(16, 16), mode="bilinear", align_corners=False).mean((2, 3))
+    scores, ids = logits.softmax(-1).topk(3, dim=-1)
+    for results in (first, again, expected):
+        for b, result in enumerate(results):
+            np.testing.assert_array_equal(result.class_id, ids[b].numpy())
+            np.testing.assert_allclose(result.score, scores[b].numpy(), rtol=1e-5)
+    execute = [c for ctx in FakeTrtRuntime.last.engines[0].contexts for c in ctx.calls if c[0] == "execute_async_v3"]
+    assert len(execute) == 3  # two replays, one plain call: every result came from the engine

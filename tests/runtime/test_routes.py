@@ -7,8 +7,9 @@ import pytest
 import torch
 
 import trtforge
+from trtforge.core.sidecar import read_sidecar
 from trtforge.core.specs import TensorSpec
-from trtforge.runtime import Engine, EngineInputError
+from trtforge.runtime import CapturableEngine, Engine, EngineInputError
 from trtforge.runtime.torch_routes import TorchEngine, export_aot_package
 
 
@@ -28,6 +29,8 @@ def _check_close(out: torch.Tensor, ref: torch.Tensor, tol: float) -> None:
 def test_onnxruntime_route_matches_model(lite0_sidecar, photo_batch, reference):
     with trtforge.load(lite0_sidecar, route="onnxruntime") as engine:
         assert isinstance(engine, Engine) and engine.route == "onnxruntime"
+        assert engine.sidecar == read_sidecar(lite0_sidecar)  # carried from construction
+        assert not isinstance(engine, CapturableEngine)  # ONNX Runtime cannot run inside a CUDA graph
         assert engine.inputs[0].shape == (-1, 3, 224, 224) and engine.outputs[0].name == "logits"
         _check_close(engine(photo_batch)["logits"], reference, 1e-5)
 
@@ -37,6 +40,8 @@ def test_torch_routes_match_model(lite0_sidecar, photo_batch, reference, route, 
     # No GPU here: every route falls back to the CPU; cuda_graph runs its FP16 module without graphs.
     with trtforge.load(lite0_sidecar, route=route) as engine:
         assert engine.device == torch.device("cpu") and engine.route == route
+        assert isinstance(engine, CapturableEngine) and engine.sidecar == read_sidecar(lite0_sidecar)
+        assert engine.cuda_graph is False  # no GPU: no graphs, so the predictor does not capture by default
         _check_close(engine(images=torch.from_numpy(photo_batch))["logits"], reference, tol)
         assert engine.graph_captures == 0
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 import trt_double
 from trt_double import FAKE_TRT, FakeTrtRuntime, write_fake_engine
 
-from trtforge.core.sidecar import EngineHashMismatch
-from trtforge.runtime.protocol import EngineClosedError, EngineInputError
+import trtforge
+from trtforge.core.sidecar import EngineHashMismatch, read_sidecar
+from trtforge.runtime.protocol import CapturableEngine, Engine, EngineClosedError, EngineInputError
 from trtforge.runtime.tensorrt_route import HostCodeRefused, TensorRTEngine
 
 ONE_PROFILE = [{"x": [[1, 3], [4, 3], [8, 3]]}]
@@ -143,5 +146,45 @@ def test_close_and_context_manager(tmp_path):
     engine.close()  # idempotent
 
 
-def test_double_is_a_double():
-    assert trt_double.RUNS_ON_HOST_MEMORY and FakeTrtRuntime.__name__.startswith("Fake")
+def test_capturable_forward_binds_by_pointer_and_enqueues_on_the_stream(tmp_path):
+    engine = _engine(tmp_path, TWO_PROFILES)
+    assert isinstance(engine, CapturableEngine)
+    assert engine.compute_format == (torch.float32, False)  # the engine's FP32 input, linear (NCHW) layout
+    x = torch.randn(12, 3)
+    out = engine.capturable_forward(x)
+    context = FakeTrtRuntime.last.engines[0].contexts[0]
+    assert context.profile == 1 and context.addresses["x"] == x.data_ptr()  # chosen by batch, no copy
+    assert context.calls[-1] == ("execute_async_v3", 0)  # the current stream (0 on the host)
+    torch.testing.assert_close(out["y"], 2 * x + 1)
+    torch.testing.assert_close(out["total"], x.sum(dim=1))
+    assert out["y"].data_ptr() == context.addresses["y"]  # the preallocated output, no copy
+    x.fill_(1.0)  # same buffer, new values: a second call (a graph replay) reads them
+    torch.testing.assert_close(engine.capturable_forward(x)["y"], torch.full((12, 3), 3.0))
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [(np.zeros((2, 3), np.float32), "copies nothing"), (torch.randn(3, 2).t(), "x.contiguous()"),
+     (torch.randn(2, 3).half(), "x.to(torch.float32)")],
+    ids=["numpy", "non-contiguous", "dtype"],
+)
+def test_capturable_forward_refuses_what_it_would_have_to_copy(tmp_path, value, fragment):
+    engine = _engine(tmp_path)
+    with pytest.raises(EngineInputError, match="x") as info:
+        engine.capturable_forward(value)
+    assert fragment in str(info.value)
+    calls = [call for context in FakeTrtRuntime.last.engines[0].contexts for call in context.calls]
+    assert ("execute_async_v3", 0) not in calls  # refused before anything ran
+
+
+def test_load_gives_every_route_its_sidecar_at_construction(tmp_path):
+    path = write_fake_engine(tmp_path, ONE_PROFILE)
+    with trtforge.load(path, route="tensorrt", device="cpu", bindings=FAKE_TRT) as engine:
+        assert isinstance(engine, Engine) and engine.sidecar == read_sidecar(path)
+        assert engine.sidecar.builder.flavour == "double"
+
+
+def test_double_is_a_double_and_production_reads_no_test_hook():
+    assert FakeTrtRuntime.__name__.startswith("Fake") and not hasattr(trt_double, "RUNS_ON_HOST_MEMORY")
+    sources = "".join(p.read_text() for p in Path(trtforge.__file__).parent.rglob("*.py"))
+    assert "RUNS_ON_HOST_MEMORY" not in sources and "trt_double" not in sources

@@ -1,13 +1,18 @@
 """A test double of TensorRT's runtime API (``FakeTrtRuntime``, ``FakeTrtEngine``, ``FakeTrtContext``).
 
 It is NOT TensorRT. It stands in for the bindings so the real ``TensorRTEngine`` code (binding by
-pointer, profile choice, output trimming, refusals) runs on a machine that cannot run engines.
-It works on host memory (``RUNS_ON_HOST_MEMORY``): a "kernel" reads its inputs and writes its
-outputs through the raw addresses the route bound, so a wrong or stale pointer gives wrong numbers.
+pointer, profile choice, output trimming, refusals, ``capturable_forward``) runs on a machine that
+cannot run engines. The route is given it as ``bindings=``, which lets it run on host memory: a
+"kernel" reads its inputs and writes its outputs through the raw addresses the route bound, so a
+wrong or stale pointer gives wrong numbers. Like ``execute_async_v3``, a run fails (returns False)
+while an I/O tensor has no address or an input no shape.
 
-The "engine file" is JSON: ``{"inputs": {name: [dims]}, "profiles": [{name: [min, opt, max]}]}``.
-The double computes ``y = 2 * x + 1`` (same shape as ``x``) and ``total = x.sum(axis=1..)`` (shape
-``[batch]``), for one float32 input ``x``.
+The "engine file" is JSON: ``{"model": ..., "inputs": {name: [dims]}, "profiles": [{name: [min, opt, max]}]}``.
+Two models, one float32 input each (see ``MODELS``):
+
+- ``affine``: ``y = 2 * x + 1`` (same shape as ``x``) and ``total = x.sum(axis=1..)`` (shape ``[batch]``);
+- ``channel_mean``: ``logits = images.mean(axis=(2, 3))`` (shape ``[batch, channels]``), a global
+  average pool that an image predictor can run end to end.
 """
 
 from __future__ import annotations
@@ -23,7 +28,24 @@ import numpy as np
 from trtforge.core.sidecar import Sidecar, sha256_file, write_sidecar
 from trtforge.core.specs import TensorSpec
 
-RUNS_ON_HOST_MEMORY = True
+#: model → (input name, output names).
+MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "affine": ("x", ("y", "total")),
+    "channel_mean": ("images", ("logits",)),
+}
+
+
+def _output_shapes(model: str, x: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+    """Output shapes for input shape ``x`` (``-1`` dims stay ``-1``, as TensorRT reports them)."""
+    if model == "affine":
+        return {"y": x, "total": (x[0],)}
+    return {"logits": x[:2]}
+
+
+def _run(model: str, x: np.ndarray) -> dict[str, np.ndarray]:
+    if model == "affine":
+        return {"y": 2 * x + 1, "total": x.reshape(x.shape[0], -1).sum(axis=1)}
+    return {"logits": x.mean(axis=(2, 3))}
 
 
 class Logger:
@@ -74,8 +96,9 @@ class FakeTrtContext:
         return True
 
     def get_tensor_shape(self, name: str) -> tuple[int, ...]:
-        x = self.input_shapes["x"]
-        return {"x": x, "y": x, "total": (x[0],)}[name]
+        if name == self.engine.input_name:
+            return self.input_shapes.get(name, self.engine.get_tensor_shape(name))
+        return _output_shapes(self.engine.model, self.get_tensor_shape(self.engine.input_name))[name]
 
     @staticmethod
     def _view(address: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -84,33 +107,36 @@ class FakeTrtContext:
 
     def execute_async_v3(self, stream: int) -> bool:
         self.calls.append(("execute_async_v3", stream))
-        x = self._view(self.addresses["x"], self.input_shapes["x"])
-        y = self._view(self.addresses["y"], self.get_tensor_shape("y"))
-        total = self._view(self.addresses["total"], self.get_tensor_shape("total"))
-        y[...] = 2 * x + 1
-        total[...] = x.reshape(x.shape[0], -1).sum(axis=1)
+        names = (self.engine.input_name, *self.engine.output_names)
+        if self.engine.input_name not in self.input_shapes or any(n not in self.addresses for n in names):
+            return False
+        x = self._view(self.addresses[self.engine.input_name], self.input_shapes[self.engine.input_name])
+        for name, value in _run(self.engine.model, x).items():
+            self._view(self.addresses[name], self.get_tensor_shape(name))[...] = value
         return True
 
 
 class FakeTrtEngine:
     def __init__(self, description: dict) -> None:
         self.description = description
+        self.model = description.get("model", "affine")
+        self.input_name, self.output_names = MODELS[self.model]
         self.contexts: list[FakeTrtContext] = []
         self.num_optimization_profiles = len(description["profiles"])
-        self.num_io_tensors = 3
+        self.num_io_tensors = 1 + len(self.output_names)
 
     def get_tensor_name(self, index: int) -> str:
-        return ("x", "y", "total")[index]
+        return (self.input_name, *self.output_names)[index]
 
     def get_tensor_mode(self, name: str) -> TensorIOMode:
-        return TensorIOMode.INPUT if name == "x" else TensorIOMode.OUTPUT
+        return TensorIOMode.INPUT if name == self.input_name else TensorIOMode.OUTPUT
 
     def get_tensor_dtype(self, name: str) -> DataType:
         return DataType.FLOAT
 
     def get_tensor_shape(self, name: str) -> tuple[int, ...]:
-        x = tuple(self.description["inputs"]["x"])
-        return {"x": x, "y": x, "total": (-1,)}[name]
+        x = tuple(self.description["inputs"][self.input_name])
+        return x if name == self.input_name else _output_shapes(self.model, x)[name]
 
     def get_tensor_profile_shape(self, name: str, profile: int):
         return tuple(tuple(d) for d in self.description["profiles"][profile][name])
@@ -148,20 +174,27 @@ FAKE_TRT = sys.modules[__name__]
 
 def write_fake_engine(
     folder: Path, profiles: list[dict], feature_dims: tuple[int, ...] = (3,), host_code: bool = False,
-    name: str = "fake",
+    name: str = "fake", model: str = "affine", preprocessing: dict | None = None,
 ) -> Path:
-    """Write a double's engine file and a real trtforge sidecar beside it; return the engine path."""
+    """Write a double's engine file and a real trtforge sidecar beside it; return the engine path.
+
+    ``profiles`` are ``[{input name: [min, opt, max]}]``; the input is ``[-1, *feature_dims]``.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     engine = folder / f"{name}.engine"
-    description = {"inputs": {"x": [-1, *feature_dims]}, "profiles": profiles}
-    engine.write_text(json.dumps(description))
+    input_name, output_names = MODELS[model]
+    dims = (-1, *feature_dims)
+    engine.write_text(json.dumps({"model": model, "inputs": {input_name: list(dims)}, "profiles": profiles}))
+    outputs = _output_shapes(model, dims)
     sidecar = Sidecar(
         name=name, engine_file=engine.name, engine_size=engine.stat().st_size,
         engine_sha256=sha256_file(engine),
-        inputs=(TensorSpec("x", "float32", (-1, *feature_dims)),),
-        outputs=(TensorSpec("y", "float32", (-1, *feature_dims)), TensorSpec("total", "float32", (-1,))),
-        profiles=tuple({"x": {"min": p["x"][0], "opt": p["x"][1], "max": p["x"][2]}} for p in profiles),
+        inputs=(TensorSpec(input_name, "float32", dims),),
+        outputs=tuple(TensorSpec(n, "float32", outputs[n]) for n in output_names),
+        profiles=tuple({input_name: {"min": p[input_name][0], "opt": p[input_name][1], "max": p[input_name][2]}}
+                       for p in profiles),
         precision={"mode": "fp32"}, builder={"flavour": "double", "host_code": host_code}, source={"kind": "onnx"},
+        preprocessing=preprocessing,
     )
     write_sidecar(engine.with_suffix(".json"), sidecar)
     return engine

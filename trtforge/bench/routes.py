@@ -27,6 +27,7 @@ import torch
 
 from trtforge.bench.timing import LatencyStats, measure, measure_interleaved
 from trtforge.core.atomic import atomic_write_bytes
+from trtforge.core.errors import InvalidArgument
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime.protocol import Engine
 from trtforge.runtime.tensors import torch_dtype
@@ -76,7 +77,7 @@ def zoo_bench_model(name: str, compile_mode: str = "max-autotune") -> BenchModel
     from trtforge.runtime.torch_routes import TorchEngine
 
     if name not in ZOO_BENCH_MODELS:
-        raise ValueError(f"unknown zoo model {name!r}; choose one of {tuple(ZOO_BENCH_MODELS)}")
+        raise InvalidArgument(f"unknown zoo model {name!r}; choose one of {tuple(ZOO_BENCH_MODELS)}")
     spec = ZOO_BENCH_MODELS[name]
     model = model_from_factory(spec.factory)
 
@@ -116,7 +117,7 @@ def sidecar_bench_model(path: str | Path) -> BenchModel:
 
     sidecar = read_sidecar(Path(path))
     if not sidecar.preprocessing:
-        raise ValueError(f"{path}: the sidecar has no preprocessing record; the end-to-end timing needs one")
+        raise InvalidArgument(f"{path}: the sidecar has no preprocessing record; the end-to-end timing needs one")
     task = "detection" if len(sidecar.outputs) >= 2 else "classification"
 
     def open_route(route: str, device: Any) -> Engine:
@@ -325,15 +326,7 @@ def run_route_bench(
     labels = route_labels or {}
     for bench_model in models:
         spec = bench_model.inputs[0]
-        references = {}
-        try:
-            reference_engine = bench_model.open("eager", device)
-        except ValueError:  # no PyTorch model behind this engine: ONNX Runtime is the reference
-            reference_engine = bench_model.open("onnxruntime", device)
-        with reference_engine as eager:
-            for batch in batches:
-                references[batch] = {k: v.clone() for k, v in eager(example_input(spec, batch, eager.device)).items()}
-        _free(device)
+        references = _references(bench_model, batches, device)
         for route in routes:
             say(f"{bench_model.name} / {route}: opening")
             engine = bench_model.open(route, device)
@@ -341,49 +334,79 @@ def run_route_bench(
             try:
                 for batch in batches:
                     x = example_input(spec, batch, engine.device)
-                    t0 = time.perf_counter()
-                    out = engine(x)
-                    first = {k: v.clone() for k, v in out.items()}
-                    first_call_s = time.perf_counter() - t0
-                    name = next(iter(first))
-                    error = relative_error(first[name], references[batch][name])
-                    agree = None
-                    if bench_model.task == "classification":
-                        agree = float((first[name].argmax(-1).cpu() == references[batch][name].argmax(-1).cpu()).float().mean())
-                    # FP16 routes: relative error under 3e-2; top-1 agreement on random inputs is reported.
-                    ok = bool(error < (1e-4 if route == "eager" else 3e-2))
-                    result.checks.append({"model": bench_model.name, "route": label, "batch": batch, "output": name,
-                                          "rel_error": error, "top1_agreement": agree, "ok": ok,
-                                          "first_call_s": first_call_s})
+                    first_call_s = _check_against_reference(bench_model, engine, route, label, x, references[batch],
+                                                            result)
                     say(f"{bench_model.name} / {route} / b{batch}: model only and end to end, side by side "
                         f"(first call {first_call_s:.1f}s)")
                     fuse = compile_preprocessing if route == "cuda_graph" else False
-                    with Predictor(engine, bench_model.preprocessing, task=bench_model.task,
-                                   compile_preprocessing=fuse) as predictor:
-                        calls = {"model": lambda x=x, e=engine: e(x), "end_to_end": lambda f=[image] * batch: predictor(f)}
-                        # Frames decoded straight into the predictor's pinned buffer: no host memcpy.
-                        buffer = predictor.frame_buffer(batch, *image.shape[:2])
-                        buffer[...] = image
-                        calls["end_to_end_pinned"] = lambda f=[buffer[i] for i in range(batch)]: predictor(f)
-                        # The first call captures the graph (and compiles the preprocessing when fused).
-                        t0 = time.perf_counter()
-                        calls["end_to_end_pinned"]()
-                        predictor_first_call_s = time.perf_counter() - t0
-                        if engine.device.type == "cuda":  # frames already on the GPU (e.g. from NVDEC)
-                            resident = [torch.from_numpy(image).to(engine.device) for _ in range(batch)]
-                            calls["end_to_end_device"] = lambda f=resident: predictor(f)
-                        stats = measure_interleaved(calls, engine.device, warmup=warmup, repeats=repeats, batch=batch)
-                        for kind, st in stats.items():
-                            extra = {} if kind == "model" else {"predictor_cuda_graph": predictor.cuda_graph,
-                                                                "compile_preprocessing": predictor.compile_preprocessing,
-                                                                "predictor_first_call_s": predictor_first_call_s}
-                            result.add(bench_model.name, label, batch, kind, st, interleaved=True, **extra)
+                    _time_model_and_predictor(bench_model, engine, label, x, image, result, fuse=fuse,
+                                              warmup=warmup, repeats=repeats)
                     if on_row is not None:
                         on_row(result)
             finally:
                 engine.close()
                 _free(device)
     return result
+
+
+def _references(bench_model: BenchModel, batches: Sequence[int], device: torch.device) -> dict[int, dict]:
+    """Eager FP32 outputs per batch (ONNX Runtime's when no PyTorch model is behind the engine)."""
+    spec = bench_model.inputs[0]
+    try:
+        reference_engine = bench_model.open("eager", device)
+    except ValueError:  # no PyTorch model behind this engine: ONNX Runtime is the reference
+        reference_engine = bench_model.open("onnxruntime", device)
+    references = {}
+    with reference_engine as eager:
+        for batch in batches:
+            references[batch] = {k: v.clone() for k, v in eager(example_input(spec, batch, eager.device)).items()}
+    _free(device)
+    return references
+
+
+def _check_against_reference(bench_model: BenchModel, engine: Engine, route: str, label: str, x: torch.Tensor,
+                             reference: dict, result: BenchResult) -> float:
+    """The first call, checked against the reference into ``result.checks``; returns its seconds."""
+    t0 = time.perf_counter()
+    first = {k: v.clone() for k, v in engine(x).items()}
+    first_call_s = time.perf_counter() - t0
+    name = next(iter(first))
+    error = relative_error(first[name], reference[name])
+    agree = None
+    if bench_model.task == "classification":
+        agree = float((first[name].argmax(-1).cpu() == reference[name].argmax(-1).cpu()).float().mean())
+    # FP16 routes: relative error under 3e-2; top-1 agreement on random inputs is reported.
+    ok = bool(error < (1e-4 if route == "eager" else 3e-2))
+    result.checks.append({"model": bench_model.name, "route": label, "batch": int(x.shape[0]), "output": name,
+                          "rel_error": error, "top1_agreement": agree, "ok": ok, "first_call_s": first_call_s})
+    return first_call_s
+
+
+def _time_model_and_predictor(bench_model: BenchModel, engine: Engine, label: str, x: torch.Tensor,
+                              image: np.ndarray, result: BenchResult, *, fuse: bool | None, warmup: int,
+                              repeats: int) -> None:
+    """The model alone and the predictor end to end (pageable, pinned, on-device frames), interleaved."""
+    batch = int(x.shape[0])
+    with Predictor(engine, bench_model.preprocessing, task=bench_model.task,
+                   compile_preprocessing=fuse) as predictor:
+        calls = {"model": lambda x=x, e=engine: e(x), "end_to_end": lambda f=[image] * batch: predictor(f)}
+        # Frames decoded straight into the predictor's pinned buffer: no host memcpy.
+        buffer = predictor.frame_buffer(batch, *image.shape[:2])
+        buffer[...] = image
+        calls["end_to_end_pinned"] = lambda f=[buffer[i] for i in range(batch)]: predictor(f)
+        # The first call captures the graph (and compiles the preprocessing when fused).
+        t0 = time.perf_counter()
+        calls["end_to_end_pinned"]()
+        predictor_first_call_s = time.perf_counter() - t0
+        if engine.device.type == "cuda":  # frames already on the GPU (e.g. from NVDEC)
+            resident = [torch.from_numpy(image).to(engine.device) for _ in range(batch)]
+            calls["end_to_end_device"] = lambda f=resident: predictor(f)
+        stats = measure_interleaved(calls, engine.device, warmup=warmup, repeats=repeats, batch=batch)
+        for kind, st in stats.items():
+            extra = {} if kind == "model" else {"predictor_cuda_graph": predictor.cuda_graph,
+                                                "compile_preprocessing": predictor.compile_preprocessing,
+                                                "predictor_first_call_s": predictor_first_call_s}
+            result.add(bench_model.name, label, batch, kind, st, interleaved=True, **extra)
 
 
 def start_bench_script(out: Path, argv: Sequence[str]) -> tuple[torch.device, BenchResult]:
@@ -450,13 +473,13 @@ def run_bench_command(
 
     unknown = [r for r in routes if r not in ROUTE_NAMES]
     if unknown:
-        raise ValueError(f"unknown route(s) {unknown}; choose from {ROUTE_NAMES}")
+        raise InvalidArgument(f"unknown route(s) {unknown}; choose from {ROUTE_NAMES}")
     if any(b < 1 for b in batches):
-        raise ValueError(f"batch sizes must be ≥ 1, got {list(batches)}")
+        raise InvalidArgument(f"batch sizes must be ≥ 1, got {list(batches)}")
     console = console or Console()
     model = open_bench_target(target)
     if target.startswith("zoo:") and {"tensorrt", "onnxruntime"} & set(routes):
-        raise ValueError("zoo targets run the PyTorch routes only; give an engine path for tensorrt/onnxruntime")
+        raise InvalidArgument("zoo targets run the PyTorch routes only; give an engine path for tensorrt/onnxruntime")
     result = run_route_bench([model], routes, batches, device=device, warmup=warmup, repeats=repeats,
                              on_progress=console.log, compile_preprocessing=compile_preprocessing)
     result.config["command"] = f"trtforge bench {target} " + " ".join(f"--route {r}" for r in routes)

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from trtforge.core.errors import InvalidArgument
+
 
 @dataclass(frozen=True)
 class LatencyStats:
@@ -68,7 +70,7 @@ def measure_interleaved(
         >>> stats["e2e"].median_ms / stats["model"].median_ms
     """
     if repeats < 1:
-        raise ValueError(f"repeats={repeats}: time at least one call")
+        raise InvalidArgument(f"repeats={repeats}: time at least one call")
     device = torch.device(device)
     names = list(fns)
     for _ in range(warmup):

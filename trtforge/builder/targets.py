@@ -1,14 +1,13 @@
 """Where an engine can run, said in words for tables and docs.
 
 Example:
-    >>> where_it_runs({"flavour": "tensorrt_rtx", "targets": ["sm86"]})
-    'TensorRT-RTX: sm86 GPUs'
+    >>> where_it_runs(BuilderRecord(flavour="tensorrt_rtx", targets=("sm86",)))
+    'TensorRT-RTX: sm86 (Ampere)'
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from trtforge.core.sidecar import BuilderRecord
 
 #: Compute capability → GPU generation, for readable tables.
 GENERATIONS: dict[str, str] = {
@@ -17,16 +16,16 @@ GENERATIONS: dict[str, str] = {
 }
 
 
-def where_it_runs(builder: Mapping[str, Any]) -> str:
+def where_it_runs(builder: BuilderRecord) -> str:
     """Short text: the flavour and the GPU classes an engine built with ``builder`` targets."""
-    flavour = builder.get("flavour", "?")
-    targets = [t for t in builder.get("targets", []) if t != "portable"]
+    flavour = builder.flavour or "?"
+    targets = [t for t in builder.targets if t != "portable"]
     label = "TensorRT-RTX" if flavour == "tensorrt_rtx" else "TensorRT"
-    if builder.get("hardware_compatibility"):
-        return f"{label}: {builder['hardware_compatibility']} GPUs"
+    if builder.hardware_compatibility:
+        return f"{label}: {builder.hardware_compatibility} GPUs"
     if targets:
         return f"{label}: " + ", ".join(f"{t} ({GENERATIONS.get(t, '?')})" for t in targets)
     if flavour == "tensorrt_rtx":
-        offered = builder.get("offered_targets") or ["sm75", "sm121"]
+        offered = builder.offered_targets or ("sm75", "sm121")
         return f"{label}: {offered[0]}–{offered[-1]} GPUs (portable)"
     return f"{label}: the GPU model it was built on"

@@ -95,7 +95,7 @@ def build(
         refittable=refittable, strip_weights=strip_weights,
     )
     console.print(f"[green]built[/] {art.engine_path} ({art.sidecar.engine_size / 1e6:.1f} MB, "
-                  f"{art.sidecar.builder.get('build_seconds', 0):.1f} s) + {art.sidecar_path.name}")
+                  f"{art.sidecar.builder.build_seconds or 0:.1f} s) + {art.sidecar_path.name}")
 
 
 def _shape(shape: Any) -> str:
@@ -120,19 +120,19 @@ def inspect(path: Annotated[Path, typer.Argument(help="an .engine or its .json s
         problem = str(exc)
     summary = Table(title=f"{sc.name}  ({sc.path})", show_header=False)
     summary.add_row("engine", f"{sc.engine_file}  {sc.engine_size / 1e6:.2f} MB  {verdict}")
-    summary.add_row("precision", f"{sc.precision.get('built')} (requested {sc.precision.get('requested')}); "
-                    + ", ".join(f"{k}: {v}" for k, v in sc.precision.get("node_dtypes", {}).items()))
+    summary.add_row("precision", f"{sc.precision.built} (requested {sc.precision.requested}); "
+                    + ", ".join(f"{k}: {v}" for k, v in sc.precision.node_dtypes.items()))
     b = sc.builder
-    summary.add_row("builder", f"{b.get('flavour')} {b.get('version')}, opt level {b.get('optimization_level')}, "
-                    f"built in {b.get('build_seconds', '?')} s")
+    seconds = "?" if b.build_seconds is None else b.build_seconds
+    summary.add_row("builder", f"{b.flavour} {b.version}, opt level {b.optimization_level}, built in {seconds} s")
     summary.add_row("runs on", where_it_runs(b))
-    summary.add_row("source", f"{sc.source.get('kind')} → {sc.source.get('onnx_file')}")
+    summary.add_row("source", f"{sc.source.kind} → {sc.source.onnx_file}")
     if sc.preprocessing:
         p = sc.preprocessing
         summary.add_row("preprocessing", f"resize {p.get('resize')} {p.get('interpolation')}, mean {p.get('mean')}, "
                         f"std {p.get('std')}, {p.get('channel_order')} {p.get('layout')}")
     if sc.quantization:
-        q = sc.quantization
+        q = sc.quantization.to_dict()
         summary.add_row("quantization", ", ".join(f"{k}={v}" for k, v in q.items() if not isinstance(v, (dict, list))))
     for note in sc.notes:
         summary.add_row("note", note)

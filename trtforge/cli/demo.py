@@ -64,7 +64,7 @@ def run_demo(output_dir: Path = Path("trtforge_out"), crops: int = 128, console:
             out = ref if precision == "fp32" else ort_logits(art.onnx_path, x, name)
             rows.append(DemoRow(
                 precision=precision,
-                build_seconds=float(art.sidecar.builder.get("build_seconds", 0.0)),
+                build_seconds=float(art.sidecar.builder.build_seconds or 0.0),
                 engine_mb=art.sidecar.engine_size / 1e6,
                 top1_agreement=float((out.argmax(1) == ref.argmax(1)).mean()),
                 rel_l2=float(np.linalg.norm(out - ref) / np.linalg.norm(ref)),

@@ -7,6 +7,12 @@ Example:
 """
 
 from trtforge.runtime.load import ROUTE_NAMES, ROUTES, load
-from trtforge.runtime.protocol import Engine, EngineBase, EngineClosedError, EngineInputError
+from trtforge.runtime.protocol import (
+    CapturableEngine,
+    Engine,
+    EngineBase,
+    EngineClosedError,
+    EngineInputError,
+)
 
-__all__ = ["ROUTES", "ROUTE_NAMES", "Engine", "EngineBase", "EngineClosedError", "EngineInputError", "load"]
+__all__ = ["ROUTES", "ROUTE_NAMES", "CapturableEngine", "Engine", "EngineBase", "EngineClosedError", "EngineInputError", "load"]

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from trtforge.core.errors import InvalidArgument
+
 
 @dataclass
 class CapturedCall:
@@ -47,7 +49,7 @@ def capture_stream(device: torch.device) -> Any:
 def capture(fn: Callable[[], Any], device: torch.device, warmup: int = 2) -> CapturedCall:
     """Run ``fn`` ``warmup`` times on the side stream (lazy init, autotuning), then capture it."""
     if device.type != "cuda":
-        raise ValueError(f"CUDA graphs need a CUDA device, got {device}; use a route without graphs on CPU")
+        raise InvalidArgument(f"CUDA graphs need a CUDA device, got {device}; use a route without graphs on CPU")
     with torch.cuda.device(device):
         caller = torch.cuda.current_stream(device)
         side = capture_stream(device)

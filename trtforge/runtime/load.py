@@ -9,6 +9,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from trtforge.core.errors import InvalidArgument, NotPermitted
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.runtime.protocol import Engine
 
@@ -41,9 +42,9 @@ def model_from_factory(factory: str, trust_factory: bool = False) -> Any:
     """``"package.module:function"`` → ``function()`` (an eval-mode nn.Module)."""
     module_name, sep, function = factory.partition(":")
     if not sep or not function:
-        raise ValueError(f"factory {factory!r} is not 'module:function'")
+        raise InvalidArgument(f"factory {factory!r} is not 'module:function'; name it as 'package.module:function'")
     if not trust_factory and not module_name.startswith(TRUSTED_FACTORY_PREFIXES):
-        raise PermissionError(
+        raise NotPermitted(
             f"the sidecar names factory {factory!r} outside {TRUSTED_FACTORY_PREFIXES}; importing it "
             "would run its code. Pass model= yourself, or trust_factory=True if you trust the sidecar"
         )
@@ -51,11 +52,14 @@ def model_from_factory(factory: str, trust_factory: bool = False) -> Any:
 
 
 def _onnx_file(sidecar: Sidecar, which: str) -> Path:
-    key = {"reference": "reference_onnx_file", "processed": "onnx_file"}[which]
-    name = sidecar.source.get(key) or sidecar.source.get("onnx_file")
+    if which not in ("reference", "processed"):
+        raise InvalidArgument(f"onnx={which!r}: choose 'reference' (the FP32 graph) or 'processed'")
+    source = sidecar.source
+    name = (source.reference_onnx_file if which == "reference" else None) or source.onnx_file
     if not name:
-        raise ValueError(
-            f"sidecar {sidecar.path} names no ONNX file (source.{key}); the onnxruntime route needs one"
+        raise InvalidArgument(
+            f"sidecar {sidecar.path} names no ONNX file (source.onnx_file); the onnxruntime route needs one. "
+            "Keep the .onnx files trtforge wrote beside the engine"
         )
     return sidecar.path.parent / name
 
@@ -82,52 +86,50 @@ def load(
         ('cuda_graph', device(type='cuda', index=0))
     """
     if route not in ROUTE_NAMES:
-        raise ValueError(f"unknown route {route!r}; choose one of {ROUTE_NAMES}")
+        raise InvalidArgument(f"unknown route {route!r}; choose one of {ROUTE_NAMES}")
     path = Path(path)
     if path.suffix == ".onnx":
         if route != "onnxruntime":
-            raise ValueError(f"{path} is an ONNX file: load it with route='onnxruntime', or load its engine")
+            raise InvalidArgument(f"{path} is an ONNX file: load it with route='onnxruntime', or load its engine")
         from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
 
         return OnnxRuntimeEngine(path, device, **options)
+    sidecar = read_sidecar(path)
     if route == "tensorrt":
         from trtforge.runtime.tensorrt_route import TensorRTEngine
 
-        return TensorRTEngine(path, device, **options)
-    sidecar = read_sidecar(path)
+        return TensorRTEngine(sidecar.engine_path, device, sidecar=sidecar, **options)
     if route == "onnxruntime":
         from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
 
         onnx = _onnx_file(sidecar, options.pop("onnx", "reference"))
-        engine = OnnxRuntimeEngine(onnx, device, profiles=sidecar.profiles, **options)
-        engine.sidecar = sidecar
-        return engine
+        return OnnxRuntimeEngine(onnx, device, profiles=sidecar.profiles, sidecar=sidecar, **options)
+    return _torch_engine(sidecar, route, device, model, trust_factory, options)
 
+
+def _torch_engine(sidecar: Sidecar, route: str, device: Any, model: Any, trust_factory: bool,
+                  options: dict[str, Any]) -> Engine:
+    """A PyTorch route over the sidecar's model: the AOTInductor package, ``model=``, or its factory."""
     from trtforge.runtime.torch_routes import TorchEngine, default_device
 
     target = default_device(device)
+    common = {"route": route, "device": target, "profiles": sidecar.profiles, "sidecar": sidecar}
     if route == "compiled":
         package = options.pop("aot_package", None)  # False: ignore any package, compile the model
         probe = options.pop("aot_probe", True)
         package = None if package is False else Path(package) if package is not None else aot_package_path(
             sidecar, target.type)
         if package is not None and package.is_file():
-            engine = TorchEngine(None, sidecar.inputs, sidecar.outputs, route=route, device=target,
-                                 profiles=sidecar.profiles, aot_package=package, aot_probe=probe)
-            engine.sidecar = sidecar
-            return engine
+            return TorchEngine(None, sidecar.inputs, sidecar.outputs, aot_package=package, aot_probe=probe, **common)
     if model is None:
-        factory = sidecar.source.get("factory")
+        factory = sidecar.source.factory
         if not factory:
-            raise ValueError(
+            raise InvalidArgument(
                 f"route {route!r} runs the PyTorch model, and sidecar {sidecar.path} names no factory "
                 "(only zoo models do). Pass the model: trtforge.load(path, route=..., model=my_module)"
             )
         model = model_from_factory(factory, trust_factory)
-    engine = TorchEngine(model, sidecar.inputs, sidecar.outputs, route=route, device=target,
-                         profiles=sidecar.profiles, **options)
-    engine.sidecar = sidecar  # the predictor reads its preprocessing record from here
-    return engine
+    return TorchEngine(model, sidecar.inputs, sidecar.outputs, **common, **options)
 
 
 def export_aot_beside(
@@ -148,9 +150,9 @@ def export_aot_beside(
     sidecar = read_sidecar(Path(path))
     target = default_device(device)
     if model is None:
-        factory = sidecar.source.get("factory")
+        factory = sidecar.source.factory
         if not factory:
-            raise ValueError(f"sidecar {sidecar.path} names no factory; pass model=")
+            raise InvalidArgument(f"sidecar {sidecar.path} names no factory; pass model=")
         model = model_from_factory(factory, trust_factory)
     if batch is None:
         first = sidecar.inputs[0].name

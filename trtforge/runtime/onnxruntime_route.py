@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from trtforge.core.errors import InvalidArgument, MissingFile, WrongType
 from trtforge.core.ort_session import session
+from trtforge.core.sidecar import Sidecar
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime.profiles import choose_profile
 from trtforge.runtime.protocol import EngineBase, Profiles
@@ -33,7 +35,7 @@ ORT_DTYPES: dict[str, str] = {
 
 def _spec(arg: Any) -> TensorSpec:
     if arg.type not in ORT_DTYPES:
-        raise TypeError(f"ONNX tensor {arg.name!r} has type {arg.type}, which this route cannot pass")
+        raise WrongType(f"ONNX tensor {arg.name!r} has type {arg.type}, which this route cannot pass")
     shape = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in arg.shape)
     return TensorSpec(arg.name, ORT_DTYPES[arg.type], shape)
 
@@ -50,17 +52,19 @@ class OnnxRuntimeEngine(EngineBase):
         *,
         profiles: Profiles = (),
         threads: int | None = None,
+        sidecar: Sidecar | None = None,
     ) -> None:
         import onnxruntime as ort
 
+        self.sidecar = sidecar
         onnx_path = Path(onnx_path)
         if not onnx_path.is_file():
-            raise FileNotFoundError(f"no ONNX file at {onnx_path}")
+            raise MissingFile(f"no ONNX file at {onnx_path}")
         want = torch.device(device) if device is not None else torch.device("cpu")
         providers = ["CPUExecutionProvider"]
         if want.type == "cuda":
             if "CUDAExecutionProvider" not in ort.get_available_providers():
-                raise ValueError(
+                raise InvalidArgument(
                     f"device {want} asked for, but this onnxruntime has no CUDA provider "
                     f"({ort.get_available_providers()}); use device='cpu' or install onnxruntime-gpu"
                 )

@@ -2,7 +2,12 @@
 
 An engine takes tensors (positionally, in ``inputs`` order, or by name) and returns a dict of
 named output tensors. Outputs may be views into buffers the engine reuses: they stay valid until
-the next call on the same engine; ``clone()`` them to keep them longer.
+the next call on the same engine; ``clone()`` them to keep them longer. An engine carries the
+sidecar it was loaded from (``None`` for a bare ONNX file or module).
+
+Engines that can run inside an outer CUDA graph capture also implement ``CapturableEngine``: the
+predictor checks it with ``isinstance`` and then captures preprocessing, the engine and decoding
+as one graph.
 
 Example:
     >>> with trtforge.load("out/efficientnet_lite0_fp16.engine", route="fp16") as engine:
@@ -19,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from trtforge.core.errors import InvalidArgument, Unsupported
+from trtforge.core.sidecar import Sidecar
 from trtforge.core.specs import TensorSpec
 
 #: One dict per optimization profile: {input name: {"min": [...], "opt": [...], "max": [...]}}.
@@ -35,12 +41,13 @@ class EngineClosedError(Unsupported):
 
 @runtime_checkable
 class Engine(Protocol):
-    """What every route offers: specs, a call, a device, a route name and ``close()``."""
+    """What every route offers: specs, its sidecar, a call, a device, a route name and ``close()``."""
 
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     profiles: Profiles
     route: str
+    sidecar: Sidecar | None
 
     @property
     def device(self) -> Any: ...
@@ -54,6 +61,32 @@ class Engine(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
+@runtime_checkable
+class CapturableEngine(Engine, Protocol):
+    """An engine whose forward can run inside an outer CUDA graph capture.
+
+    ``capturable_forward(*tensors)`` takes tensors already in ``compute_format`` on the engine's
+    device (in ``inputs`` order), enqueues the model on the current stream with no host
+    synchronisation, copy or allocation that would break a capture, and returns the outputs by
+    name (buffers the next call overwrites). ``cuda_graph`` says whether the engine was loaded to
+    replay graphs itself, which makes the predictor capture by default.
+
+    Example:
+        >>> if isinstance(engine, CapturableEngine):
+        ...     dtype, channels_last = engine.compute_format
+        ...     logits = engine.capturable_forward(x.to(dtype))["logits"]
+    """
+
+    cuda_graph: bool
+
+    @property
+    def compute_format(self) -> tuple[Any, bool]:
+        """(torch dtype, channels_last) of the input ``capturable_forward`` wants."""
+        ...
+
+    def capturable_forward(self, *tensors: Any) -> dict[str, Any]: ...
+
+
 class EngineBase:
     """Shared parts: context manager, closing, and matching call arguments to ``inputs``."""
 
@@ -61,6 +94,7 @@ class EngineBase:
     inputs: tuple[TensorSpec, ...] = ()
     outputs: tuple[TensorSpec, ...] = ()
     profiles: Profiles = ()
+    sidecar: Sidecar | None = None
     _closed: bool = False
 
     def __enter__(self) -> EngineBase:

@@ -13,7 +13,16 @@ How a call runs:
 - ``execute_async_v3`` runs on the caller's current torch stream; nothing synchronizes;
 - with ``cuda_graph=True`` a call is captured once per binding set (profile, shapes, input
   addresses) and replayed after; it pays off when callers reuse their input buffers (at most 16
-  binding sets are kept, least recently used dropped).
+  binding sets are kept, least recently used dropped);
+- ``capturable_forward`` (the ``CapturableEngine`` protocol) binds tensors the caller already
+  holds in the engine's input format and enqueues on the current stream, with no copy or check
+  that would break a capture: the predictor captures preprocessing, the engine and decoding as
+  one CUDA graph around it. TensorRT supports capturing ``enqueueV3`` in a CUDA graph once a call
+  with the same shapes has run (the capture's warm-up calls are that run).
+
+The real TensorRT bindings run on a CUDA device only. ``bindings=`` injects another module with
+TensorRT's runtime API; the engine then runs on whatever ``device`` the caller names (the test
+double works on host memory).
 
 Threads: one lock per engine guards the contexts, so calls from several threads are safe and run
 one at a time (a context per thread would multiply activation memory; run one engine per thread
@@ -30,6 +39,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,12 +49,12 @@ from typing import Any
 import torch
 
 from trtforge.core import trt as trt_shim
-from trtforge.core.errors import NotPermitted
-from trtforge.core.sidecar import read_sidecar
+from trtforge.core.errors import InternalError, InvalidArgument, NotPermitted, Unsupported, WrongType
+from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime.cuda_graph import GraphCache
 from trtforge.runtime.profiles import choose_profile, max_shapes
-from trtforge.runtime.protocol import EngineBase
+from trtforge.runtime.protocol import EngineBase, EngineInputError
 from trtforge.runtime.tensors import bind_input, torch_dtype
 
 #: Every TensorRT attribute this route touches, as "Class.attribute" ("Class" alone for a module
@@ -73,6 +83,14 @@ TRT_DTYPES: dict[str, str] = {
 
 class HostCodeRefused(NotPermitted):
     """The engine embeds host code and the caller did not allow it."""
+
+
+class EngineLoadError(Unsupported):
+    """TensorRT could not deserialize the engine here (another GPU or TensorRT version)."""
+
+
+class TensorRTRuntimeError(InternalError, RuntimeError):
+    """TensorRT refused a call the route checked beforehand; the TensorRT log says why."""
 
 
 def _enum_name(value: Any) -> str:
@@ -105,10 +123,11 @@ class TensorRTEngine(EngineBase):
         cuda_graph: bool = False,
         allow_host_code: bool = False,
         bindings: ModuleType | None = None,
+        sidecar: Sidecar | None = None,
     ) -> None:
-        self.sidecar = read_sidecar(Path(path))
+        self.sidecar = sidecar if sidecar is not None else read_sidecar(Path(path))
         engine_path = self.sidecar.verify_engine()  # refuse changed bytes before deserializing
-        if self.sidecar.builder.get("host_code", False) and not allow_host_code:
+        if self.sidecar.builder.host_code and not allow_host_code:
             raise HostCodeRefused(
                 f"{engine_path} embeds host code (sidecar builder.host_code=true), which runs on "
                 "this machine when the engine loads. Load it with allow_host_code=True only if you "
@@ -119,8 +138,8 @@ class TensorRTEngine(EngineBase):
         self._device = torch.device(device) if device is not None else torch.device("cuda")
         if self._device.type == "cuda" and self._device.index is None:
             self._device = torch.device("cuda", torch.cuda.current_device())
-        if self._device.type != "cuda" and not getattr(trt, "RUNS_ON_HOST_MEMORY", False):
-            raise ValueError(
+        if self._device.type != "cuda" and bindings is None:  # injected bindings choose their memory
+            raise InvalidArgument(
                 f"the TensorRT route needs a CUDA device, got {self._device}; use route='onnxruntime' "
                 "or route='eager' on a machine without a GPU"
             )
@@ -132,10 +151,10 @@ class TensorRTEngine(EngineBase):
                 self._runtime.engine_host_code_allowed = bool(allow_host_code)
             self._engine = self._runtime.deserialize_cuda_engine(engine_path.read_bytes())
         if self._engine is None:
-            raise RuntimeError(
+            built = self.sidecar.builder
+            raise EngineLoadError(
                 f"TensorRT could not deserialize {engine_path}: it was built for another GPU or "
-                f"TensorRT version ({self.sidecar.builder.get('flavour')} "
-                f"{self.sidecar.builder.get('version')}, targets {self.sidecar.builder.get('targets')}). "
+                f"TensorRT version ({built.flavour} {built.version}, targets {list(built.targets)}). "
                 "Rebuild it on this machine with trtforge build"
             )
         self.inputs, self.outputs = self._read_io()
@@ -150,7 +169,8 @@ class TensorRTEngine(EngineBase):
             name = engine.get_tensor_name(i)
             dtype_key = _enum_name(engine.get_tensor_dtype(name))
             if dtype_key not in TRT_DTYPES:
-                raise TypeError(f"engine tensor {name!r} has type {dtype_key}, which this route cannot bind")
+                raise WrongType(f"engine tensor {name!r} has type {dtype_key}, which this route cannot bind; "
+                                "rebuild it with float, integer or bool I/O")
             spec = TensorSpec(name, TRT_DTYPES[dtype_key], tuple(int(d) for d in engine.get_tensor_shape(name)))
             is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
             (inputs if is_input else outputs).append(spec)
@@ -187,7 +207,8 @@ class TensorRTEngine(EngineBase):
             return state
         context = self._engine.create_execution_context()
         if context is None:
-            raise RuntimeError("TensorRT could not create an execution context (out of GPU memory?)")
+            raise Unsupported("TensorRT could not create an execution context (out of GPU memory?); "
+                              "free GPU memory or load fewer engines")
         if profile != 0:
             context.set_optimization_profile_async(profile, self._stream_handle())
         state = _ContextState(context, profile)
@@ -200,9 +221,9 @@ class TensorRTEngine(EngineBase):
         for spec in self.outputs:
             shape = tuple(int(d) for d in context.get_tensor_shape(spec.name))
             if any(d < 0 for d in shape):
-                raise NotImplementedError(
+                raise Unsupported(
                     f"output {spec.name!r} has a data-dependent shape {list(shape)}; this route "
-                    "preallocates outputs and cannot run it"
+                    "preallocates outputs and cannot run it. Use route='onnxruntime' for this model"
                 )
             buffer = torch.empty(shape, dtype=torch_dtype(spec.dtype), device=self._device)
             context.set_tensor_address(spec.name, buffer.data_ptr())
@@ -212,44 +233,80 @@ class TensorRTEngine(EngineBase):
         self._contexts[profile] = state
         return state
 
+    @property
+    def compute_format(self) -> tuple[torch.dtype, bool]:
+        """(dtype, channels_last) ``capturable_forward`` takes: the engine's input dtype, linear
+        (NCHW) layout, which is TensorRT's default I/O format (our builds keep FP32 inputs)."""
+        return torch_dtype(self.inputs[0].dtype), False
+
     # -- the call -------------------------------------------------------------------------
+    def _bind(self, bound: list[torch.Tensor]) -> tuple[_ContextState, dict[str, torch.Tensor]]:
+        """Choose the profile, set changed shapes and addresses; return the context and output views.
+
+        The caller holds the lock and the device guard.
+        """
+        shapes = {spec.name: tuple(t.shape) for spec, t in zip(self.inputs, bound, strict=True)}
+        state = self._context(choose_profile(self.profiles, shapes))
+        context = state.context
+        for name, shape in shapes.items():
+            if state.shapes.get(name) != shape:
+                if not context.set_input_shape(name, shape):
+                    raise TensorRTRuntimeError(f"TensorRT refused shape {list(shape)} for input {name!r}")
+                state.shapes[name] = shape
+        for spec, tensor in zip(self.inputs, bound, strict=True):
+            address = tensor.data_ptr()
+            if state.addresses.get(spec.name) != address:
+                context.set_tensor_address(spec.name, address)
+                state.addresses[spec.name] = address
+        result = {}
+        for spec in self.outputs:
+            shape = tuple(int(d) for d in context.get_tensor_shape(spec.name))
+            result[spec.name] = state.buffers[spec.name].reshape(-1)[: math.prod(shape)].view(shape)
+        return state, result
+
     def __call__(self, *tensors: Any, **named: Any) -> dict[str, torch.Tensor]:
         self._check_open()
         values = self._arrange(tensors, named)
-        bound = [bind_input(spec, value, self._device) for spec, value in zip(self.inputs, values, strict=False)]
-        shapes = {spec.name: tuple(t.shape) for spec, t in zip(self.inputs, bound, strict=False)}
-        profile = choose_profile(self.profiles, shapes)
+        bound = [bind_input(spec, value, self._device) for spec, value in zip(self.inputs, values, strict=True)]
         with self._lock, self._device_guard():
-            state = self._context(profile)
-            context = state.context
-            for name, shape in shapes.items():
-                if state.shapes.get(name) != shape:
-                    if not context.set_input_shape(name, shape):
-                        raise RuntimeError(f"TensorRT refused shape {list(shape)} for input {name!r}")
-                    state.shapes[name] = shape
-            for spec, tensor in zip(self.inputs, bound, strict=False):
-                address = tensor.data_ptr()
-                if state.addresses.get(spec.name) != address:
-                    context.set_tensor_address(spec.name, address)
-                    state.addresses[spec.name] = address
-            result = {}
-            for spec in self.outputs:
-                shape = tuple(int(d) for d in context.get_tensor_shape(spec.name))
-                numel = 1
-                for d in shape:
-                    numel *= d
-                result[spec.name] = state.buffers[spec.name].reshape(-1)[:numel].view(shape)
+            state, result = self._bind(bound)
             if state.graphs is not None:
-                key = (tuple(shapes.items()), tuple(state.addresses[s.name] for s in self.inputs))
-                state.graphs.replay(key, lambda: self._execute(context, self._stream_handle()))
+                key = (tuple(state.shapes[s.name] for s in self.inputs),
+                       tuple(state.addresses[s.name] for s in self.inputs))
+                state.graphs.replay(key, lambda: self._execute(state.context, self._stream_handle()))
             else:
-                self._execute(context, self._stream_handle())
+                self._execute(state.context, self._stream_handle())
+        return result
+
+    def capturable_forward(self, *tensors: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Bind ``tensors`` by pointer and enqueue the engine on the current stream; return output views.
+
+        The tensors must already be what the engine binds (its device and input dtype, contiguous):
+        nothing is copied, so the call is safe inside an outer CUDA graph capture.
+
+        Example:
+            >>> x = torch.rand(4, 3, 224, 224, device="cuda")   # float32, the engine's input
+            >>> engine.capturable_forward(x)["logits"].shape
+            torch.Size([4, 1000])
+        """
+        self._check_open()
+        values = self._arrange(tensors, {})
+        bound = [bind_input(spec, value, self._device) for spec, value in zip(self.inputs, values, strict=True)]
+        for spec, given, used in zip(self.inputs, values, bound, strict=True):
+            if used is not given:
+                raise EngineInputError(
+                    f"capturable_forward binds {spec.name!r} by pointer and copies nothing; pass a contiguous "
+                    f"{spec.dtype} tensor on {self._device}, or call the engine itself, which copies"
+                )
+        with self._lock, self._device_guard():
+            state, result = self._bind(bound)
+            self._execute(state.context, self._stream_handle())
         return result
 
     @staticmethod
     def _execute(context: Any, stream: int) -> None:
         if not context.execute_async_v3(stream):
-            raise RuntimeError("TensorRT execute_async_v3 failed; the log above says why")
+            raise TensorRTRuntimeError("TensorRT execute_async_v3 failed; the log above says why")
 
     def close(self) -> None:
         """Free contexts, graphs, output buffers and the engine (idempotent)."""

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trtforge.core.errors import InvalidArgument
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime.profiles import check_rank_and_dims
 from trtforge.runtime.protocol import EngineInputError
@@ -37,7 +38,7 @@ def torch_dtype(name: str) -> torch.dtype:
     try:
         return _TORCH_DTYPES[name]
     except KeyError:
-        raise ValueError(f"dtype {name!r} has no torch equivalent; known: {sorted(_TORCH_DTYPES)}") from None
+        raise InvalidArgument(f"dtype {name!r} has no torch equivalent; known: {sorted(_TORCH_DTYPES)}") from None
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -45,7 +46,7 @@ def dtype_name(dtype: torch.dtype) -> str:
     for name, value in _TORCH_DTYPES.items():
         if value == dtype:
             return name
-    raise ValueError(f"torch dtype {dtype} has no spec name")
+    raise InvalidArgument(f"torch dtype {dtype} has no spec name")
 
 
 def same_device(a: torch.device, b: torch.device) -> bool:

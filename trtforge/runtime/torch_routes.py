@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from trtforge.core.errors import InvalidArgument, MissingFile
+from trtforge.core.sidecar import Sidecar
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime.aot_probe import check_aot_package
 from trtforge.runtime.cuda_graph import GraphCache
@@ -62,7 +64,7 @@ def default_device(device: str | torch.device | None) -> torch.device:
     device = torch.device(device)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device {device} asked for, but this machine has no CUDA GPU; use device='cpu'")
+            raise InvalidArgument(f"device {device} asked for, but this machine has no CUDA GPU; use device='cpu'")
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
     return device
@@ -71,7 +73,7 @@ def default_device(device: str | torch.device | None) -> torch.device:
 def plan_torch_route(route: str, device: torch.device, compile_mode: str = "max-autotune") -> TorchRoutePlan:
     """Decide dtype, layout, graphs and compilation for ``route`` on ``device``."""
     if route not in TORCH_ROUTES:
-        raise ValueError(f"unknown PyTorch route {route!r}; choose one of {TORCH_ROUTES}")
+        raise InvalidArgument(f"unknown PyTorch route {route!r}; choose one of {TORCH_ROUTES}")
     gpu = device.type == "cuda"
     # Inductor on the CPU has poor FP16 kernels: the compiled route stays FP32 there.
     half = route in ("fp16", "cuda_graph") or (route == "compiled" and gpu)
@@ -108,7 +110,9 @@ class TorchEngine(EngineBase):
         compile_mode: str = "max-autotune",
         aot_package: str | Path | None = None,
         aot_probe: bool = True,
+        sidecar: Sidecar | None = None,
     ) -> None:
+        self.sidecar = sidecar
         self._device = default_device(device)
         self.plan = plan_torch_route(route, self._device, compile_mode)
         if aot_package is not None:  # the package fixed its own layout when it was compiled
@@ -126,12 +130,12 @@ class TorchEngine(EngineBase):
         self.aot_package = Path(aot_package) if aot_package is not None else None
         if self.aot_package is not None:
             if route != "compiled":
-                raise ValueError("an AOTInductor package runs on route='compiled' only")
+                raise InvalidArgument("an AOTInductor package runs on route='compiled' only")
             self._module = None
             self._forward = _load_aot_package(self.aot_package, self._device, probe=aot_probe)
         else:
             if module is None:
-                raise ValueError("a PyTorch route needs the model: pass module=, or an aot_package= for 'compiled'")
+                raise InvalidArgument("a PyTorch route needs the model: pass module=, or an aot_package= for 'compiled'")
             self._module = self._prepare(module)
             self._forward = self._module
             if self.plan.compile_mode is not None:
@@ -156,6 +160,11 @@ class TorchEngine(EngineBase):
         return self.plan.precision
 
     @property
+    def cuda_graph(self) -> bool:
+        """Whether calls replay CUDA graphs (route ``cuda_graph`` on a GPU)."""
+        return self.plan.cuda_graphs
+
+    @property
     def compute_format(self) -> tuple[torch.dtype, bool]:
         """(dtype, channels_last) that ``capturable_forward`` turns float inputs into; a producer
         that writes this format directly saves the conversion."""
@@ -177,7 +186,7 @@ class TorchEngine(EngineBase):
         with torch.inference_mode():
             raw = _as_tuple(self._forward(*args))
         if len(raw) != len(self.outputs):
-            raise RuntimeError(
+            raise InvalidArgument(
                 f"the model returned {len(raw)} outputs, the engine names {len(self.outputs)} "
                 f"({[s.name for s in self.outputs]}); pass outputs= with one name per output"
             )
@@ -222,7 +231,7 @@ class TorchEngine(EngineBase):
 def _load_aot_package(path: Path, device: torch.device, probe: bool = True) -> Callable[..., Any]:
     """Load the package here, after a child process loaded it cleanly (``probe``; see aot_probe)."""
     if not path.is_file():
-        raise FileNotFoundError(f"no AOTInductor package at {path}; write one with export_aot_package")
+        raise MissingFile(f"no AOTInductor package at {path}; write one with export_aot_package")
     from torch._inductor import aoti_load_package
 
     if probe:
@@ -257,7 +266,7 @@ def export_aot_package(
     for spec in inputs:
         shape = [max(lo, 2) if d < 0 and i == 0 else d for i, d in enumerate(spec.shape)]
         if any(d < 0 for d in shape):
-            raise ValueError(f"input {spec.name!r} {list(spec.shape)}: only the batch axis may be dynamic")
+            raise InvalidArgument(f"input {spec.name!r} {list(spec.shape)}: only the batch axis may be dynamic")
         example.append(torch.rand(shape, device=device).to(torch_dtype(spec.dtype)).to(dtype))
     batch_dim = torch.export.Dim("batch", min=lo, max=hi) if lo != hi else None
     dynamic = tuple({0: batch_dim} if batch_dim is not None and spec.shape[0] < 0 else {} for spec in inputs)

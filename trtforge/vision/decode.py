@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from trtforge.core.errors import InvalidArgument
+
 
 @dataclass(frozen=True)
 class Classification:
@@ -125,12 +127,12 @@ def detr_topk(
     30 µs instead of 44 µs; docs/benchmarks.md). Capturable.
     """
     if logits.dim() != 3 or boxes.dim() != 3 or boxes.shape[-1] != 4 or boxes.shape[:2] != logits.shape[:2]:
-        raise ValueError(
+        raise InvalidArgument(
             f"DETR decoding takes logits (B, Q, C) and boxes (B, Q, 4); got {tuple(logits.shape)} and "
             f"{tuple(boxes.shape)}"
         )
     if (image_sizes is None) == (box_transform is None):
-        raise ValueError("pass image_sizes (B, 2) or box_transform (B, 4, 4), one of them")
+        raise InvalidArgument("pass image_sizes (B, 2) or box_transform (B, 4, 4), one of them")
     if box_transform is None:
         box_transform = detr_box_transform(image_sizes)
     batch, queries, classes = logits.shape

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from trtforge.core.errors import InvalidArgument, WrongType
+
 #: Result dtypes that can be packed, and their NumPy twins.
 NUMPY_DTYPES = {torch.float32: np.float32, torch.float16: np.float16, torch.int64: np.int64,
                 torch.int32: np.int32, torch.uint8: np.uint8, torch.bool: np.bool_}
@@ -43,7 +45,7 @@ class PackedLayout:
         """The layout for results shaped like ``tensors``."""
         for t in tensors:
             if t.dtype not in NUMPY_DTYPES:
-                raise TypeError(f"cannot pack a {t.dtype} result; packable: {sorted(map(str, NUMPY_DTYPES))}")
+                raise WrongType(f"cannot pack a {t.dtype} result; packable: {sorted(map(str, NUMPY_DTYPES))}")
         perm = tuple(sorted(range(len(tensors)), key=lambda i: -tensors[i].element_size()))
         fields, start = [], 0
         for i in perm:
@@ -60,7 +62,7 @@ class PackedLayout:
     def unpack(self, packed: np.ndarray) -> tuple[np.ndarray, ...]:
         """Packed bytes → arrays in the caller's order (views of ``packed``)."""
         if packed.nbytes != self.nbytes:
-            raise ValueError(f"packed buffer has {packed.nbytes} bytes, the layout {self.nbytes}")
+            raise InvalidArgument(f"packed buffer has {packed.nbytes} bytes, the layout {self.nbytes}")
         out: list[np.ndarray] = [packed] * len(self.perm)
         for i, (dtype, shape, start, stop) in zip(self.perm, self.fields, strict=True):
             out[i] = packed[start:stop].view(dtype).reshape(shape)

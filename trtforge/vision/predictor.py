@@ -3,8 +3,9 @@
 Flow of one call: decode once on the CPU (paths, PIL images) → uint8 to the GPU through a pinned
 buffer → resize + normalise → engine → top-k / DETR decoding → a few numbers back to the host.
 
-On an engine that offers ``capturable_forward`` (the PyTorch routes) and with ``cuda_graph=True``
-(the default on the ``cuda_graph`` route), preprocessing, the model and the fixed-size decoding
+On a ``CapturableEngine`` (the TensorRT and PyTorch routes) and with ``cuda_graph=True`` (the
+default when the engine replays graphs itself: route ``cuda_graph``, or ``tensorrt`` loaded with
+``cuda_graph=True``), preprocessing, the model and the fixed-size decoding
 are captured as ONE CUDA graph per (batch, height, width) of the incoming frames. The graph holds
 the frames' DMA from a pinned buffer, and packs every result into one byte buffer that it copies
 to pinned host memory once (``packing.PackedLayout``). A call with frames decoded into
@@ -39,9 +40,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig, decode_image
 from trtforge.runtime.cuda_graph import GraphCache
-from trtforge.runtime.protocol import Engine
+from trtforge.runtime.protocol import CapturableEngine, Engine
 from trtforge.runtime.tensors import torch_dtype
 from trtforge.vision.decode import (
     Classification,
@@ -105,11 +107,11 @@ class Predictor:
         compile_preprocessing: bool | None = None,
     ) -> None:
         if task not in TASKS:
-            raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
+            raise InvalidArgument(f"unknown task {task!r}; choose one of {TASKS}")
+        if preprocessing is None and engine.sidecar is not None:
+            preprocessing = engine.sidecar.preprocessing
         if preprocessing is None:
-            preprocessing = getattr(getattr(engine, "sidecar", None), "preprocessing", None)
-        if preprocessing is None:
-            raise ValueError("no preprocessing record: pass preprocessing= (the sidecar's 'preprocessing' dict)")
+            raise InvalidArgument("no preprocessing record: pass preprocessing= (the sidecar's 'preprocessing' dict)")
         config = preprocessing if isinstance(preprocessing, PreprocessConfig) else PreprocessConfig.from_dict(preprocessing)
         self.engine = engine
         self.task = task
@@ -123,17 +125,17 @@ class Predictor:
         names = [s.name for s in engine.outputs]
         self._logits = _pick(names, DETR_LOGITS, 0) if task == "detection" else names[0]
         self._boxes = _pick(names, DETR_BOXES, 1) if task == "detection" else None
-        capturable = hasattr(engine, "capturable_forward") and self.device.type == "cuda"
+        capturable = isinstance(engine, CapturableEngine)
         if cuda_graph is None:
-            cuda_graph = capturable and engine.route == "cuda_graph"
-        if cuda_graph and not capturable:
-            raise ValueError(
-                f"cuda_graph=True needs a PyTorch route on a CUDA device; this engine is {engine.route} "
-                f"on {self.device}. Use the tensorrt route with cuda_graph=True for TensorRT engines"
+            cuda_graph = capturable and self.device.type == "cuda" and engine.cuda_graph
+        if cuda_graph and not (capturable and self.device.type == "cuda"):
+            raise InvalidArgument(
+                f"cuda_graph=True needs an engine that supports capture (the tensorrt or a PyTorch route) "
+                f"on a CUDA device; this engine is {engine.route} on {self.device}. Pass cuda_graph=False"
             )
         self.cuda_graph = cuda_graph
         # (dtype, channels_last) the model computes in; the graph's preprocessing writes it directly.
-        self._compute_format = getattr(engine, "compute_format", (None, False))
+        self._compute_format = engine.compute_format if capturable else (None, False)
         # torch.compile fuses uint8 → float, resize, normalise and the cast into one kernel; the
         # first call per frame size pays the compile.
         if compile_preprocessing is None:
