@@ -5,8 +5,8 @@ layer labels, node names, the opset, input specs, and ONNX Runtime sessions (the
 IR model is serialised for ONNX Runtime, with extra outputs for observers).
 
 Producers and consumers come from onnx_ir itself: ``value.producer()``, ``value.uses()``. The
-consumers of a value are in graph order when the model was just parsed or cloned
-(``model.clone()``), which is how the quantizer starts.
+consumers of a value are in graph order when the model was just parsed or copied
+(``copy_model``), which is how the quantizer starts.
 
 Example:
     >>> model = load_ir(Path("m.onnx"))
@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import copy as _copy
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -274,6 +275,31 @@ def ort_session(model: ir.Model | onnx.ModelProto, extra_outputs: Iterable[str] 
     return session(ort_bytes(model, extra_outputs), providers=providers or ort_providers(), threads=threads)
 
 
+def copy_model(model: ir.Model) -> ir.Model:
+    """A copy of ``model`` that shares nothing a pass changes.
+
+    ``ir.Model.clone()`` shares each value's type and shape objects with the original, so setting
+    a dtype on the copy (the float pass does) would retype the original too; here each value gets
+    its own.
+    """
+    copy = model.clone()
+    for value in _all_values(copy.graph):
+        if value.type is not None:
+            value.type = _copy.copy(value.type)
+        if value.shape is not None:
+            value.shape = value.shape.copy()
+    return copy
+
+
+def _all_values(graph: ir.Graph) -> list[ir.Value]:
+    values = list(graph.inputs) + list(graph.initializers.values())
+    for node in graph.all_nodes():
+        values.extend(node.outputs)
+    for sub in graph.subgraphs():
+        values.extend(sub.inputs)
+    return values
+
+
 def fresh_ir(source: Path | onnx.ModelProto | ir.Model) -> ir.Model:
-    """An ``onnx_ir`` model the caller may change: a clone of an ir.Model, else the parsed source."""
-    return source.clone() if isinstance(source, ir.Model) else load_ir(source)
+    """An ``onnx_ir`` model the caller may change: a copy of an ir.Model, else the parsed source."""
+    return copy_model(source) if isinstance(source, ir.Model) else load_ir(source)

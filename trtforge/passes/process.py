@@ -25,7 +25,7 @@ import onnx_ir as ir
 from trtforge.core.errors import InvalidArgument
 from trtforge.passes.cleanup import cleanup
 from trtforge.passes.float16 import FloatPlan, apply_float, convert_float, infer_types, plan_float
-from trtforge.passes.graph import QDQ_OPSET, ensure_node_names, ensure_opset, has_qdq, load_ir
+from trtforge.passes.graph import QDQ_OPSET, copy_model, ensure_node_names, ensure_opset, has_qdq, load_ir
 from trtforge.passes.qdq import QuantPlan, apply_plan_in_place
 
 #: precision → the dtype the float pass casts to (None: the graph stays FP32).
@@ -48,7 +48,7 @@ def reference_graph(source: ir.Model | onnx.ModelProto) -> ir.Model:
 
 def int8_graph(fp32: ir.Model, plan: QuantPlan) -> ir.Model:
     """The FP16 float pass on a copy of ``fp32``, then ``plan``'s Q/DQ nodes with FP16 scales."""
-    fp16 = convert_float(fp32.clone(), "float16")
+    fp16 = convert_float(copy_model(fp32), "float16")
     return apply_plan_in_place(ensure_node_names(ensure_opset(fp16, QDQ_OPSET)), plan)
 
 
@@ -68,6 +68,6 @@ def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None) 
     if precision == "int8":
         model = int8_graph(reference, plan)
         return Processed(model, "int8" if has_qdq(model) else "fp16")
-    model = infer_types(reference.clone())
+    model = infer_types(copy_model(reference))
     float_plan = plan_float(model, FLOAT_DTYPES[precision])
     return Processed(apply_float(model, float_plan), precision, float_plan)

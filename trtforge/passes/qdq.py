@@ -30,7 +30,14 @@ import onnx
 import onnx_ir as ir
 
 from trtforge.core.errors import InvalidArgument
-from trtforge.passes.graph import QDQ_OPSET, constant_value, ensure_opset, nodes_by_output, to_proto
+from trtforge.passes.graph import (
+    QDQ_OPSET,
+    constant_value,
+    copy_model,
+    ensure_opset,
+    nodes_by_output,
+    to_proto,
+)
 
 #: Smallest scale kept (FP16 can represent it, ORT and TensorRT handle it).
 MIN_SCALE = 2.0**-20
@@ -223,7 +230,7 @@ def apply_plan(model: ir.Model, plan: QuantPlan) -> ir.Model:
         >>> has_qdq(apply_plan(model, plan))
         True
     """
-    return apply_plan_in_place(ensure_opset(model.clone(), QDQ_OPSET), plan)
+    return apply_plan_in_place(ensure_opset(copy_model(model), QDQ_OPSET), plan)
 
 
 def apply_plan_in_place(out: ir.Model, plan: QuantPlan) -> ir.Model:

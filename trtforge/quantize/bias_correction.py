@@ -19,7 +19,14 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 
-from trtforge.passes.graph import consumers, is_initializer, nodes_by_output, ort_session, values_by_name
+from trtforge.passes.graph import (
+    consumers,
+    copy_model,
+    is_initializer,
+    nodes_by_output,
+    ort_session,
+    values_by_name,
+)
 from trtforge.passes.qdq import QuantPlan, apply_plan
 
 
@@ -68,7 +75,7 @@ def with_float_twins(sim: ir.Model, model: ir.Model, outputs: Sequence[str]) -> 
     itself; upstream errors reach both alike, so correcting every layer at once does not
     double-count them.
     """
-    out = sim.clone()
+    out = copy_model(sim)
     layers, originals = nodes_by_output(out.graph), nodes_by_output(model.graph)
     twins: dict[str, str] = {}
     for output in outputs:
@@ -116,7 +123,7 @@ def correct_biases(
         return model, []
     shifts = measure_shifts(model, apply_plan(model, plan), [(o, ax) for o, (_, ax) in targets.items()],
                             calib_batches, progress)
-    out = model.clone()
+    out = copy_model(model)
     inits = out.graph.initializers
     labels = {layer.output: layer.label for layer in plan.layers}
     info = []

@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from trtforge.passes.graph import attr, consumers, is_initializer, layer_label, load_ir
+from trtforge.passes.graph import attr, consumers, copy_model, is_initializer, layer_label, load_ir
 from trtforge.quantize.observers import observe
 
 S_MIN, S_MAX = 1e-4, 1e4
@@ -100,7 +100,7 @@ def smooth(
         return model, info
     stats = observe(model, [], calib_batches, per_channel=[ln.outputs[0].name for ln, _ in sites],
                     progress=progress, total=len(calib_batches))
-    out = model.clone()
+    out = copy_model(model)
     inits = out.graph.initializers
     for ln, users in sites:
         x_amax = stats.channel_amax[ln.outputs[0].name]
