@@ -39,11 +39,12 @@ from rich.console import Console  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from trtforge.quantize.api import QuantConfig, quantize_model  # noqa: E402
+from trtforge.passes.graph import ort_session  # noqa: E402
+from trtforge.quantize.api import QuantConfig  # noqa: E402
 from trtforge.quantize.budget import ErrorBudget  # noqa: E402
 from trtforge.quantize.coverage import int8_coverage, mac_counts  # noqa: E402
 from trtforge.quantize.data import batches  # noqa: E402
-from trtforge.quantize.graph_tools import ort_session  # noqa: E402
+from trtforge.quantize.quantizer import quantize_model  # noqa: E402
 from trtforge.quantize.report import classification_metrics, per_sample_errors  # noqa: E402
 
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
@@ -126,8 +127,7 @@ def ocr_suite(work: Path, n_eval: int) -> Suite:
     import rapidocr_onnxruntime
 
     from trtforge.passes.cleanup import cleanup
-    from trtforge.passes.graph import load_ir, save_model
-    from trtforge.quantize.graph_tools import ensure_opset
+    from trtforge.passes.graph import ensure_opset, load_ir, save_model
 
     src = Path(rapidocr_onnxruntime.__file__).parent / "models" / "ch_PP-OCRv4_rec_infer.onnx"
     proto = onnx.load(str(src))
@@ -138,9 +138,8 @@ def ocr_suite(work: Path, n_eval: int) -> Suite:
     dims[2].dim_value = 48
     dims[3].Clear()
     dims[3].dim_value = 320
-    proto = ensure_opset(proto, 19)
     path = work / "ppocrv4_rec.onnx"
-    save_model(cleanup(load_ir(proto)), path)
+    save_model(cleanup(ensure_opset(load_ir(proto), 19)), path)
     ev_lines = text_lines(n_eval, seed=21)
     cal_lines = text_lines(64, seed=22)
     ev = np.stack([ocr_input(img) for img, _ in ev_lines])

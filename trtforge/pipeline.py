@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import onnx
+import onnx_ir as ir
 from rich.console import Console
 
 from trtforge._version import __version__
@@ -38,9 +39,8 @@ from trtforge.capture.onnx_file import load_onnx
 from trtforge.core.atomic import atomic_write_bytes
 from trtforge.core.sidecar import Sidecar, check_writable, is_trtforge_sidecar, sha256_file, write_sidecar
 from trtforge.core.specs import TensorSpec
-from trtforge.passes.cleanup import cleanup
-from trtforge.passes.float16 import apply_float, infer_types, plan_float
-from trtforge.passes.graph import dtype_summary, has_qdq, load_ir, proto_bytes, to_proto
+from trtforge.passes.graph import dtype_summary, proto_bytes
+from trtforge.passes.process import Processed, process, reference_graph
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 log = logging.getLogger(__name__)
@@ -309,38 +309,30 @@ class _Built:
                    reference_onnx=files["reference.onnx"], record=json.loads(files["record.json"]), hit=True)
 
 
+def _process(reference: ir.Model, config: BuildConfig, calibration_data, quant, preprocessing,
+             progress: bool) -> tuple[Processed, dict | None]:
+    """The processed graph for ``config.precision`` (INT8: quantize first, for the plan) and the INT8 report."""
+    if config.precision != "int8":
+        return process(reference, config.precision), None
+    from trtforge.quantize.api import QuantConfig
+    from trtforge.quantize.quantizer import quantize_model
+
+    result = quantize_model(reference, calibration_data, quant if quant is not None else QuantConfig(),
+                            preprocessing=dict(preprocessing) if preprocessing else None, progress=progress)
+    return process(result.fp32, "int8", result.plan), result.report
+
+
 def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: BuildConfig, *, name: str, tmp: Path,
                        input_names, output_names, calibration_data, quant, preprocessing,
                        engine_cache: EngineCache | None, progress: bool, console: Console) -> _Built:
     """Capture → passes → (quantize) → engine-cache lookup → build → store."""
     proto = _capture(model_or_onnx, example_inputs, tmp, input_names, output_names)
-    # 2. Passes: cleanup (FP32 reference), then precision.
-    reference = cleanup(load_ir(proto))
-    reference_proto = to_proto(reference)
-    reference_bytes = proto_bytes(reference_proto)
-    quant_report = None
-    float_plan = None
-    if config.precision == "fp32":
-        processed = reference_proto
-    elif config.precision in ("fp16", "bf16"):
-        low_ir = load_ir(onnx.load_from_string(reference_bytes))
-        float_plan = plan_float(infer_types(low_ir), config.float_dtype)
-        apply_float(low_ir, float_plan)
-        processed = to_proto(low_ir)
-    else:
-        from trtforge.quantize.api import QuantConfig, quantize_model
-
-        result = quantize_model(onnx.load_from_string(reference_bytes), calibration_data,
-                                quant if quant is not None else QuantConfig(),
-                                preprocessing=dict(preprocessing) if preprocessing else None,
-                                progress=progress)
-        processed = result.model
-        quant_report = result.report
-    processed_ir = load_ir(processed)
-    built_precision = config.precision
-    if config.precision == "int8" and not has_qdq(processed_ir):
-        built_precision = "fp16"  # placement kept every layer in FP16: say so in the file name
-    processed_bytes = proto_bytes(processed)
+    # 2. Passes: cleanup (the FP32 reference), then precision; each graph is serialised once.
+    reference = reference_graph(proto)
+    reference_bytes = proto_bytes(reference)
+    processed, quant_report = _process(reference, config, calibration_data, quant, preprocessing, progress)
+    float_plan, built_precision = processed.float_plan, processed.built_precision
+    processed_bytes = reference_bytes if processed.model is reference else proto_bytes(processed.model)
     network_name = f"{name}_{built_precision}"
     key = engine_key(processed_bytes, config, network_name=network_name)
     with engine_cache.lock(key) if engine_cache is not None else contextlib.nullcontext():
@@ -361,7 +353,7 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: BuildCon
             "precision": {
                 "requested": config.precision,
                 "built": built_precision,
-                "node_dtypes": dtype_summary(processed_ir),
+                "node_dtypes": dtype_summary(processed.model),
                 "fp32_nodes": dict(float_plan.fp32_nodes) if float_plan else {},
             },
             "builder": {**result.builder,

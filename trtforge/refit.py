@@ -40,7 +40,7 @@ from filelock import FileLock
 
 from trtforge.core import trt as trt_shim
 from trtforge.core.atomic import atomic_write_bytes
-from trtforge.core.errors import InvalidArgument
+from trtforge.core.errors import InvalidArgument, MissingFile
 from trtforge.core.sidecar import read_sidecar, sha256_file, write_sidecar
 
 #: Every TensorRT attribute the refit path uses ("Class.attribute"); tests check each one exists.
@@ -91,25 +91,16 @@ def _float_initializers(proto: Any) -> dict[str, np.ndarray]:
 
 
 def _process_like_build(proto: Any, built_precision: str) -> Any:
-    """The passes the build ran: cleanup, then the float cast for FP16/BF16 engines."""
-    import onnx
+    """The passes the build ran (``trtforge.passes.process``): cleanup, then the float cast for FP16/BF16."""
+    from trtforge.passes.graph import to_proto
+    from trtforge.passes.process import process, reference_graph
 
-    from trtforge.passes.cleanup import cleanup
-    from trtforge.passes.float16 import apply_float, infer_types, plan_float
-    from trtforge.passes.graph import load_ir, proto_bytes, to_proto
-
-    reference = to_proto(cleanup(load_ir(proto)))
-    dtype = {"fp32": None, "fp16": "float16", "bf16": "bfloat16"}.get(built_precision, "unsupported")
-    if dtype is None:
-        return reference
-    if dtype == "unsupported":
+    if built_precision not in ("fp32", "fp16", "bf16"):
         raise RefitError(
             f"refit of a {built_precision} engine is not supported: its quantization scales come from "
             "calibration; rebuild it with trtforge build instead"
         )
-    ir_model = load_ir(onnx.load_from_string(proto_bytes(reference)))
-    apply_float(ir_model, plan_float(infer_types(ir_model), dtype))
-    return to_proto(ir_model)
+    return to_proto(process(reference_graph(proto), built_precision).model)
 
 
 def _first_differences(expected: Mapping[str, np.ndarray], given: Mapping[str, np.ndarray]) -> list[str]:
@@ -133,12 +124,12 @@ def load_new_weights(weights: Path, sidecar: Any) -> dict[str, np.ndarray]:
 
     weights = Path(weights)
     if not weights.is_file():
-        raise FileNotFoundError(f"weights file {weights} does not exist; pass a new .onnx or a state_dict .pt")
+        raise MissingFile(f"weights file {weights} does not exist; pass a new .onnx or a state_dict .pt")
     base = sidecar.path.parent
     processed_file = base / (sidecar.source.onnx_file or "")
     reference_file = base / (sidecar.source.reference_onnx_file or "")
     if not processed_file.is_file():
-        raise FileNotFoundError(
+        raise MissingFile(
             f"{processed_file} (the graph {sidecar.engine_file} was built from) is missing; refit needs it "
             "to check names and shapes. Keep the .onnx files trtforge wrote beside the engine"
         )

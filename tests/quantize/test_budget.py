@@ -10,9 +10,11 @@ import numpy as np
 import onnx
 import pytest
 
-from trtforge.quantize.api import QuantConfig, detect_task, quantize_model
+from trtforge.passes.graph import ort_session
+from trtforge.quantize.api import QuantConfig
 from trtforge.quantize.budget import TASK_BUDGETS, ErrorBudget, Limit, resolve_budget
-from trtforge.quantize.graph_tools import ort_session
+from trtforge.quantize.quantizer import quantize_model
+from trtforge.quantize.task import detect_task
 
 
 def test_budget_table_task_to_metric():

@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from trtforge.cli import app
 from trtforge.core.sidecar import read_sidecar
-from trtforge.quantize.api import QuantConfig, quantize_model
+from trtforge.quantize.api import QuantConfig
 from trtforge.quantize.budget import ErrorBudget
+from trtforge.quantize.quantizer import quantize_model
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 from PIL import Image
 
-from trtforge.quantize.api import QuantConfig, quantize_model
+from trtforge.quantize.api import QuantConfig
 from trtforge.quantize.data import CalibrationDataError, load_calibration, preprocess_image
+from trtforge.quantize.quantizer import quantize_model
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 
 IMG_SPEC = [("images", np.dtype(np.float32), (None, 3, 224, 224))]

@@ -9,8 +9,9 @@ import onnx
 import pytest
 
 from trtforge.core import trt
-from trtforge.quantize.api import QuantConfig, quantize_model
+from trtforge.quantize.api import QuantConfig
 from trtforge.quantize.coverage import int8_coverage, mac_counts
+from trtforge.quantize.quantizer import quantize_model
 
 
 def rtx_build(path, batch: int = 2) -> bytes:

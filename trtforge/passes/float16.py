@@ -21,6 +21,7 @@ import onnx_ir.passes.common as common
 
 from trtforge.core.errors import InvalidArgument
 from trtforge.passes.graph import has_qdq
+from trtforge.passes.ops import NORMALIZATION_OPS
 
 FLOAT_TARGETS: dict[str, ir.DataType] = {"float16": ir.DataType.FLOAT16, "bfloat16": ir.DataType.BFLOAT16}
 FP16_MAX = 65504.0
@@ -28,11 +29,6 @@ FP16_TINY = 2.0**-24  # smallest FP16 subnormal; smaller non-zero constants flus
 BF16_MIN_OPSET = 22  # first opset whose Conv/pooling/... type constraints admit bfloat16
 SMALL_CONSTANT = 16  # constants up to this many elements are scalars/epsilons, checked for underflow
 
-#: Normalisations: their reductions overflow or lose precision in FP16.
-NORMALIZATION_OPS = frozenset(
-    {"LayerNormalization", "GroupNormalization", "InstanceNormalization", "RMSNormalization",
-     "LpNormalization", "SimplifiedLayerNormalization"}
-)
 #: Reductions that, when they feed a square root or reciprocal, form a hand-written normalisation.
 NORM_REDUCTIONS = frozenset({"ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL2"})
 NORM_FINISHERS = frozenset({"Sqrt", "Reciprocal"})
@@ -138,7 +134,7 @@ NODE_RULES: tuple[Callable[[ir.Node], str | None], ...] = (
 def plan_float(model: ir.Model, dtype: str = "float16") -> FloatPlan:
     """Decide which nodes and initializers stay FP32; nothing in the model changes."""
     if dtype not in FLOAT_TARGETS:
-        raise ValueError(f"unknown float dtype {dtype!r}; choose one of {sorted(FLOAT_TARGETS)}")
+        raise InvalidArgument(f"unknown float dtype {dtype!r}; choose one of {sorted(FLOAT_TARGETS)}")
     if has_qdq(model):
         raise QdqGraphError(
             "the graph already contains QuantizeLinear/DequantizeLinear nodes, so it is quantized. "
@@ -270,7 +266,7 @@ def infer_types(model: ir.Model) -> ir.Model:
     common.ShapeInferencePass()(model)
     missing = [v.name for n in model.graph for v in n.outputs if v.dtype is None]
     if missing:
-        raise ValueError(
+        raise InvalidArgument(
             f"cannot infer the dtype of {len(missing)} value(s) (first: {missing[:3]}); "
             "run onnx.shape_inference or re-export the model with value_info"
         )

@@ -1,26 +1,41 @@
-"""Graph helpers shared by every pass: load/save, hashing, dtype summaries, Q/DQ detection.
+"""Graph helpers on onnx_ir shared by the passes and the quantizer.
+
+Load/save and serialisation, dtype summaries, Q/DQ detection, constant values, attributes,
+layer labels, node names, the opset, input specs, and ONNX Runtime sessions (the one place an
+IR model is serialised for ONNX Runtime, with extra outputs for observers).
+
+Producers and consumers come from onnx_ir itself: ``value.producer()``, ``value.uses()``. The
+consumers of a value are in graph order when the model was just parsed or copied
+(``copy_model``), which is how the quantizer starts.
 
 Example:
     >>> model = load_ir(Path("m.onnx"))
     >>> dtype_summary(model)
     {'float16': 120, 'float32': 6}
+    >>> constant_value(model.graph.initializers["conv.weight"]).shape
+    (32, 3, 3, 3)
 """
 
 from __future__ import annotations
 
-import hashlib
+import copy as _copy
+import re
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 
+from trtforge.core.errors import InvalidArgument
 from trtforge.core.specs import ONNX_TO_DTYPE
+from trtforge.passes.ops import MAC_OPS, QDQ_OPS
 
-QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
-#: Ops whose inputs and weights the quantizer may cover; used for MAC counting too.
-MAC_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+#: Opset the Q/DQ graphs need (FP16 scales).
+QDQ_OPSET = 19
 
 
 def load_ir(source: Path | onnx.ModelProto | ir.Model) -> ir.Model:
@@ -41,17 +56,13 @@ def proto_bytes(model: ir.Model | onnx.ModelProto) -> bytes:
     return to_proto(model).SerializeToString(deterministic=True)
 
 
-def model_sha256(model: ir.Model | onnx.ModelProto) -> str:
-    return hashlib.sha256(proto_bytes(model)).hexdigest()
-
-
 def save_model(model: ir.Model | onnx.ModelProto, path: Path) -> bytes:
     """Save as one .onnx file (no external data) atomically; returns the bytes written."""
     from trtforge.core.atomic import atomic_write_bytes
 
     data = proto_bytes(model)
     if len(data) >= 2**31:
-        raise ValueError(f"{path}: model is {len(data)} bytes, over protobuf's 2 GiB; use external data")
+        raise InvalidArgument(f"{path}: model is {len(data)} bytes, over protobuf's 2 GiB; use external data")
     atomic_write_bytes(Path(path), data)
     return data
 
@@ -87,3 +98,208 @@ def dtype_summary(model: ir.Model) -> dict[str, int]:
             continue
         counts[node_dtype(node) or "unknown"] += 1
     return dict(sorted(counts.items()))
+
+
+# -- reading the graph ---------------------------------------------------------------------------
+def attr(node: ir.Node, name: str, default: Any = None) -> Any:
+    """The value of attribute ``name`` of ``node``, else ``default``.
+
+    Example:
+        >>> attr(conv, "group", 1)
+        1
+    """
+    found = node.attributes.get(name)
+    return default if found is None else found.value
+
+
+def values_by_name(graph: ir.Graph) -> dict[str, ir.Value]:
+    """Every named value of ``graph``'s top level: inputs, initializers and node outputs."""
+    values: dict[str, ir.Value] = {v.name: v for v in graph.inputs if v.name}
+    values.update(graph.initializers)
+    for node in graph:
+        values.update((out.name, out) for out in node.outputs if out.name)
+    return values
+
+
+def nodes_by_output(graph: ir.Graph) -> dict[str, ir.Node]:
+    """Top-level nodes by the name of their first output (how a plan addresses a layer)."""
+    return {node.outputs[0].name: node for node in graph if node.outputs and node.outputs[0].name}
+
+
+def consumers(value: ir.Value) -> list[tuple[ir.Node, int]]:
+    """(node, input index) of each use of ``value``."""
+    return [(use.node, use.idx) for use in value.uses()]
+
+
+def is_initializer(value: ir.Value | None) -> bool:
+    return value is not None and value.is_initializer()
+
+
+def is_constant(value: ir.Value | None) -> bool:
+    """Whether ``value`` is an initializer or a Constant output (through Cast/Identity), without reading it."""
+    while value is not None:
+        if value.is_initializer():
+            return value.const_value is not None
+        node = value.producer()
+        if node is None:
+            return False
+        if node.op_type == "Constant":
+            return node.attributes.get("value") is not None
+        if node.op_type not in ("Cast", "Identity") or not node.inputs:
+            return False
+        value = node.inputs[0]
+    return False
+
+
+def constant_value(value: ir.Value | None) -> np.ndarray | None:
+    """The value of an initializer or a Constant output (through Cast/Identity), else None.
+
+    Example:
+        >>> constant_value(conv.inputs[1]).shape
+        (32, 3, 3, 3)
+    """
+    if value is None:
+        return None
+    if value.is_initializer():
+        return None if value.const_value is None else value.const_value.numpy()
+    node = value.producer()
+    if node is None:
+        return None
+    if node.op_type == "Constant":
+        tensor = attr(node, "value")
+        return None if tensor is None else tensor.numpy()
+    if node.op_type in ("Cast", "Identity") and node.inputs:
+        src = constant_value(node.inputs[0])
+        if src is not None and node.op_type == "Cast":
+            src = src.astype(ir.DataType(attr(node, "to")).numpy())
+        return src
+    return None
+
+
+_SCOPE = re.compile(r"([\w.]+): (?!aten\.)[\w.]+")
+
+
+def layer_label(node: ir.Node) -> str:
+    """A readable name: the weight's name, else the torch module path from export metadata, else the node.
+
+    Example:
+        >>> layer_label(conv)
+        '_blocks.0._depthwise_conv'
+    """
+    if node.op_type in MAC_OPS:
+        for value in node.inputs[1:2]:
+            if is_initializer(value) and not re.match(r"(val|_val|onnx::|const)_?\d*", value.name):
+                return re.sub(r"\.weight$", "", value.name)
+    namespace = node.metadata_props.get("namespace")
+    if namespace:
+        parts = [m.group(1) for m in _SCOPE.finditer(namespace) if not m.group(1).startswith("aten")]
+        if parts:
+            return parts[-1]
+    return node.name or node.outputs[0].name
+
+
+def ensure_node_names(model: ir.Model) -> ir.Model:
+    """Give every top-level node a unique name (in place); a plan addresses nodes by name."""
+    seen: set[str] = set()
+    for i, node in enumerate(model.graph):
+        name = node.name or f"{node.op_type}_{i}"
+        while name in seen:
+            name = f"{name}_{i}"
+        node.name = name
+        seen.add(name)
+    return model
+
+
+def opset_version(model: ir.Model) -> int:
+    return int(model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1)))
+
+
+def ensure_opset(model: ir.Model, version: int = QDQ_OPSET) -> ir.Model:
+    """The model at opset ≥ ``version`` (FP16 Q/DQ scales need 19); converts (a new model) when lower."""
+    if opset_version(model) >= version:
+        return model
+    try:
+        return load_ir(onnx.version_converter.convert_version(to_proto(model), version))
+    except Exception as exc:
+        raise InvalidArgument(
+            f"the graph is at opset {opset_version(model)} and could not be converted to opset {version}, "
+            f"which FP16 Q/DQ scales need ({exc}). Re-export the model with opset_version>={version}."
+        ) from exc
+
+
+def input_specs(model: ir.Model) -> list[tuple[str, np.dtype, tuple[int | None, ...]]]:
+    """(name, numpy dtype, shape with None for symbolic dims) for each real graph input.
+
+    Example:
+        >>> input_specs(model)
+        [('images', dtype('float32'), (None, 3, 224, 224))]
+    """
+    specs = []
+    for value in model.graph.inputs:
+        if value.is_initializer():
+            continue
+        dims = tuple(d if isinstance(d, int) else None for d in value.shape) if value.shape is not None else ()
+        specs.append((value.name, np.dtype(value.dtype.numpy()), dims))
+    return specs
+
+
+# -- ONNX Runtime --------------------------------------------------------------------------------
+def ort_bytes(model: ir.Model | onnx.ModelProto, extra_outputs: Iterable[str] = ()) -> bytes:
+    """The model serialised for ONNX Runtime, also returning the tensors ``extra_outputs`` (observers)."""
+    proto = to_proto(model)
+    names = [n for n in dict.fromkeys(extra_outputs) if n not in {o.name for o in proto.graph.output}]
+    if names:
+        if proto is model:
+            proto = onnx.ModelProto.FromString(proto.SerializeToString())
+        proto.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names)
+    return proto.SerializeToString()
+
+
+def ort_providers() -> list[str]:
+    """CUDA first when ONNX Runtime offers it, then CPU."""
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+
+
+def ort_session(model: ir.Model | onnx.ModelProto, extra_outputs: Iterable[str] = (),
+                providers: list[str] | None = None, threads: int | None = None):
+    """An ONNX Runtime session of ``model`` (known-bad optimisers off, ``trtforge.core.ort_session``).
+
+    Example:
+        >>> ort_session(model, extra_outputs=["conv_out"]).run(["conv_out"], {"x": x})
+    """
+    from trtforge.core.ort_session import session
+
+    return session(ort_bytes(model, extra_outputs), providers=providers or ort_providers(), threads=threads)
+
+
+def copy_model(model: ir.Model) -> ir.Model:
+    """A copy of ``model`` that shares nothing a pass changes.
+
+    ``ir.Model.clone()`` shares each value's type and shape objects with the original, so setting
+    a dtype on the copy (the float pass does) would retype the original too; here each value gets
+    its own.
+    """
+    copy = model.clone()
+    for value in _all_values(copy.graph):
+        if value.type is not None:
+            value.type = _copy.copy(value.type)
+        if value.shape is not None:
+            value.shape = value.shape.copy()
+    return copy
+
+
+def _all_values(graph: ir.Graph) -> list[ir.Value]:
+    values = list(graph.inputs) + list(graph.initializers.values())
+    for node in graph.all_nodes():
+        values.extend(node.outputs)
+    for sub in graph.subgraphs():
+        values.extend(sub.inputs)
+    return values
+
+
+def fresh_ir(source: Path | onnx.ModelProto | ir.Model) -> ir.Model:
+    """An ``onnx_ir`` model the caller may change: a copy of an ir.Model, else the parsed source."""
+    return copy_model(source) if isinstance(source, ir.Model) else load_ir(source)

@@ -7,7 +7,7 @@ per output channel, and subtract it from the bias. The graph keeps exactly its n
 bias values change.
 
 Example:
-    >>> corrected, info = correct_biases(proto, plan, calib_batches)
+    >>> corrected, info = correct_biases(model, plan, calib_batches)
     >>> info[0]["mean_abs_shift"]
     0.0031
 """
@@ -17,87 +17,85 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
+import onnx_ir as ir
 
-from trtforge.quantize.graph_tools import GraphIndex, ort_session, with_outputs
-from trtforge.quantize.plan import QuantPlan
-from trtforge.quantize.qdq import apply_plan
+from trtforge.passes.graph import (
+    consumers,
+    copy_model,
+    is_initializer,
+    nodes_by_output,
+    ort_session,
+    values_by_name,
+)
+from trtforge.passes.qdq import QuantPlan, apply_plan
 
 
-def find_bias(index: GraphIndex, output: str) -> tuple[str, int] | None:
-    """(bias initializer, channel axis of the layer output) of the layer producing ``output``."""
-    node = index.producer[output]
-    if node.op_type in ("Conv", "ConvTranspose", "Gemm"):
-        if len(node.input) > 2 and node.input[2] in index.initializers:
-            bias = numpy_helper.to_array(index.initializers[node.input[2]])
-            if bias.ndim == 1 or (node.op_type == "Gemm" and bias.ndim == 2 and bias.shape[0] == 1):
-                return node.input[2], (1 if node.op_type != "Gemm" else -1)
+def find_bias(layer: ir.Node) -> tuple[str, int] | None:
+    """(bias initializer, channel axis of the layer output) of ``layer``."""
+    if layer.op_type in ("Conv", "ConvTranspose", "Gemm"):
+        bias = layer.inputs[2] if len(layer.inputs) > 2 else None
+        if is_initializer(bias):
+            ndim = len(bias.const_value.shape)
+            if ndim == 1 or (layer.op_type == "Gemm" and ndim == 2 and bias.const_value.shape[0] == 1):
+                return bias.name, (1 if layer.op_type != "Gemm" else -1)
         return None
-    if node.op_type == "MatMul":
-        users = index.consumers.get(output, [])
+    if layer.op_type == "MatMul":
+        users = consumers(layer.outputs[0])
         if len(users) == 1 and users[0][0].op_type == "Add":
-            add = users[0][0]
-            other = add.input[1 - users[0][1]]
-            if other in index.initializers and len(index.consumers[other]) == 1:
-                if numpy_helper.to_array(index.initializers[other]).ndim == 1:
-                    return other, -1
+            add, idx = users[0]
+            other = add.inputs[1 - idx]
+            if is_initializer(other) and len(other.uses()) == 1 and len(other.const_value.shape) == 1:
+                return other.name, -1
     return None
 
 
-def with_float_twins(sim: onnx.ModelProto, model: onnx.ModelProto, outputs: Sequence[str]) -> tuple[onnx.ModelProto, dict[str, str]]:
+def _twin_input(value: ir.Value, original: ir.Value, out: ir.Model) -> ir.Value:
+    """What a float twin reads instead of ``value``: the tensor before Q/DQ, or the float weight."""
+    dq = value.producer()
+    if dq is None or dq.op_type != "DequantizeLinear":
+        return value
+    q = dq.inputs[0].producer()
+    if q is not None and q.op_type == "QuantizeLinear":
+        return q.inputs[0]
+    # An INT8 weight: the float original from the unquantized model.
+    inits = out.graph.initializers
+    if original.name in inits:
+        return inits[original.name]
+    if is_initializer(original):
+        float_weight = ir.Value(name=original.name, const_value=original.const_value)
+        out.graph.register_initializer(float_weight)
+        return float_weight
+    return values_by_name(out.graph)[original.name]
+
+
+def with_float_twins(sim: ir.Model, model: ir.Model, outputs: Sequence[str]) -> tuple[ir.Model, dict[str, str]]:
     """``sim`` plus, for each layer output, a float copy of the layer fed the *same* (pre-Q) inputs.
 
     The difference between a layer and its twin is the shift that this layer's INT8 adds by
     itself; upstream errors reach both alike, so correcting every layer at once does not
     double-count them.
     """
-    out = onnx.ModelProto()
-    out.CopyFrom(sim)
-    index = GraphIndex(out)
-    floats = {t.name: t for t in model.graph.initializer}
-    have = {t.name for t in out.graph.initializer}
+    out = copy_model(sim)
+    layers, originals = nodes_by_output(out.graph), nodes_by_output(model.graph)
     twins: dict[str, str] = {}
     for output in outputs:
-        node = index.producer[output]
-        clone = onnx.NodeProto()
-        clone.CopyFrom(node)
-        clone.name = node.name + "__float_twin"
-        del clone.output[:]
-        clone.output.append(output + "__float_twin")
-        for i, name in enumerate(node.input):
-            dq = index.producer.get(name)
-            if dq is None or dq.op_type != "DequantizeLinear":
-                continue
-            q = index.producer.get(dq.input[0])
-            if q is not None and q.op_type == "QuantizeLinear":
-                clone.input[i] = q.input[0]
-            else:  # an INT8 weight: the float original from the unquantized model
-                original = _original_input(model, output, i)
-                clone.input[i] = original
-                if original in floats and original not in have:
-                    out.graph.initializer.append(floats[original])
-                    have.add(original)
-        out.graph.node.append(clone)
-        twins[output] = clone.output[0]
+        node, original = layers[output], originals[output]
+        inputs = [None if v is None else _twin_input(v, original.inputs[i], out) for i, v in enumerate(node.inputs)]
+        clone = ir.Node(node.domain, node.op_type, inputs, list(node.attributes.values()),
+                        outputs=[ir.Value(name=output + "__float_twin")], name=node.name + "__float_twin")
+        out.graph.append(clone)
+        twins[output] = clone.outputs[0].name
     return out, twins
 
 
-def _original_input(model: onnx.ModelProto, output: str, index: int) -> str:
-    for node in model.graph.node:
-        if node.output and node.output[0] == output:
-            return node.input[index]
-    raise KeyError(output)
-
-
 def measure_shifts(
-    model: onnx.ModelProto, sim: onnx.ModelProto, outputs: Sequence[tuple[str, int]],
+    model: ir.Model, sim: ir.Model, outputs: Sequence[tuple[str, int]],
     batches: Sequence[dict[str, np.ndarray]], progress=None,
 ) -> dict[str, np.ndarray]:
     """Mean per-channel shift each INT8 layer adds by itself (layer − float twin, same inputs)."""
     twin_model, twins = with_float_twins(sim, model, [o for o, _ in outputs])
     names = [o for o, _ in outputs] + [twins[o] for o, _ in outputs]
-    sess = ort_session(with_outputs(twin_model, names))
+    sess = ort_session(twin_model, extra_outputs=names)
     sums: dict[str, np.ndarray] = {}
     counts: dict[str, int] = {}
     task = progress.add_task("bias correction", total=len(batches)) if progress is not None else None
@@ -115,24 +113,23 @@ def measure_shifts(
 
 
 def correct_biases(
-    model: onnx.ModelProto, plan: QuantPlan, calib_batches: Sequence[dict[str, np.ndarray]], progress=None,
-) -> tuple[onnx.ModelProto, list[dict]]:
+    model: ir.Model, plan: QuantPlan, calib_batches: Sequence[dict[str, np.ndarray]], progress=None,
+) -> tuple[ir.Model, list[dict]]:
     """A copy of ``model`` whose biases absorb the mean INT8 shift of each quantized layer."""
-    index = GraphIndex(model)
-    targets = {layer.output: find_bias(index, layer.output) for layer in plan.layers}
+    layers = nodes_by_output(model.graph)
+    targets = {layer.output: find_bias(layers[layer.output]) for layer in plan.layers}
     targets = {k: v for k, v in targets.items() if v is not None}
     if not targets:
         return model, []
     shifts = measure_shifts(model, apply_plan(model, plan), [(o, ax) for o, (_, ax) in targets.items()],
                             calib_batches, progress)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    inits = {t.name: t for t in out.graph.initializer}
+    out = copy_model(model)
+    inits = out.graph.initializers
     labels = {layer.output: layer.label for layer in plan.layers}
     info = []
     for output, (bias_name, _) in targets.items():
-        bias = numpy_helper.to_array(inits[bias_name])
+        bias = inits[bias_name].const_value.numpy()
         shift = shifts[output].reshape(bias.shape).astype(bias.dtype)
-        inits[bias_name].CopyFrom(numpy_helper.from_array(bias - shift, bias_name))
+        inits[bias_name].const_value = ir.tensor(bias - shift, name=bias_name)
         info.append({"layer": labels[output], "mean_abs_shift": float(np.abs(shift).mean())})
     return out, info

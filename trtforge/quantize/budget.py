@@ -34,6 +34,7 @@ from numbers import Real
 
 import numpy as np
 
+from trtforge.core.errors import InvalidArgument
 from trtforge.quantize.report import per_sample_errors, softmax
 
 Outputs = Sequence[np.ndarray]
@@ -97,13 +98,13 @@ class Limit:
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
-            raise ValueError(f"unknown budget metric {self.metric!r}; choose one of {', '.join(METRICS)}")
+            raise InvalidArgument(f"unknown budget metric {self.metric!r}; choose one of {', '.join(METRICS)}")
         m = METRICS[self.metric]
         if isinstance(self.value, bool) or not isinstance(self.value, Real) or not math.isfinite(self.value) \
                 or not m.low < self.value <= m.high:
             span = f"({m.low:g}, {m.high:g}]" if math.isfinite(m.high) else f"> {m.low:g}"
             hint = " (a cosine floor, not 1 − cosine)" if self.metric == "cosine" else ""
-            raise ValueError(f"error budget {m.text} {m.sign} {self.value!r} is not a usable limit: it must be a "
+            raise InvalidArgument(f"error budget {m.text} {m.sign} {self.value!r} is not a usable limit: it must be a "
                              f"finite number {span}{hint}, e.g. {m.example}")
         object.__setattr__(self, "value", float(self.value))
 
@@ -186,7 +187,7 @@ def check_override(value) -> None:
     if value is None or isinstance(value, ErrorBudget):
         return
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"error_budget={value!r}: give a positive number, the limit in the task's metric "
+        raise InvalidArgument(f"error_budget={value!r}: give a positive number, the limit in the task's metric "
                          "(classification: softmax KL, e.g. 0.01; embedding: mean cosine, e.g. 0.99; other: "
                          "relative L2, e.g. 0.1), an ErrorBudget, or None for the task's default")
 
@@ -194,7 +195,7 @@ def check_override(value) -> None:
 def resolve_budget(task: str, override=None) -> ErrorBudget:
     """The budget for ``task``: its default, its first limit replaced by a float, or ``override`` itself."""
     if task not in TASK_BUDGETS:
-        raise ValueError(f"task={task!r} has no error budget; choose one of {', '.join(TASK_BUDGETS)}")
+        raise InvalidArgument(f"task={task!r} has no error budget; choose one of {', '.join(TASK_BUDGETS)}")
     check_override(override)
     if override is None:
         return TASK_BUDGETS[task]
@@ -203,4 +204,4 @@ def resolve_budget(task: str, override=None) -> ErrorBudget:
     try:
         return TASK_BUDGETS[task].with_first(override)
     except ValueError as exc:
-        raise ValueError(f"error_budget={override!r} for a {task} model: {exc}") from exc
+        raise InvalidArgument(f"error_budget={override!r} for a {task} model: {exc}") from exc

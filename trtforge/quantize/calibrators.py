@@ -19,6 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from trtforge.core.errors import InvalidArgument
+
 CALIBRATORS: tuple[str, ...] = ("max", "percentile", "entropy", "mse")
 INT8_MAX = 127
 
@@ -42,9 +44,9 @@ def kl_divergence(counts: Sequence[float], num_levels: int, stop: int, q_from: s
     """
     hist = np.asarray(counts, dtype=np.float64)
     if not num_levels <= stop <= hist.size:
-        raise ValueError(f"stop={stop} must lie in [num_levels={num_levels}, bins={hist.size}]")
+        raise InvalidArgument(f"stop={stop} must lie in [num_levels={num_levels}, bins={hist.size}]")
     if q_from not in ("folded", "clipped"):
-        raise ValueError(f"q_from={q_from!r}: use 'folded' or 'clipped'")
+        raise InvalidArgument(f"q_from={q_from!r}: use 'folded' or 'clipped'")
     kept = hist[:stop]
     p = kept.copy()
     p[-1] += hist[stop:].sum()
@@ -112,7 +114,7 @@ def entropy_amax(
 def percentile_amax(counts: np.ndarray, edges: np.ndarray, percentile: float = 99.99) -> float:
     """Upper edge of the first bin where the cumulative share of |x| reaches ``percentile``."""
     if not 0 < percentile <= 100:
-        raise ValueError(f"percentile={percentile} must lie in (0, 100]; the usual value is 99.99")
+        raise InvalidArgument(f"percentile={percentile} must lie in (0, 100]; the usual value is 99.99")
     cdf = np.cumsum(counts, dtype=np.float64)
     if cdf[-1] == 0:
         return 0.0
@@ -153,7 +155,7 @@ def calibrate(hist, method: str, percentile: float = 99.99, num_levels: int = 12
                    float(hist.amax))
     if method == "mse":
         return min(mse_amax(hist.counts, hist.edges), float(hist.amax))
-    raise ValueError(f"unknown calibrator {method!r}; choose one of {', '.join(CALIBRATORS)}")
+    raise InvalidArgument(f"unknown calibrator {method!r}; choose one of {', '.join(CALIBRATORS)}")
 
 
 def weight_scales(weight: np.ndarray, axis: int | None) -> np.ndarray:

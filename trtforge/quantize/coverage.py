@@ -5,8 +5,8 @@ when every float data input comes from a DequantizeLinear (through Transpose/Res
 MAC counts come from the FP32 graph run once on a sample batch.
 
 Example:
-    >>> macs = mac_counts(fp32_proto, {"images": x[:1]})
-    >>> int8_coverage(qdq_proto, macs)
+    >>> macs = mac_counts(fp32_model, {"images": x[:1]})
+    >>> int8_coverage(qdq_model, macs)
     0.93
 """
 
@@ -14,50 +14,52 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 
-from trtforge.quantize.graph_tools import MAC_OPS, SHAPE_OPS, GraphIndex
+from trtforge.passes.graph import load_ir, values_by_name
+from trtforge.passes.ops import MAC_OPS, SHAPE_OPS
+from trtforge.quantize.macs import layer_macs
 from trtforge.quantize.observers import observe
 from trtforge.quantize.placement import analyse
 
 
-def mac_counts(model: onnx.ModelProto, batch: dict[str, np.ndarray]) -> dict[str, int]:
+def mac_counts(model: ir.Model | onnx.ModelProto, batch: dict[str, np.ndarray]) -> dict[str, int]:
     """Per-sample MACs of every MAC layer of the FP32 ``model``, keyed by its output name."""
-    from trtforge.quantize.api import _macs
-
+    model = load_ir(model)
     analysis = analyse(model)
-    index = GraphIndex(model)
     names = [c.output for c in analysis.candidates] + [n for c in analysis.candidates for _, n in c.activations]
     stats = observe(model, [], [batch], shapes_of=list(dict.fromkeys(names)))
-    return {c.output: _macs(c, index, stats.shapes) for c in analysis.candidates}
+    values = values_by_name(model.graph)
+    return {c.output: layer_macs(c, values, stats.shapes) for c in analysis.candidates}
 
 
-def _from_dq(index: GraphIndex, name: str, depth: int = 3) -> bool:
+def _from_dq(value: ir.Value | None, depth: int = 3) -> bool:
     for _ in range(depth):
-        node = index.producer.get(name)
+        node = value.producer() if value is not None else None
         if node is None:
             return False
         if node.op_type == "DequantizeLinear":
             return True
         if node.op_type not in SHAPE_OPS:
             return False
-        name = node.input[0]
+        value = node.inputs[0]
     return False
 
 
-def int8_layers(qdq: onnx.ModelProto) -> set[str]:
+def int8_layers(qdq: ir.Model | onnx.ModelProto) -> set[str]:
     """Outputs of the MAC layers of ``qdq`` whose float inputs all come from DequantizeLinear."""
-    index = GraphIndex(qdq)
     out = set()
-    for node in qdq.graph.node:
+    for node in load_ir(qdq).graph:
         if node.op_type not in MAC_OPS:
             continue
-        data = [name for name in node.input[:2] if name]
-        if data and all(_from_dq(index, name) for name in data):
-            out.add(node.output[0])
+        data = [value for value in node.inputs[:2] if value is not None and value.name]
+        if data and all(_from_dq(value) for value in data):
+            out.add(node.outputs[0].name)
     return out
 
 
-def int8_coverage(qdq: onnx.ModelProto, macs: dict[str, int]) -> float:
+def int8_coverage(qdq: ir.Model | onnx.ModelProto, macs: dict[str, int]) -> float:
+    """Share of ``macs`` (from ``mac_counts``) in the layers ``qdq`` runs in INT8."""
     total = sum(macs.values())
     if not total:
         return 0.0

@@ -5,7 +5,7 @@ exceeds the range grows it (to the next power-of-two multiple) and re-bins the o
 memory stays bounded whatever the number of samples.
 
 Example:
-    >>> stats = observe(proto, ["conv_in", "mm_in"], batches, per_channel=["ln_out"])
+    >>> stats = observe(model, ["conv_in", "mm_in"], batches, per_channel=["ln_out"])
     >>> stats.histograms["conv_in"].amax
     5.73
 """
@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 
-from trtforge.quantize.graph_tools import ort_session, with_outputs
+from trtforge.passes.graph import ort_session
 
 NUM_BINS = 2048
 
@@ -86,7 +87,7 @@ class ObservedStats:
 
 
 def observe(
-    model: onnx.ModelProto,
+    model: ir.Model | onnx.ModelProto,
     tensors: Sequence[str],
     batches: Iterable[dict[str, np.ndarray]],
     per_channel: Sequence[str] = (),
@@ -97,7 +98,7 @@ def observe(
 ) -> ObservedStats:
     """Run ``model`` on ``batches`` and record statistics of ``tensors`` (FP32 graph only)."""
     wanted = list(dict.fromkeys([*tensors, *per_channel, *shapes_of]))
-    session = ort_session(with_outputs(model, wanted))
+    session = ort_session(model, extra_outputs=wanted)
     stats = ObservedStats(histograms={t: Histogram(num_bins) for t in tensors})
     task = progress.add_task("calibrating", total=total) if progress is not None else None
     for batch in batches:

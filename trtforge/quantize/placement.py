@@ -12,7 +12,7 @@ see ``LAYER_KINDS``), or searches the layer's label, node name or output name. `
 over ``include``.
 
 Example:
-    >>> analysis = analyse(proto)
+    >>> analysis = analyse(model)          # an onnx_ir model (or a ModelProto, parsed)
     >>> decisions = decide(analysis, exclude=[r"_fc"])
     >>> decisions["logits"]
     'excluded by pattern \'_fc\''
@@ -25,11 +25,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import onnx
+import onnx_ir as ir
 
-from trtforge.quantize.graph_tools import MAC_OPS, SHAPE_OPS, GraphIndex, attr, layer_label
+from trtforge.core.errors import InvalidArgument
+from trtforge.passes.graph import attr, constant_value, consumers, is_constant, layer_label, load_ir
+from trtforge.passes.ops import MAC_OPS, NONLINEAR_OPS, SHAPE_OPS
 
-NONLINEAR_OPS = frozenset({"Relu", "Gelu", "Erf", "Tanh", "Sigmoid", "Clip", "HardSwish", "HardSigmoid",
-                           "LeakyRelu", "Softplus", "Mish", "Elu", "Selu", "FastGelu", "QuickGelu"})
 #: Ops an attention path may pass through between the MatMuls and the Softmax.
 ATTENTION_PATH_OPS = SHAPE_OPS | {"Add", "Mul", "Div", "Sub", "Where", "Dropout", "Slice", "Expand"}
 BIAS_OPS = frozenset({"Add", "Mul", "Div", "Sub"})
@@ -78,7 +79,7 @@ class Analysis:
         return out
 
 
-def _weight_axis(node: onnx.NodeProto, index: int, rank: int) -> int | None:
+def _weight_axis(node: ir.Node, index: int, rank: int) -> int | None:
     if node.op_type == "Conv":
         return 0
     if node.op_type == "ConvTranspose":
@@ -92,62 +93,61 @@ def _weight_axis(node: onnx.NodeProto, index: int, rank: int) -> int | None:
     return None
 
 
-def _reaches_mac(index: GraphIndex, start: str) -> bool:
+def _reaches_mac(start: ir.Value) -> bool:
     seen, stack = set(), [start]
     while stack:
-        name = stack.pop()
-        for user, _ in index.consumers.get(name, ()):
+        value = stack.pop()
+        for user, _ in consumers(value):
             if user.op_type in MAC_OPS:
                 return True
-            for out in user.output:
-                if out and out not in seen:
-                    seen.add(out)
+            for out in user.outputs:
+                if out.name and out.name not in seen:
+                    seen.add(out.name)
                     stack.append(out)
     return False
 
 
-def _candidate(node: onnx.NodeProto, index: GraphIndex) -> Candidate | None:
+def _candidate(node: ir.Node) -> Candidate | None:
     if node.op_type not in MAC_OPS:
         return None
-    activations, weight = [], None
+    activations, weight, weight_value = [], None, None
     for idx in (0, 1):  # data input and weight (bias and Gemm's C are not quantized)
-        if idx >= len(node.input) or not node.input[idx]:
+        if idx >= len(node.inputs) or node.inputs[idx] is None or not node.inputs[idx].name:
             return None
-        name = node.input[idx]
-        value = index.constant(name)
+        name = node.inputs[idx].name
+        value = constant_value(node.inputs[idx])
         if value is None:
             activations.append((idx, name))
         elif value.dtype.kind == "f" and weight is None and (idx == 1 or node.op_type in ("MatMul", "Gemm")):
-            weight = (idx, name, _weight_axis(node, idx, value.ndim))
+            weight, weight_value = (idx, name, _weight_axis(node, idx, value.ndim)), value
         else:
             return None
     if node.op_type in ("Conv", "ConvTranspose") and (weight is None or not activations):
         return None
     in_channels = None
     if weight is not None and node.op_type == "Conv":
-        w = index.constant(weight[1])
-        in_channels = int(w.shape[1]) * int(attr(node, "group", 1))
+        in_channels = int(weight_value.shape[1]) * int(attr(node, "group", 1))
     elif weight is not None and node.op_type == "ConvTranspose":
-        in_channels = int(index.constant(weight[1]).shape[0])
+        in_channels = int(weight_value.shape[0])
     return Candidate(
-        node=node.name, output=node.output[0], op_type=node.op_type, label=layer_label(node, index),
+        node=node.name, output=node.outputs[0].name, op_type=node.op_type, label=layer_label(node),
         activations=tuple(activations), weight=weight, in_channels=in_channels,
-        is_head=not _reaches_mac(index, node.output[0]), groups=int(attr(node, "group", 1)),
+        is_head=not _reaches_mac(node.outputs[0]), groups=int(attr(node, "group", 1)),
     )
 
 
-def _walk(index: GraphIndex, start: str, through: frozenset[str], forward: bool, depth: int = 8,
-          joins: bool = False) -> list[onnx.NodeProto]:
-    """MAC nodes reached from tensor ``start`` through ``through`` ops (non-constant data edges)."""
+def _walk(start: ir.Value | None, through: frozenset[str], forward: bool, depth: int = 8,
+          joins: bool = False) -> list[ir.Node]:
+    """MAC nodes reached from ``start`` through ``through`` ops (non-constant data edges)."""
     found, seen = [], set()
-    frontier = [start]
+    frontier = [start] if start is not None else []
     for _ in range(depth):
         nxt = []
-        for name in frontier:
+        for value in frontier:
             if forward:
-                nodes = [n for n, _ in index.consumers.get(name, ())]
+                nodes = [n for n, _ in consumers(value)]
             else:
-                nodes = [index.producer[name]] if name in index.producer else []
+                nodes = [value.producer()] if value.producer() is not None else []
             for node in nodes:
                 if node.name in seen:
                     continue
@@ -158,10 +158,10 @@ def _walk(index: GraphIndex, start: str, through: frozenset[str], forward: bool,
                 if node.op_type not in through:
                     continue
                 if forward:
-                    nxt.extend(o for o in node.output if o)
+                    nxt.extend(o for o in node.outputs if o.name)
                 else:
-                    data = [i for i in node.input[: (1 if node.op_type in SHAPE_OPS else len(node.input))]
-                            if i and not index.is_constant(i)]
+                    data = [i for i in node.inputs[: (1 if node.op_type in SHAPE_OPS else len(node.inputs))]
+                            if i is not None and i.name and not is_constant(i)]
                     if node.op_type in BIAS_OPS and len(data) != 1 and not joins:
                         continue  # a residual or a mask join: not a single data path
                     nxt.extend(data)
@@ -169,57 +169,64 @@ def _walk(index: GraphIndex, start: str, through: frozenset[str], forward: bool,
     return found
 
 
-def analyse(model: onnx.ModelProto) -> Analysis:
-    """Find the candidates, the attention blocks and the MLP pairs of ``model``."""
-    index = GraphIndex(model)
-    candidates = [c for node in model.graph.node if (c := _candidate(node, index)) is not None]
-    cand = {c.node: c for c in candidates}
+def _attention_blocks(model: ir.Model, cand: dict[str, Candidate]) -> list[tuple[str, ...]]:
+    """Outputs of each attention block's layers: QKᵀ and ·V around a Softmax, with their projections."""
     blocks: list[tuple[str, ...]] = []
-    in_block: set[str] = set()
-    for node in model.graph.node:
+    order = list(cand)
+    for node in model.graph:
         if node.op_type != "Softmax":
             continue
-        qk = [n for n in _walk(index, node.input[0], ATTENTION_PATH_OPS, forward=False, joins=True)
+        qk = [n for n in _walk(node.inputs[0], ATTENTION_PATH_OPS, forward=False, joins=True)
               if n.name in cand and not cand[n.name].weight]
-        av = [n for n in _walk(index, node.output[0], ATTENTION_PATH_OPS | {"IsNaN", "Not"}, forward=True)
+        av = [n for n in _walk(node.outputs[0], ATTENTION_PATH_OPS | {"IsNaN", "Not"}, forward=True)
               if n.name in cand and not cand[n.name].weight]
         if not qk or not av:
             continue
         members = {qk[0].name, av[0].name}
         for mm in (qk[0], av[0]):
-            for name in mm.input:
-                if name == node.output[0]:
+            for value in mm.inputs:
+                if value is None or not value.name or value is node.outputs[0]:
                     continue
-                members |= {n.name for n in _walk(index, name, ATTENTION_PATH_OPS, forward=False)
+                members |= {n.name for n in _walk(value, ATTENTION_PATH_OPS, forward=False)
                             if n.name in cand and cand[n.name].weight}
-        members |= {n.name for n in _walk(index, av[0].output[0], SHAPE_OPS, forward=True)
+        members |= {n.name for n in _walk(av[0].outputs[0], SHAPE_OPS, forward=True)
                     if n.name in cand and cand[n.name].weight}
         members.discard(node.name)
-        outs = tuple(cand[m].output for m in sorted(members, key=lambda m: list(cand).index(m)))
-        blocks.append(outs)
-        in_block |= members
+        blocks.append(tuple(cand[m].output for m in sorted(members, key=order.index)))
+    return blocks
+
+
+def analyse(model: ir.Model | onnx.ModelProto) -> Analysis:
+    """Find the candidates, the attention blocks and the MLP pairs of ``model``."""
+    model = load_ir(model)
+    candidates = [c for node in model.graph if (c := _candidate(node)) is not None]
+    cand = {c.node: c for c in candidates}
+    nodes = {node.name: node for node in model.graph}
+    blocks = _attention_blocks(model, cand)
+    in_block = {c.node for c in candidates if any(c.output in block for block in blocks)}
     pairs = []
     for c in candidates:
         if c.op_type not in ("MatMul", "Gemm") or not c.weight or c.node in in_block or not c.activations:
             continue
-        before = _walk(index, c.activations[0][1], NONLINEAR_OPS | BIAS_OPS | SHAPE_OPS, forward=False)
+        before = _walk(nodes[c.node].inputs[c.activations[0][0]], NONLINEAR_OPS | BIAS_OPS | SHAPE_OPS,
+                       forward=False)
         firsts = [n for n in before if n.name in cand and cand[n.name].weight and n.op_type in ("MatMul", "Gemm")]
-        if len(firsts) == 1 and firsts[0].name not in in_block and _has_nonlinearity(index, firsts[0], c):
+        if len(firsts) == 1 and firsts[0].name not in in_block and _has_nonlinearity(firsts[0], c):
             pairs.append((cand[firsts[0].name].output, c.output))
     return Analysis(tuple(candidates), tuple(blocks), tuple(pairs))
 
 
-def _has_nonlinearity(index: GraphIndex, first: onnx.NodeProto, second: Candidate) -> bool:
-    seen, stack = set(), [first.output[0]]
+def _has_nonlinearity(first: ir.Node, second: Candidate) -> bool:
+    seen, stack = set(), [first.outputs[0]]
     while stack:
-        name = stack.pop()
-        for user, _ in index.consumers.get(name, ()):
+        value = stack.pop()
+        for user, _ in consumers(value):
             if user.name == second.node or user.name in seen or user.op_type in MAC_OPS:
                 continue
             seen.add(user.name)
             if user.op_type in NONLINEAR_OPS:
                 return True
-            stack.extend(o for o in user.output if o)
+            stack.extend(o for o in user.outputs if o.name)
     return False
 
 
@@ -260,7 +267,7 @@ def validate_patterns(patterns: Sequence[str], what: str) -> None:
         try:
             re.compile(p)
         except re.error as exc:
-            raise ValueError(f"{what} pattern {p!r} is not a valid regular expression ({exc}); "
+            raise InvalidArgument(f"{what} pattern {p!r} is not a valid regular expression ({exc}); "
                              "escape special characters, e.g. r'blocks\\.0\\.'") from exc
 
 

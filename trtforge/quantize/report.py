@@ -12,11 +12,12 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 
-from trtforge.quantize.graph_tools import ort_session
+from trtforge.passes.graph import ort_session
 
 
-def run_model(model: onnx.ModelProto, batches: Sequence[dict[str, np.ndarray]], session=None) -> list[np.ndarray]:
+def run_model(model: ir.Model | onnx.ModelProto, batches: Sequence[dict[str, np.ndarray]], session=None) -> list[np.ndarray]:
     """Every graph output over all batches, concatenated along the batch axis."""
     session = session or ort_session(model)
     outs: list[list[np.ndarray]] = []

@@ -7,7 +7,7 @@ within the task's error budget (``budget.py``; a bisection over the ranking, so 
 full-graph checks run), then re-admits kept groups to INT8 where the budget still holds.
 
 Example:
-    >>> ranking = rank_groups(proto, plan, analysis, held_batches)
+    >>> ranking = rank_groups(model, plan, analysis, held_batches)
     >>> ranking[0]["group"], ranking[0]["rel_l2"]
     ('_conv_stem', 0.041)
 """
@@ -18,15 +18,21 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 
+from trtforge.core.errors import WrongType
+from trtforge.passes.graph import QDQ_OPSET, ensure_node_names, ensure_opset, fresh_ir
+from trtforge.passes.qdq import QuantPlan, apply_plan
+from trtforge.quantize import placement
+from trtforge.quantize.api import QuantConfig
 from trtforge.quantize.budget import ErrorBudget
+from trtforge.quantize.calibration import build_full_plan, calibrate_model, split_samples
 from trtforge.quantize.placement import Analysis
-from trtforge.quantize.plan import QuantPlan
-from trtforge.quantize.qdq import apply_plan
+from trtforge.quantize.progress import progress_bar
 from trtforge.quantize.report import per_sample_errors, run_model
 
 
-def plan_error(model: onnx.ModelProto, plan: QuantPlan, batches, reference: list[np.ndarray]) -> float:
+def plan_error(model: ir.Model, plan: QuantPlan, batches, reference: list[np.ndarray]) -> float:
     """Mean relative L2 of the outputs of ``plan`` applied to ``model`` against ``reference``."""
     if not plan.layers:
         return 0.0
@@ -35,7 +41,7 @@ def plan_error(model: onnx.ModelProto, plan: QuantPlan, batches, reference: list
 
 
 def rank_groups(
-    model: onnx.ModelProto, plan: QuantPlan, analysis: Analysis, batches: Sequence[dict[str, np.ndarray]],
+    model: ir.Model, plan: QuantPlan, analysis: Analysis, batches: Sequence[dict[str, np.ndarray]],
     progress=None, reference: list[np.ndarray] | None = None,
 ) -> list[dict]:
     """One row per group of the plan (attention block, MLP, layer), most harmful first."""
@@ -57,7 +63,7 @@ def rank_groups(
 
 
 def auto_place(
-    model: onnx.ModelProto, plan: QuantPlan, analysis: Analysis, batches: Sequence[dict[str, np.ndarray]],
+    model: ir.Model, plan: QuantPlan, analysis: Analysis, batches: Sequence[dict[str, np.ndarray]],
     budget: ErrorBudget, progress=None, check_batches: Sequence[dict[str, np.ndarray]] | None = None,
 ) -> tuple[QuantPlan, list[dict], dict]:
     """Keep the fewest most-harmful groups in FP16 so that ``budget`` holds on ``check_batches``.
@@ -70,14 +76,14 @@ def auto_place(
     ``readmitted`` per row) and the budget measured for the final plan.
 
     Example:
-        >>> plan, ranking, info = auto_place(proto, plan, analysis, held, ErrorBudget.of(cosine=0.99))
+        >>> plan, ranking, info = auto_place(model, plan, analysis, held, ErrorBudget.of(cosine=0.99))
         >>> info["holds"], info["measured"]
         (True, {'cosine': 0.9931})
         >>> info["bounds"]
         {'cosine': 0.9912}
     """
     if not isinstance(budget, ErrorBudget):
-        raise TypeError(f"budget must be an ErrorBudget (e.g. ErrorBudget.of(rel_l2=0.1)), got {budget!r}")
+        raise WrongType(f"budget must be an ErrorBudget (e.g. ErrorBudget.of(rel_l2=0.1)), got {budget!r}")
     reference = run_model(model, batches)
     ranking = rank_groups(model, plan, analysis, batches, progress, reference)
     check_batches = batches if check_batches is None else check_batches
@@ -138,7 +144,7 @@ def auto_place(
 
 
 def sensitivity_table(
-    model: onnx.ModelProto, calibration_data, config=None, preprocessing: dict | None = None, progress: bool = True,
+    model: ir.Model | onnx.ModelProto, calibration_data, config=None, preprocessing: dict | None = None, progress: bool = True,
 ) -> list[dict]:
     """Calibrate ``model``, then rank every group by the error it causes alone (held-back samples).
 
@@ -146,25 +152,15 @@ def sensitivity_table(
         >>> rows = sensitivity_table(onnx.load("m.onnx"), Path("calib/"), preprocessing=pp)
         >>> rows[0]["group"]
     """
-    from trtforge.quantize import api, placement
-    from trtforge.quantize.data import batches as make_batches
-    from trtforge.quantize.data import check_count, load_calibration
-    from trtforge.quantize.graph_tools import ensure_node_names, ensure_opset, input_specs
-
-    config = config or api.QuantConfig()
-    model = ensure_node_names(ensure_opset(model, 19))
-    specs = input_specs(model)
-    samples = load_calibration(calibration_data, specs, preprocessing, config.max_images)
-    batch = api._batch_size(specs, config)
-    held = max(1, int(round(len(samples) * config.holdout)))
-    check_count(samples, batch, held)
-    calib, holdout = make_batches(samples[:-held], batch), make_batches(samples[-held:], batch)
+    config = config or QuantConfig()
+    model = ensure_node_names(ensure_opset(fresh_ir(model), QDQ_OPSET))
+    data = split_samples(model, calibration_data, config, preprocessing)
     analysis = placement.analyse(model)
     rules = placement.decide(analysis, config.exclude, config.include)
-    with api._progress(progress) as bar:
-        amax, shapes = api.calibrate_model(model, analysis, calib, config, bar)
-        full = api.build_full_plan(model, analysis, amax, shapes, config.calibrator)
-        rows = rank_groups(model, full, analysis, holdout, progress=bar)
+    with progress_bar(progress) as bar:
+        amax, shapes = calibrate_model(model, analysis, data.calib_batches, config, bar)
+        full = build_full_plan(model, analysis, amax, shapes, config.calibrator)
+        rows = rank_groups(model, full, analysis, data.held_batches, progress=bar)
     for row in rows:
         reasons = {rules[o] for o in row["layers"] if rules.get(o)}
         row["default_rule"] = "; ".join(sorted(reasons)) if reasons else ""

@@ -7,7 +7,7 @@ FP32 outputs stay the same. A LayerNorm whose output also feeds anything but Lin
 consumers (a residual Add in post-LN BERT, say) is left alone, since folding would change it.
 
 Example:
-    >>> smoothed, info = smooth(proto, calib_batches, alpha=0.5)
+    >>> smoothed, info = smooth(model, calib_batches, alpha=0.5)
     >>> info["sites"][0]["layernorm"]
     'blocks.0.norm1'
 """
@@ -18,15 +18,15 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+import onnx_ir as ir
 
-from trtforge.quantize.graph_tools import GraphIndex, attr, layer_label
+from trtforge.passes.graph import attr, consumers, copy_model, is_initializer, layer_label, load_ir
 from trtforge.quantize.observers import observe
 
 S_MIN, S_MAX = 1e-4, 1e4
 
 
-def _row_axis(node: onnx.NodeProto) -> int | None:
+def _row_axis(node: ir.Node) -> int | None:
     """Axis of the weight that indexes the input channels (rows), or None when unsupported."""
     if node.op_type == "MatMul":
         return 0
@@ -35,45 +35,43 @@ def _row_axis(node: onnx.NodeProto) -> int | None:
     return None
 
 
-def find_sites(model: onnx.ModelProto) -> tuple[list[tuple[onnx.NodeProto, list[onnx.NodeProto]]], list[dict]]:
+def _linear_user(user: ir.Node, idx: int) -> bool:
+    """Whether ``user`` reads the LayerNorm output as its data input with a 2-D weight of its own."""
+    w = user.inputs[1] if len(user.inputs) > 1 else None
+    return (idx == 0 and _row_axis(user) is not None and is_initializer(w) and w.const_value is not None
+            and len(w.const_value.shape) == 2 and len(w.uses()) == 1)
+
+
+def _skip_reason(node: ir.Node) -> str | None:
+    """Why the LayerNorm ``node`` cannot be smoothed, or None."""
+    params = node.inputs[1:3]
+    if len(node.inputs) < 3 or not all(is_initializer(v) for v in params):
+        return "scale or bias is not an initializer"
+    rank = len(params[0].const_value.shape) or 1
+    if any(o.name for o in node.outputs[1:]) or attr(node, "axis", -1) not in (-1, rank - 1):
+        return "normalises more than the last axis or exposes statistics"
+    users = consumers(node.outputs[0])
+    bad = [user.op_type for user, idx in users if not _linear_user(user, idx)]
+    if bad or not users:
+        return f"output also feeds {', '.join(sorted(set(bad))) or 'nothing'} (folding would change it)"
+    if any(len(v.uses()) != 1 for v in params):
+        return "scale or bias is shared with another node"
+    return None
+
+
+def find_sites(model: ir.Model | onnx.ModelProto) -> tuple[list[tuple[ir.Node, list[ir.Node]]], list[dict]]:
     """(LayerNorm, linear consumers) pairs that can be smoothed, and the skipped ones with reasons."""
-    index = GraphIndex(model)
+    model = load_ir(model)
     sites, skipped = [], []
-    for node in model.graph.node:
+    for node in model.graph:
         if node.op_type != "LayerNormalization":
             continue
-        label = layer_label(node, index)
-        if len(node.input) < 3 or node.input[1] not in index.initializers or node.input[2] not in index.initializers:
-            skipped.append({"layernorm": label, "reason": "scale or bias is not an initializer"})
-            continue
-        if any(o for o in node.output[1:]) or attr(node, "axis", -1) not in (-1, len(_shape(index, node)) - 1):
-            skipped.append({"layernorm": label, "reason": "normalises more than the last axis or exposes statistics"})
-            continue
-        users = index.consumers.get(node.output[0], [])
-        bad = []
-        for user, idx in users:
-            w = index.initializers.get(user.input[1]) if len(user.input) > 1 else None
-            ok = (idx == 0 and _row_axis(user) is not None and w is not None and len(w.dims) == 2
-                  and len(index.consumers[user.input[1]]) == 1)
-            if not ok:
-                bad.append(user.op_type)
-        if bad or not users:
-            skipped.append({"layernorm": label, "reason": f"output also feeds {', '.join(sorted(set(bad))) or 'nothing'}"
-                            " (folding would change it)"})
-            continue
-        for name in node.input[1:3]:
-            if len(index.consumers[name]) != 1:
-                bad.append("shared")
-        if bad:
-            skipped.append({"layernorm": label, "reason": "scale or bias is shared with another node"})
-            continue
-        sites.append((node, [u for u, _ in users]))
+        reason = _skip_reason(node)
+        if reason:
+            skipped.append({"layernorm": layer_label(node), "reason": reason})
+        else:
+            sites.append((node, [u for u, _ in consumers(node.outputs[0])]))
     return sites, skipped
-
-
-def _shape(index: GraphIndex, node: onnx.NodeProto) -> tuple[int, ...]:
-    scale = index.initializers[node.input[1]]
-    return tuple(scale.dims) or (1,)
 
 
 def smoothing_factors(x_amax: np.ndarray, w_amax: np.ndarray, alpha: float) -> np.ndarray:
@@ -86,32 +84,36 @@ def smoothing_factors(x_amax: np.ndarray, w_amax: np.ndarray, alpha: float) -> n
     return np.clip(s, S_MIN, S_MAX).astype(np.float32)
 
 
+def _rescale(value: ir.Value, array: np.ndarray) -> None:
+    value.const_value = ir.tensor(array, name=value.name)
+
+
 def smooth(
-    model: onnx.ModelProto, calib_batches: Sequence[dict[str, np.ndarray]], alpha: float = 0.5, progress=None,
-) -> tuple[onnx.ModelProto, dict]:
+    model: ir.Model | onnx.ModelProto, calib_batches: Sequence[dict[str, np.ndarray]], alpha: float = 0.5,
+    progress=None,
+) -> tuple[ir.Model, dict]:
     """A smoothed copy of ``model`` and what was done (sites, skipped LayerNorms with reasons)."""
+    model = load_ir(model)
     sites, skipped = find_sites(model)
     info = {"alpha": alpha, "sites": [], "skipped": skipped}
     if not sites:
         return model, info
-    stats = observe(model, [], calib_batches, per_channel=[ln.output[0] for ln, _ in sites], progress=progress,
-                    total=len(calib_batches))
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    inits = {t.name: t for t in out.graph.initializer}
-    index = GraphIndex(model)
+    stats = observe(model, [], calib_batches, per_channel=[ln.outputs[0].name for ln, _ in sites],
+                    progress=progress, total=len(calib_batches))
+    out = copy_model(model)
+    inits = out.graph.initializers
     for ln, users in sites:
-        x_amax = stats.channel_amax[ln.output[0]]
-        weights = [(u, numpy_helper.to_array(inits[u.input[1]]).astype(np.float32)) for u in users]
+        x_amax = stats.channel_amax[ln.outputs[0].name]
+        weights = [(u, u.inputs[1].const_value.numpy().astype(np.float32)) for u in users]
         w_amax = np.max([np.abs(w).max(axis=1 - _row_axis(u)) for u, w in weights], axis=0)
         s = smoothing_factors(x_amax, w_amax, alpha)
-        for name in ln.input[1:3]:
-            arr = numpy_helper.to_array(inits[name]).astype(np.float32)
-            inits[name].CopyFrom(numpy_helper.from_array((arr / s).astype(arr.dtype), name))
+        for value in ln.inputs[1:3]:
+            arr = value.const_value.numpy().astype(np.float32)
+            _rescale(inits[value.name], (arr / s).astype(arr.dtype))
         for user, w in weights:
             shape = [1, 1]
             shape[_row_axis(user)] = -1
-            inits[user.input[1]].CopyFrom(numpy_helper.from_array((w * s.reshape(shape)).astype(np.float32), user.input[1]))
-        info["sites"].append({"layernorm": layer_label(ln, index), "consumers": len(users),
+            _rescale(inits[user.inputs[1].name], (w * s.reshape(shape)).astype(np.float32))
+        info["sites"].append({"layernorm": layer_label(ln), "consumers": len(users),
                               "s_min": float(s.min()), "s_max": float(s.max())})
     return out, info

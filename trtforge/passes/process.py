@@ -1,0 +1,73 @@
+"""The pass sequence, written once: the FP32 reference graph, then the graph a precision builds from.
+
+``reference_graph`` runs the cleanup (constant and BatchNorm folding, no-op removal) on a captured
+graph; ``process`` turns that FP32 reference into the graph handed to TensorRT: itself for FP32,
+the float pass for FP16/BF16, the float pass then a frozen ``QuantPlan``'s Q/DQ nodes for INT8.
+``trtforge.compile`` and ``trtforge.refit`` both go through these two functions. Neither changes
+its input.
+
+Example:
+    >>> reference = reference_graph(load_ir(Path("m.onnx")))
+    >>> processed = process(reference, "fp16")
+    >>> processed.built_precision, len(processed.float_plan.fp32_nodes)
+    ('fp16', 2)
+    >>> process(fp32_model, "int8", plan).built_precision      # plan from trtforge.quantize
+    'int8'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx
+import onnx_ir as ir
+
+from trtforge.core.errors import InvalidArgument
+from trtforge.passes.cleanup import cleanup
+from trtforge.passes.float16 import FloatPlan, apply_float, convert_float, infer_types, plan_float
+from trtforge.passes.graph import QDQ_OPSET, copy_model, ensure_node_names, ensure_opset, has_qdq, load_ir
+from trtforge.passes.qdq import QuantPlan, apply_plan_in_place
+
+#: precision → the dtype the float pass casts to (None: the graph stays FP32).
+FLOAT_DTYPES: dict[str, str | None] = {"fp32": None, "fp16": "float16", "bf16": "bfloat16", "int8": "float16"}
+
+
+@dataclass(frozen=True)
+class Processed:
+    """The graph a build hands to TensorRT, the precision it really builds, and the float pass's plan."""
+
+    model: ir.Model
+    built_precision: str
+    float_plan: FloatPlan | None = None
+
+
+def reference_graph(source: ir.Model | onnx.ModelProto) -> ir.Model:
+    """The FP32 reference: ``source`` (an ir.Model is cleaned in place) after the cleanup passes."""
+    return cleanup(load_ir(source))
+
+
+def int8_graph(fp32: ir.Model, plan: QuantPlan) -> ir.Model:
+    """The FP16 float pass on a copy of ``fp32``, then ``plan``'s Q/DQ nodes with FP16 scales."""
+    fp16 = convert_float(copy_model(fp32), "float16")
+    return apply_plan_in_place(ensure_node_names(ensure_opset(fp16, QDQ_OPSET)), plan)
+
+
+def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None) -> Processed:
+    """The graph to build for ``precision`` from the FP32 ``reference`` (not modified).
+
+    FP32 returns ``reference`` itself. INT8 needs the plan ``trtforge.quantize`` computed on
+    ``reference``; when that plan keeps every layer in FP16 the build is an FP16 one.
+    """
+    if precision not in FLOAT_DTYPES:
+        raise InvalidArgument(f"precision={precision!r}; choose one of {', '.join(FLOAT_DTYPES)}")
+    if (plan is None) != (precision != "int8"):
+        raise InvalidArgument("process() takes a QuantPlan for precision='int8' and only then; "
+                              "compute it with trtforge.quantize.quantize_model")
+    if precision == "fp32":
+        return Processed(reference, "fp32")
+    if precision == "int8":
+        model = int8_graph(reference, plan)
+        return Processed(model, "int8" if has_qdq(model) else "fp16")
+    model = infer_types(copy_model(reference))
+    float_plan = plan_float(model, FLOAT_DTYPES[precision])
+    return Processed(apply_float(model, float_plan), precision, float_plan)

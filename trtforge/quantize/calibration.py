@@ -1,0 +1,102 @@
+"""Calibration: split the samples, observe the activations, and the full plan every placement starts from.
+
+Example:
+    >>> data = split_samples(model, Path("calib/"), QuantConfig(), preprocessing=pp)
+    >>> amax, shapes = calibrate_model(model, analyse(model), data.calib_batches, QuantConfig())
+    >>> full = build_full_plan(model, analyse(model), amax, shapes, "mse")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+
+from trtforge.passes.graph import constant_value, input_specs, values_by_name
+from trtforge.passes.qdq import QuantInput, QuantLayer, QuantPlan, fp16_scales
+from trtforge.quantize import placement as placement_mod
+from trtforge.quantize.api import QuantConfig
+from trtforge.quantize.calibrators import calibrate, weight_scales
+from trtforge.quantize.data import batches, check_count, load_calibration
+from trtforge.quantize.macs import layer_macs
+from trtforge.quantize.observers import observe
+
+
+@dataclass(frozen=True)
+class CalibrationSet:
+    """The samples, split: the first ones calibrate, the last ``holdout`` share is held back."""
+
+    calib: list[dict[str, np.ndarray]]
+    holdout: list[dict[str, np.ndarray]]
+    batch: int
+
+    @property
+    def calib_batches(self) -> list[dict[str, np.ndarray]]:
+        return batches(self.calib, self.batch)
+
+    @property
+    def held_batches(self) -> list[dict[str, np.ndarray]]:
+        return batches(self.holdout, self.batch)
+
+
+def batch_size(specs, config: QuantConfig) -> int:
+    """The graph's static batch when its inputs have one, else ``config.batch_size``."""
+    static = {s[2][0] for s in specs if s[2] and s[2][0] not in (None, 0)}
+    return int(next(iter(static))) if static else config.batch_size
+
+
+def split_samples(model: ir.Model, calibration_data, config: QuantConfig, preprocessing: dict | None,
+                  ) -> CalibrationSet:
+    """Load and check the calibration data (errors before any work), then split off the held-back share."""
+    specs = input_specs(model)
+    samples = load_calibration(calibration_data, specs, preprocessing, config.max_images)
+    batch = batch_size(specs, config)
+    held = max(1, int(round(len(samples) * config.holdout)))
+    check_count(samples, batch, held)
+    return CalibrationSet(samples[: len(samples) - held], samples[len(samples) - held :], batch)
+
+
+def calibrate_model(
+    model: ir.Model,
+    analysis: placement_mod.Analysis,
+    calib_batches: list[dict[str, np.ndarray]],
+    config: QuantConfig,
+    progress=None,
+) -> tuple[dict[str, float], dict[str, tuple[int, ...]]]:
+    """amax per activation tensor (with ``config.calibrator``) and the observed shapes."""
+    tensors = sorted({name for c in analysis.candidates for _, name in c.activations})
+    shapes_of = [c.output for c in analysis.candidates]
+    stats = observe(model, tensors, calib_batches, shapes_of=shapes_of + tensors, num_bins=config.num_bins,
+                    progress=progress, total=len(calib_batches))
+    amax = {name: calibrate(stats.histograms[name], config.calibrator, config.percentile) for name in tensors}
+    return amax, stats.shapes
+
+
+def build_full_plan(
+    model: ir.Model,
+    analysis: placement_mod.Analysis,
+    amax: dict[str, float],
+    shapes: dict[str, tuple[int, ...]],
+    calibrator: str,
+) -> QuantPlan:
+    """A plan that quantizes every candidate (placement then removes layers from it)."""
+    values = values_by_name(model.graph)
+    layers, total = [], 0
+    for c in analysis.candidates:
+        macs = layer_macs(c, values, shapes)
+        total += macs
+        inputs = [QuantInput(idx, name, fp16_scales([amax[name] / 127.0])) for idx, name in c.activations]
+        if c.weight is not None:
+            idx, name, axis = c.weight
+            scales = weight_scales(constant_value(values[name]), axis)
+            inputs.append(QuantInput(idx, name, fp16_scales(scales), axis, True))
+        layers.append(QuantLayer(c.output, c.op_type, c.label, tuple(sorted(inputs, key=lambda q: q.index)), macs))
+    return QuantPlan(tuple(layers), (), calibrator, total)
+
+
+def plan_from_decisions(full: QuantPlan, decisions: dict[str, str | None]) -> QuantPlan:
+    """``full`` without the layers a decision keeps in FP16 (listed in ``excluded`` with the reason)."""
+    keep = [layer for layer in full.layers if not decisions.get(layer.output)]
+    excluded = tuple((layer.label, decisions[layer.output]) for layer in full.layers if decisions.get(layer.output))
+    return QuantPlan(tuple(keep), excluded, full.calibrator, full.total_macs)

@@ -1,0 +1,216 @@
+"""INT8 post-training quantization: ``quantize_model``, the orchestration of the quantizer's steps.
+
+The steps, in order, on the FP32 graph: load and check the calibration data (errors before any
+work), SmoothQuant (optional), observers and calibrators (or the calibration cache), the
+placement (rules or measured), the frozen ``QuantPlan``, bias correction (optional), the
+accuracy report on held-back samples (ONNX Runtime, FP32 scales). The graph handed to TensorRT
+is ``trtforge.passes.process(result.fp32, "int8", result.plan)``: the FP16 pass, then the same
+plan with FP16 scales.
+
+Example:
+    >>> result = quantize_model(fp32_model, Path("calib/"), QuantConfig(calibrator="entropy"),
+    ...                         preprocessing=LITE0_PREPROCESSING)
+    >>> result.report["measured"]["top1_agreement"]
+    0.98
+    >>> onnx.save(result.model, "lite0_int8_qdq.onnx")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+
+from trtforge.cache.calib_cache import CalibrationCache
+from trtforge.core.errors import InvalidArgument
+from trtforge.passes.graph import QDQ_OPSET, ensure_node_names, ensure_opset, fresh_ir, to_proto
+from trtforge.passes.process import Processed, process
+from trtforge.passes.qdq import QuantPlan, apply_plan
+from trtforge.quantize import bias_correction, placement, sensitivity, smoothquant
+from trtforge.quantize.api import QuantConfig
+from trtforge.quantize.budget import ErrorBudget, resolve_budget
+from trtforge.quantize.calibration import (
+    CalibrationSet,
+    build_full_plan,
+    calibrate_model,
+    plan_from_decisions,
+    split_samples,
+)
+from trtforge.quantize.data import CalibrationDataError, data_hash
+from trtforge.quantize.progress import progress_bar
+from trtforge.quantize.report import compare_outputs, print_report, run_model
+from trtforge.quantize.task import detect_task, output_dims
+
+
+@dataclass
+class QuantResult:
+    """The FP32 graph the plan was computed on, its Q/DQ FP32 simulation, the plan and the report.
+
+    ``model`` (the Q/DQ FP16 graph for TensorRT), ``sim_model`` and ``fp32_model`` are their
+    ONNX protos, made when first read.
+    """
+
+    fp32: ir.Model
+    sim: ir.Model
+    plan: QuantPlan
+    report: dict[str, Any]
+    sensitivity: list[dict[str, Any]] = field(default_factory=list)
+
+    @cached_property
+    def processed(self) -> Processed:
+        return process(self.fp32, "int8", self.plan)
+
+    @cached_property
+    def model(self) -> onnx.ModelProto:
+        return to_proto(self.processed.model)
+
+    @cached_property
+    def sim_model(self) -> onnx.ModelProto:
+        return to_proto(self.sim)
+
+    @cached_property
+    def fp32_model(self) -> onnx.ModelProto:
+        return to_proto(self.fp32)
+
+
+def _settings(config: QuantConfig, task: str, data: CalibrationSet) -> dict[str, Any]:
+    return {
+        "calibrator": config.calibrator,
+        "percentile": config.percentile if config.calibrator == "percentile" else None,
+        "smoothquant_alpha": config.smoothquant,
+        "bias_correction": config.bias_correction,
+        "placement": config.placement,
+        "task": task,
+        "samples": {"calibration": len(data.calib), "held_back": len(data.holdout)},
+    }
+
+
+def _calibrate_cached(model: ir.Model, analysis: placement.Analysis, data: CalibrationSet, config: QuantConfig,
+                      report: dict, bar) -> tuple[dict[str, float], dict[str, tuple[int, ...]], str]:
+    """amax and shapes from the calibration cache, else calibrated (and stored); also the data hash."""
+    cache = CalibrationCache(config.cache_dir) if config.cache_dir else None
+    graph_hash = cache.graph_hash(to_proto(model)) if cache else None
+    data_sha = data_hash(data.calib)
+    entry = cache.load(graph_hash, data_sha, config.calibration_key()) if cache else None
+    if entry is not None:
+        report["cache"] = "hit"
+        return *entry, data_sha
+    amax, shapes = calibrate_model(model, analysis, data.calib_batches, config, bar)
+    if cache:
+        cache.save(graph_hash, data_sha, config.calibration_key(), amax, shapes)
+    report["cache"] = "miss" if cache else "off"
+    return amax, shapes, data_sha
+
+
+def _place(model: ir.Model, analysis: placement.Analysis, full: QuantPlan, data: CalibrationSet,
+           config: QuantConfig, budget: ErrorBudget, report: dict, bar) -> QuantPlan:
+    """The plan: the rules' decisions, or measured placement against ``budget`` (placement="auto")."""
+    if config.placement != "auto":
+        return plan_from_decisions(full, placement.decide(analysis, config.exclude, config.include))
+    base = plan_from_decisions(full, placement.decide(analysis, config.exclude, config.include, rules=False))
+    # Ranked on the held-back samples; the budget is checked on every sample (calibration and held
+    # back: more samples, a tighter confidence bound), before bias correction.
+    held = data.held_batches
+    plan, ranking, placed = sensitivity.auto_place(model, base, analysis, held, budget, progress=bar,
+                                                   check_batches=data.calib_batches + held)
+    report["sensitivity"] = ranking
+    report["auto_placement"] = {"budget_at_placement": budget.record(placed["measured"], placed["bounds"]),
+                                "samples": placed["samples"], "checks": placed["checks"],
+                                "readmitted": placed["readmitted"]}
+    return plan
+
+
+def _correct(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationSet, config: QuantConfig,
+             budget: ErrorBudget, report: dict, bar) -> tuple[ir.Model, ir.Model, list]:
+    """(FP32 graph, its Q/DQ simulation, the simulation's held-back outputs), bias-corrected when that helps."""
+    sim = apply_plan(model, plan)
+    held = data.held_batches
+    sim_out = run_model(sim, held)
+    if not (config.bias_correction and plan.layers):
+        return model, sim, sim_out
+    corrected, bc_info = bias_correction.correct_biases(model, plan, data.calib_batches, progress=bar)
+    corrected_sim = apply_plan(corrected, plan)
+    corrected_out = run_model(corrected_sim, held)
+    before = compare_outputs(reference_out, sim_out)["rel_l2_mean"]
+    after = compare_outputs(reference_out, corrected_out)["rel_l2_mean"]
+    # Kept only when it helps on the held-back samples (it can hurt, e.g. where padding
+    # tokens dominate a channel mean) and does not break an error budget that held without it.
+    keep = after < before and (budget.holds(budget.measure(reference_out, corrected_out))
+                               or not budget.holds(budget.measure(reference_out, sim_out)))
+    report["bias_correction"] = {"applied": keep, "rel_l2_before": before, "rel_l2_after": after,
+                                 "layers": len(bc_info)}
+    return (corrected, corrected_sim, corrected_out) if keep else (model, sim, sim_out)
+
+
+def _finish_report(report: dict, config: QuantConfig, budget: ErrorBudget, plan: QuantPlan, layers_total: int,
+                   ref_out, sim_out, model: ir.Model, data_sha: str) -> None:
+    task = report["task"]
+    report["measured"] = compare_outputs(ref_out, sim_out, classification=task == "classification")
+    final = budget.measure(ref_out, sim_out)
+    report["error_budget"] = {
+        "source": "default" if config.error_budget is None else "error_budget=",
+        "task": task, "description": budget.describe(), "holds": budget.holds(final),
+        "used_by_placement": config.placement == "auto",
+        "limits": budget.record(final),  # measured on the held-back samples, the final graph
+    }
+    report["coverage"] = plan.coverage
+    report["int8_layers"] = len(plan.layers)
+    report["layers_total"] = layers_total
+    report["excluded_layers"] = [{"layer": label, "reason": reason} for label, reason in plan.excluded]
+    report["graph_sha256"] = CalibrationCache.graph_hash(to_proto(model))
+    report["data_sha256"] = data_sha
+
+
+def _checked_start(fp32, calibration_data, config: QuantConfig, preprocessing: dict | None):
+    """(model, task, budget, data): everything that can refuse the input, before any calibration."""
+    model = ensure_node_names(ensure_opset(fresh_ir(fp32), QDQ_OPSET))
+    task = detect_task(model, config.task)
+    budget = resolve_budget(task, config.error_budget)
+    if task == "classification" and len(output_dims(model)) != 2:
+        raise InvalidArgument("task='classification' needs a first output shaped (batch, classes); "
+                                   "pass task='other' (relative L2 budget) for this model")
+    data = split_samples(model, calibration_data, config, preprocessing)
+    if not data.calib or len(data.calib) < data.batch:
+        total = len(data.calib) + len(data.holdout)
+        raise CalibrationDataError(f"{total} samples leave fewer than one batch of {data.batch} for calibration")
+    return model, task, budget, data
+
+
+def quantize_model(
+    fp32: ir.Model | onnx.ModelProto,
+    calibration_data,
+    config: QuantConfig | None = None,
+    preprocessing: dict | None = None,
+    progress: bool = True,
+) -> QuantResult:
+    """FP32 graph (not modified) + calibration data → the INT8 plan, with a measured report.
+
+    Example:
+        >>> result = quantize_model(model, np.load("calib.npy"), QuantConfig())
+        >>> result.report["coverage"]        # share of MACs in INT8
+        0.91
+    """
+    config = config or QuantConfig()
+    model, task, budget, data = _checked_start(fp32, calibration_data, config, preprocessing)
+    reference = model
+    report = _settings(config, task, data)
+    with progress_bar(progress) as bar:
+        if config.smoothquant is not None:
+            model, report["smoothquant"] = smoothquant.smooth(model, data.calib_batches, config.smoothquant,
+                                                              progress=bar)
+        analysis = placement.analyse(model)
+        if not analysis.candidates:
+            raise InvalidArgument("the graph has no Conv, ConvTranspose, MatMul or Gemm layer with float "
+                                  "inputs to quantize; build it with precision='fp16' instead")
+        amax, shapes, data_sha = _calibrate_cached(model, analysis, data, config, report, bar)
+        full = build_full_plan(model, analysis, amax, shapes, config.calibrator)
+        plan = _place(model, analysis, full, data, config, budget, report, bar)
+        ref_out = run_model(reference, data.held_batches)
+        model, sim, sim_out = _correct(ref_out, model, plan, data, config, budget, report, bar)
+    _finish_report(report, config, budget, plan, len(analysis.candidates), ref_out, sim_out, model, data_sha)
+    if progress:
+        print_report(report)
+    return QuantResult(fp32=model, sim=sim, plan=plan, report=report, sensitivity=report.get("sensitivity", []))
