@@ -10,7 +10,7 @@ Models and data (all offline):
 * PP-OCRv4 rec (rapidocr_onnxruntime 1.4.4): 500 rendered text lines (seed 21), 64 others (seed 22).
 
 Usage:
-    python bench/quant_accuracy.py --out docs/benchmarks [--models lite0,minilm,ocr] \
+    python bench/quant_accuracy.py --out docs/bench [--models lite0,minilm,ocr] \
         [--modelopt-python /tmp/mo_venv/bin/python]
 """
 
@@ -302,7 +302,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
+    parser.add_argument("--out", type=Path, default=Path("docs/bench"))
     parser.add_argument("--models", default="lite0,minilm,ocr")
     parser.add_argument("--eval", type=int, default=500)
     parser.add_argument("--modelopt-python", default="/tmp/mo_venv/bin/python")

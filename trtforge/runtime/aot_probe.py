@@ -3,8 +3,8 @@
 A ``.pt2`` holds a compiled shared library, and loading it runs native code. On the lent H200
 (torch 2.11.0+cu130), ``aoti_load_package`` died with SIGSEGV inside the loader's constructor.
 That happened for our EfficientNet-Lite0 package, and also for a one-layer ``nn.Linear``
-compiled with plain torch calls in the same process (docs/benchmarks.md, runs
-20–24). A serving process must not die that way. The ``compiled`` route therefore loads each
+compiled with plain torch calls in the same process (docs/benchmark-history.md,
+AOTInductor). A serving process must not die that way. The ``compiled`` route therefore loads each
 package in a child process once (``python -m trtforge.runtime.aot_probe PACKAGE DEVICE``).
 Only if the child loads it cleanly does the route load it in the caller. Otherwise
 ``AotPackageError`` names the package, the signal or error, the torch build, and the ways out.

@@ -16,7 +16,7 @@ Images of mixed sizes take the plain path.
 ``compile_preprocessing`` has ``torch.compile`` fuse uint8 → float, resize, normalise and the
 cast into one kernel. By default (``None``) it is on when the predictor captures CUDA graphs and
 Triton and a C compiler are there. With it, every H200 reading of the graph route at batch 1 from the frame
-buffer was within 1.15× of the model alone (docs/benchmarks.md, runs 13–18). The first call per
+buffer was within 1.15× of the model alone (docs/benchmark-history.md). The first call per
 frame size pays the compile: 5.1 s cold on the H200, 1.2–1.8 s with the capture once Inductor is
 warm. Pass ``False`` to skip it; ``True`` forces it anywhere (on a CPU it needs a C++ compiler).
 

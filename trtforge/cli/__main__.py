@@ -1,0 +1,10 @@
+"""``python -m trtforge.cli``: the ``trtforge`` command without its console script.
+
+Example:
+    $ python -m trtforge.cli --help
+"""
+
+from trtforge.cli import app
+
+if __name__ == "__main__":
+    app(prog_name="trtforge")
