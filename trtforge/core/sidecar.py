@@ -22,7 +22,7 @@ from typing import Any
 
 from trtforge._version import __version__
 from trtforge.core.atomic import atomic_write_bytes
-from trtforge.core.errors import InvalidArgument
+from trtforge.core.errors import InvalidArgument, MissingFile
 from trtforge.core.specs import TensorSpec
 
 SCHEMA_VERSION = 1
@@ -189,7 +189,7 @@ def read_sidecar(path: Path) -> Sidecar:
     if path.suffix != ".json":
         path = path.with_suffix(".json")
     if not path.is_file():
-        raise FileNotFoundError(f"no sidecar at {path}; every trtforge engine has a .json beside it")
+        raise MissingFile(f"no sidecar at {path}; every trtforge engine has a .json beside it")
     try:
         data = json.loads(path.read_text())
     except ValueError as exc:

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-CALIBRATORS: tuple[str, ...] = ("max", "percentile", "entropy", "mse")
+from trtforge.core.config import CALIBRATORS  # noqa: F401 - defined in core
+
 INT8_MAX = 127
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from trtforge.core.config import validate_patterns  # noqa: F401 - defined in core
 from trtforge.quantize.graph_tools import MAC_OPS, SHAPE_OPS, GraphIndex, attr, layer_label
 
 NONLINEAR_OPS = frozenset({"Relu", "Gelu", "Erf", "Tanh", "Sigmoid", "Clip", "HardSwish", "HardSigmoid",
@@ -253,15 +254,6 @@ def _matches(pattern: str, c: Candidate) -> bool:
         return True
     rx = re.compile(pattern)
     return any(rx.search(s) for s in (c.label, c.node, c.output))
-
-
-def validate_patterns(patterns: Sequence[str], what: str) -> None:
-    for p in patterns:
-        try:
-            re.compile(p)
-        except re.error as exc:
-            raise ValueError(f"{what} pattern {p!r} is not a valid regular expression ({exc}); "
-                             "escape special characters, e.g. r'blocks\\.0\\.'") from exc
 
 
 def decide(
