@@ -127,3 +127,16 @@ def test_refuses_to_overwrite_foreign_files(tiny_onnx, tmp_path):
 def test_unsupported_model_type(tmp_path, no_build):
     with pytest.raises(TypeError, match="torch.nn.Module or a path to an .onnx file, not dict"):
         trtforge.compile({"weights": 1}, output_dir=tmp_path)
+
+
+def test_unknown_option_lists_the_valid_ones(tiny_onnx, tmp_path, no_build):
+    with pytest.raises(TypeError, match=r"unknown option\(s\) precison; CompileConfig's options are precision, batch"):
+        trtforge.compile(tiny_onnx, precison="fp16", output_dir=tmp_path)
+
+
+def test_a_config_and_overrides_combine(tiny_onnx, tmp_path, no_build):
+    config = trtforge.CompileConfig(precision="fp32", targets=["sm99"])
+    with pytest.raises(ConfigError, match=r"unknown target\(s\) \['sm99'\]"):
+        trtforge.compile(tiny_onnx, None, config, output_dir=tmp_path)
+    with pytest.raises(ConfigError, match="optimization_level=9 must be 0..5"):
+        trtforge.compile(tiny_onnx, None, config, targets=(), optimization_level=9, output_dir=tmp_path)

@@ -28,6 +28,7 @@ from filelock import FileLock
 
 from trtforge.core import trt
 from trtforge.core.atomic import atomic_write_bytes
+from trtforge.core.errors import InvalidArgument, NotPermitted
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +52,14 @@ def check_timing_cache_path(path: str | os.PathLike[str]) -> Path:
     """
     text = os.fspath(path)
     if not text:
-        raise ValueError("timing_cache='' is empty; pass a file path such as ~/.cache/trtforge/timing.cache")
+        raise InvalidArgument("timing_cache='' is empty; pass a file path such as ~/.cache/trtforge/timing.cache")
     if text.endswith(("/", os.sep)) or (os.altsep and text.endswith(os.altsep)):
-        raise ValueError(
+        raise InvalidArgument(
             f"timing_cache={text!r} ends in a path separator; name a file, e.g. {text.rstrip('/' + os.sep)}/timing.cache"
         )
     resolved = Path(text).expanduser()
     if resolved.is_dir():
-        raise ValueError(f"timing_cache={text!r} is a directory; name a file inside it, e.g. {resolved / 'timing.cache'}")
+        raise InvalidArgument(f"timing_cache={text!r} is a directory; name a file inside it, e.g. {resolved / 'timing.cache'}")
     folder = resolved.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -66,7 +67,7 @@ def check_timing_cache_path(path: str | os.PathLike[str]) -> Path:
         raise OSError(exc.errno, f"timing_cache folder {folder} cannot be created ({exc.strerror or exc}); "
                       "choose a writable location") from exc
     if not os.access(folder, os.W_OK | os.X_OK) or (resolved.exists() and not os.access(resolved, os.R_OK | os.W_OK)):
-        raise OSError(13, f"timing_cache {resolved} cannot be written (permission denied); choose a writable location")
+        raise NotPermitted(13, f"timing_cache {resolved} cannot be written (permission denied); choose a writable location")
     return resolved
 
 
