@@ -24,8 +24,7 @@ from rich.table import Table
 
 import trtforge
 from trtforge.builder.build import build_engine
-from trtforge.builder.config import BuildConfig
-from trtforge.quantize.api import QuantConfig
+from trtforge.core.config import CompileConfig, QuantConfig
 from trtforge.zoo import efficientnet_lite0
 from trtforge.zoo.photos import normalize, photo_crops
 
@@ -99,7 +98,7 @@ def main() -> int:
         for index, (label, consumer) in enumerate(variants.items()):
             path = Path(folder) / f"variant{index}.onnx"
             onnx.save(fold_weight_dequantize(qdq, consumer), path)
-            plan = build_engine(path, BuildConfig.create(precision="int8"), name="lite0_variant", progress=False).plan
+            plan = build_engine(path, CompileConfig(precision="int8"), name="lite0_variant", progress=False).plan
             table.add_row(label, f"{path.stat().st_size / 1e6:.2f}", f"{len(plan) / 1e6:.2f}", "–", "–", "–")
     console.print(table)
     return 0

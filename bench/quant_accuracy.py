@@ -39,9 +39,9 @@ from rich.console import Console  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from trtforge.core.budget import ErrorBudget  # noqa: E402
+from trtforge.core.config import QuantConfig  # noqa: E402
 from trtforge.passes.graph import ort_session  # noqa: E402
-from trtforge.quantize.api import QuantConfig  # noqa: E402
-from trtforge.quantize.budget import ErrorBudget  # noqa: E402
 from trtforge.quantize.coverage import int8_coverage, mac_counts  # noqa: E402
 from trtforge.quantize.data import batches  # noqa: E402
 from trtforge.quantize.quantizer import quantize_model  # noqa: E402
@@ -204,7 +204,7 @@ TRTFORGE_CONFIGS: tuple[tuple[str, QuantConfig], ...] = (
     ("trtforge INT8 mse, no bias corr.", QuantConfig(calibrator="mse", bias_correction=False)),
     ("trtforge INT8 default + SmoothQuant 0.5", QuantConfig(smoothquant=0.5)),
     # The task's default budget: classifier softmax KL ≤ 0.01 and top-1 ≥ 0.95; embedding cosine ≥ 0.99;
-    # other relative L2 ≤ 0.1 (trtforge.quantize.budget.TASK_BUDGETS).
+    # other relative L2 ≤ 0.1 (trtforge.core.budget.TASK_BUDGETS).
     ("trtforge INT8 placement=auto (task budget)", QuantConfig(placement="auto")),
     # The same search with the former default, one relative-L2 limit for every task.
     ("trtforge INT8 placement=auto (rel. L2 ≤ 0.1)", QuantConfig(placement="auto", error_budget=ErrorBudget.of(rel_l2=0.1))),

@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,13 +51,24 @@ class Artifact:
 
     def predictor(self, route: str = "tensorrt", device=None, *, task: str = "classification", **options):
         """An image predictor over this artifact (preprocessing from the sidecar), e.g.
-        ``art.predictor(route="cuda_graph")("cat.jpg").class_id``."""
+        ``art.predictor(route="cuda_graph")("cat.jpg").class_id``.
+
+        ``options`` that ``Predictor`` takes (``top_k``, ``compile_preprocessing``, ...) go to it; the
+        rest go to the route (``trtforge.load``).
+        """
         from trtforge.vision.predictor import Predictor
 
-        keys = ("labels", "top_k", "num_detections", "threshold", "cuda_graph")
-        predictor_options = {k: options.pop(k) for k in keys if k in options}
-        engine = self.engine(route, device, **options)
+        names = predictor_option_names(Predictor)
+        predictor_options = {k: v for k, v in options.items() if k in names}
+        route_options = {k: v for k, v in options.items() if k not in names}
+        engine = self.engine(route, device, **route_options)
         return Predictor(engine, self.sidecar.preprocessing, task=task, **predictor_options)
 
     def __str__(self) -> str:
         return f"Artifact({self.engine_path}, precision={self.precision}, {self.sidecar.engine_size} bytes)"
+
+
+def predictor_option_names(predictor: type) -> frozenset[str]:
+    """The keyword-only options of ``predictor.__init__`` (read from its signature, never listed by hand)."""
+    parameters = inspect.signature(predictor.__init__).parameters.values()
+    return frozenset(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)

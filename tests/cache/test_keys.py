@@ -12,11 +12,11 @@ import pytest
 import torch
 from tiny_model import EXAMPLE_SHAPE, TinyNet
 
-from trtforge.builder.config import NOT_IN_KEY, BuildConfig
-from trtforge.builder.profiles import BatchProfile
 from trtforge.cache import engine_cache
 from trtforge.cache.request_key import request_key
 from trtforge.core import trt
+from trtforge.core.batch import BatchProfile
+from trtforge.core.config import ENGINE, GRAPH, NOT_IN_KEY, OUTPUT, CompileConfig, QuantConfig, options_of
 from trtforge.pipeline import compile as compile_model
 
 pytestmark = pytest.mark.needs_trt
@@ -27,30 +27,28 @@ KEYS_SCRIPT = """
 import json, sys, torch
 sys.path.insert(0, sys.argv[1])
 from tiny_model import TinyNet, EXAMPLE_SHAPE
-from trtforge.builder.config import BuildConfig
 from trtforge.cache.engine_cache import engine_key
 from trtforge.cache.request_key import request_key
+from trtforge.core.config import CompileConfig
 onnx_path = sys.argv[2]
-cfg = BuildConfig.create(precision="fp16", batch="1:4:8", targets=["sm89"])
+cfg = CompileConfig(precision="fp16", batch="1:4:8", targets=["sm89"], name="tiny")
 torch.manual_seed(0)
 model = TinyNet().eval()
 print(json.dumps({
-    "onnx_request": request_key(onnx_path, None, cfg, name="tiny", input_names=None, output_names=None),
-    "module_request": request_key(model, (torch.zeros(*EXAMPLE_SHAPE),), cfg, name="tiny", input_names=None,
-                                  output_names=None),
+    "onnx_request": request_key(onnx_path, None, cfg),
+    "module_request": request_key(model, (torch.zeros(*EXAMPLE_SHAPE),), cfg),
     "engine": engine_key(open(onnx_path, "rb").read(), cfg, network_name="tiny_fp16"),
 }))
 """
 
 
 def _keys_here(onnx_path: Path) -> dict:
-    cfg = BuildConfig.create(precision="fp16", batch="1:4:8", targets=["sm89"])
+    cfg = CompileConfig(precision="fp16", batch="1:4:8", targets=["sm89"], name="tiny")
     torch.manual_seed(0)
     model = TinyNet().eval()
     return {
-        "onnx_request": request_key(onnx_path, None, cfg, name="tiny", input_names=None, output_names=None),
-        "module_request": request_key(model, (torch.zeros(*EXAMPLE_SHAPE),), cfg, name="tiny", input_names=None,
-                                      output_names=None),
+        "onnx_request": request_key(onnx_path, None, cfg),
+        "module_request": request_key(model, (torch.zeros(*EXAMPLE_SHAPE),), cfg),
         "engine": engine_cache.engine_key(onnx_path.read_bytes(), cfg, network_name="tiny_fp16"),
     }
 
@@ -63,11 +61,11 @@ def test_keys_are_the_same_in_another_process(tiny_onnx):
     assert len(set(theirs.values())) == 3
 
 
-BASE = BuildConfig.create(precision="fp16")
-#: One changed value per config field that reaches the engine's bytes.
-CHANGED: dict[str, object] = {
+BASE = CompileConfig(precision="fp16", name="m")
+#: One changed value per option that reaches the engine's bytes: each changes the engine key.
+ENGINE_CHANGES: dict[str, object] = {
     "precision": "fp32",
-    "batches": (BatchProfile(1, 8, 32),),
+    "batch": (BatchProfile(1, 8, 32),),
     "shapes": (("x", ((1, 3, 8, 8), (1, 3, 16, 16), (1, 3, 32, 32))),),
     "targets": ("sm89",),
     "optimization_level": 5,
@@ -76,19 +74,60 @@ CHANGED: dict[str, object] = {
     "version_compatible": True,
     "refittable": True,
     "strip_weights": True,
+    "name": "other",
+}
+#: Options that change the processed graph: the request key reads them (the engine key reads the graph).
+GRAPH_CHANGES: dict[str, object] = {
+    "input_names": ("images",),
+    "output_names": ("logits",),
+    "quant": QuantConfig(calibrator="entropy"),
+}
+#: Options that do not affect the engine: no key may read them.
+NOT_AFFECTING: dict[str, object] = {
+    "output_dir": Path("elsewhere"),
+    "preprocessing": {"mean": [0.5]},
+    "progress": False,
+    "cache": False,
+    "cache_dir": Path("/tmp/trtforge-other-cache"),
+    "timing_cache": Path("/tmp/trtforge-timing.cache"),
+    "notes": ("a note",),
 }
 
 
 def test_every_config_field_is_covered_here():
-    fields = {f.name for f in dataclasses.fields(BuildConfig)}
-    assert fields - set(NOT_IN_KEY) == set(CHANGED), "a new BuildConfig field needs a key test"
+    fields = {f.name for f in dataclasses.fields(CompileConfig)}
+    assert fields == set(ENGINE_CHANGES) | set(GRAPH_CHANGES) | set(NOT_AFFECTING), \
+        "a new CompileConfig field needs a key test"
+    affects = dict((name, opt.affects) for name, opt in options_of(CompileConfig))
+    assert {n for n, a in affects.items() if a == ENGINE} == set(ENGINE_CHANGES)
+    assert {n for n, a in affects.items() if a == GRAPH} == set(GRAPH_CHANGES)
+    assert {n for n, a in affects.items() if a == OUTPUT} == set(NOT_AFFECTING) == set(NOT_IN_KEY)
 
 
-@pytest.mark.parametrize("field", sorted(CHANGED))
-def test_each_config_field_changes_the_engine_key(field):
-    key = engine_cache.engine_key(b"graph", BASE, network_name="m_fp16")
-    changed = dataclasses.replace(BASE, **{field: CHANGED[field]})
-    assert engine_cache.engine_key(b"graph", changed, network_name="m_fp16") != key
+def _keys(config: CompileConfig, onnx_path: Path) -> tuple[str, str]:
+    return (engine_cache.engine_key(b"graph", config, network_name="m_fp16"), request_key(onnx_path, None, config))
+
+
+@pytest.mark.parametrize("field", sorted(ENGINE_CHANGES))
+def test_each_engine_option_changes_the_engine_and_request_keys(field, tiny_onnx):
+    engine, request = _keys(BASE, tiny_onnx)
+    changed_engine, changed_request = _keys(dataclasses.replace(BASE, **{field: ENGINE_CHANGES[field]}), tiny_onnx)
+    assert changed_engine != engine and changed_request != request
+
+
+@pytest.mark.parametrize("field", sorted(GRAPH_CHANGES))
+def test_each_graph_option_changes_the_request_key_only(field, tiny_onnx):
+    base = dataclasses.replace(BASE, precision="int8") if field == "quant" else BASE
+    engine, request = _keys(base, tiny_onnx)
+    changed_engine, changed_request = _keys(dataclasses.replace(base, **{field: GRAPH_CHANGES[field]}), tiny_onnx)
+    assert changed_request != request
+    assert changed_engine == engine  # the engine key sees these through the processed graph's bytes
+
+
+@pytest.mark.parametrize("field", sorted(NOT_AFFECTING))
+def test_options_that_do_not_affect_the_engine_change_no_key(field, tiny_onnx):
+    changed = dataclasses.replace(BASE, **{field: NOT_AFFECTING[field]})
+    assert _keys(changed, tiny_onnx) == _keys(BASE, tiny_onnx)
 
 
 def test_graph_name_toolchain_change_the_key(monkeypatch):
@@ -108,22 +147,21 @@ def test_graph_name_toolchain_change_the_key(monkeypatch):
 
 
 def test_timing_cache_path_does_not_change_the_key(tmp_path):
-    with_cache = BuildConfig.create(precision="fp16", timing_cache=tmp_path / "t.cache")
+    with_cache = CompileConfig(precision="fp16", name="m", timing_cache=tmp_path / "t.cache")
     assert engine_cache.engine_key(b"g", with_cache, network_name="m") == engine_cache.engine_key(
         b"g", BASE, network_name="m")
 
 
 def test_request_key_follows_weights_and_input_shapes(tiny_module):
-    cfg = BuildConfig.create()
+    cfg = CompileConfig(name="t")
     x = (torch.zeros(*EXAMPLE_SHAPE),)
-    key = request_key(tiny_module, x, cfg, name="t", input_names=None, output_names=None)
-    assert request_key(tiny_module, x, cfg, name="t", input_names=None, output_names=None) == key
-    assert request_key(tiny_module, (torch.zeros(1, 3, 32, 32),), cfg, name="t", input_names=None,
-                       output_names=None) != key
-    assert request_key(tiny_module, x, cfg, name="t", input_names=["images"], output_names=None) != key
+    key = request_key(tiny_module, x, cfg)
+    assert request_key(tiny_module, x, cfg) == key
+    assert request_key(tiny_module, (torch.zeros(1, 3, 32, 32),), cfg) != key
+    assert request_key(tiny_module, x, dataclasses.replace(cfg, input_names=["images"])) != key
     with torch.no_grad():
         tiny_module.head.bias[0] += 1e-3
-    assert request_key(tiny_module, x, cfg, name="t", input_names=None, output_names=None) != key
+    assert request_key(tiny_module, x, cfg) != key
 
 
 def test_output_dir_preprocessing_and_notes_do_not_change_the_key(tiny_onnx, tmp_path):

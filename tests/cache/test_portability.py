@@ -8,15 +8,14 @@ from pathlib import Path
 import pytest
 
 import trtforge.pipeline as pipeline
-from trtforge.builder import config as config_module
 from trtforge.builder import portability, timing_cache
-from trtforge.builder.config import BuildConfig, BuildConfigError
-from trtforge.core import trt
+from trtforge.core import machine, trt
+from trtforge.core.config import CompileConfig, ConfigError
 from trtforge.core.sidecar import read_sidecar, write_sidecar
 
 pytestmark = pytest.mark.needs_trt
 
-BASE = BuildConfig.create(precision="fp16")
+BASE = CompileConfig(precision="fp16")
 
 
 @pytest.mark.parametrize(("changes", "suffix"), [
@@ -57,7 +56,7 @@ def test_build_matrix_one_engine_per_target_and_one_multi_target(tiny_onnx, tmp_
 
 def test_build_matrix_refuses_an_unknown_target_before_building(tiny_onnx, tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "build_engine", _no_work)
-    with pytest.raises(BuildConfigError, match="unknown target"):
+    with pytest.raises(ConfigError, match="unknown target"):
         pipeline.build_matrix(tiny_onnx, targets=["sm86", "sm99"], output_dir=tmp_path, cache=False)
 
 
@@ -70,28 +69,30 @@ def _no_work(*args, **kwargs):
     ({"hardware_compatibility": "turing_plus"}, "choose one of ampere_plus, same_compute_capability"),
 ])
 def test_refusals_happen_before_export(tiny_module, tmp_path, monkeypatch, options, message):
-    monkeypatch.setattr(portability, "find_lean_runtime", lambda: None)
-    monkeypatch.setattr(config_module, "find_lean_runtime", lambda: None)
+    monkeypatch.setattr(machine, "find_lean_runtime", lambda: None)
     monkeypatch.setattr(pipeline, "export_onnx", _no_work)
-    with pytest.raises(BuildConfigError, match=message):
+    with pytest.raises(ConfigError, match=message):
         pipeline.compile(tiny_module, (None,), output_dir=tmp_path, cache=False, **options)
 
 
 @pytest.mark.skipif(not trt.info().is_rtx, reason="TensorRT-RTX behaviour")
 def test_rtx_refuses_hardware_levels_and_gpu_only_builds(monkeypatch):
-    with pytest.raises(BuildConfigError, match="TensorRT-RTX ignores hardware compatibility"):
-        BuildConfig.create(hardware_compatibility="ampere_plus")
-    monkeypatch.setattr(config_module, "cuda_device_count", lambda: 0)
+    with pytest.raises(ConfigError, match="TensorRT-RTX ignores hardware compatibility"):
+        CompileConfig(hardware_compatibility="ampere_plus").check_toolchain()
+    monkeypatch.setattr(machine, "cuda_device_count", lambda: 0)
     for option in ("refittable", "strip_weights"):
-        with pytest.raises(BuildConfigError, match="on a GPU, and this machine has none"):
-            BuildConfig.create(**{option: True})
-    monkeypatch.setattr(config_module, "cuda_device_count", lambda: 1)
-    assert BuildConfig.create(refittable=True, strip_weights=True).refittable
+        with pytest.raises(ConfigError, match="on a GPU, and this machine has none"):
+            CompileConfig(**{option: True}).check_toolchain()
+    monkeypatch.setattr(machine, "cuda_device_count", lambda: 1)
+    both = CompileConfig(refittable=True, strip_weights=True)
+    both.check_toolchain()
+    assert both.refittable
 
 
 def test_version_compatible_passes_with_the_lean_runtime_and_records_host_code(monkeypatch):
-    monkeypatch.setattr(config_module, "find_lean_runtime", lambda: Path("/opt/trt/libnvinfer_lean.so.10"))
-    cfg = BuildConfig.create(version_compatible=True)
+    monkeypatch.setattr(machine, "find_lean_runtime", lambda: Path("/opt/trt/libnvinfer_lean.so.10"))
+    cfg = CompileConfig(version_compatible=True)
+    cfg.check_toolchain()
     record = portability.builder_record(cfg)
     assert record["host_code"] is True and record["version_compatible"] is True
     assert portability.builder_record(BASE)["host_code"] is False

@@ -32,7 +32,7 @@ def test_compile_and_refit_process_byte_identical_graphs(tiny_onnx, tmp_path, pr
     assert built == direct == via_refit
     # The bytes written are the bytes hashed into the sidecar (one serialisation feeds every use).
     sidecar = read_sidecar(art.sidecar_path)
-    assert sidecar.source["onnx_sha256"] == hashlib.sha256(built).hexdigest()
+    assert sidecar.source.onnx_sha256 == hashlib.sha256(built).hexdigest()
 
 
 def test_capture_and_build_serialises_each_graph_once_by_design():

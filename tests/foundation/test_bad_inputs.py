@@ -10,10 +10,10 @@ from onnx import TensorProto, helper
 
 import trtforge
 from trtforge.builder.build import OnnxParseError
-from trtforge.builder.config import BuildConfigError
-from trtforge.builder.profiles import BatchSpecError
 from trtforge.capture.export import ExampleInputsError
 from trtforge.capture.onnx_file import NotOnnxError
+from trtforge.core.batch import BatchSpecError
+from trtforge.core.config import ConfigError
 
 
 @pytest.fixture()
@@ -71,9 +71,9 @@ def test_bad_batch_specs(tiny_onnx, tmp_path, no_build, batch, message):
 
 
 def test_unknown_precision_and_target(tiny_onnx, tmp_path, no_build):
-    with pytest.raises(BuildConfigError, match="unknown precision 'fp8'.*fp32, fp16, bf16, int8"):
+    with pytest.raises(ConfigError, match="unknown precision 'fp8'.*fp32, fp16, bf16, int8"):
         trtforge.compile(tiny_onnx, precision="fp8", output_dir=tmp_path)
-    with pytest.raises(BuildConfigError, match=r"unknown target\(s\) \['sm99'\].*sm86"):
+    with pytest.raises(ConfigError, match=r"unknown target\(s\) \['sm99'\].*sm86"):
         trtforge.compile(tiny_onnx, targets=["sm99"], output_dir=tmp_path)
 
 
@@ -93,7 +93,7 @@ def test_name_with_path_separator(tiny_onnx, tmp_path, no_build, name):
 
 
 def test_int8_without_calibration_data(tiny_onnx, tmp_path, no_build):
-    with pytest.raises(BuildConfigError, match="needs calibration_data"):
+    with pytest.raises(ConfigError, match="needs calibration_data"):
         trtforge.compile(tiny_onnx, precision="int8", output_dir=tmp_path)
 
 
@@ -127,3 +127,16 @@ def test_refuses_to_overwrite_foreign_files(tiny_onnx, tmp_path):
 def test_unsupported_model_type(tmp_path, no_build):
     with pytest.raises(TypeError, match="torch.nn.Module or a path to an .onnx file, not dict"):
         trtforge.compile({"weights": 1}, output_dir=tmp_path)
+
+
+def test_unknown_option_lists_the_valid_ones(tiny_onnx, tmp_path, no_build):
+    with pytest.raises(TypeError, match=r"unknown option\(s\) precison; CompileConfig's options are precision, batch"):
+        trtforge.compile(tiny_onnx, precison="fp16", output_dir=tmp_path)
+
+
+def test_a_config_and_overrides_combine(tiny_onnx, tmp_path, no_build):
+    config = trtforge.CompileConfig(precision="fp32", targets=["sm99"])
+    with pytest.raises(ConfigError, match=r"unknown target\(s\) \['sm99'\]"):
+        trtforge.compile(tiny_onnx, None, config, output_dir=tmp_path)
+    with pytest.raises(ConfigError, match="optimization_level=9 must be 0..5"):
+        trtforge.compile(tiny_onnx, None, config, targets=(), optimization_level=9, output_dir=tmp_path)

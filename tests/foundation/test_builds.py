@@ -11,8 +11,8 @@ import torch
 
 import trtforge
 from trtforge.builder.build import build_engine
-from trtforge.builder.config import BuildConfig
 from trtforge.core import trt
+from trtforge.core.config import CompileConfig
 from trtforge.core.ort_session import session
 from trtforge.core.sidecar import read_sidecar, sha256_file
 
@@ -51,7 +51,7 @@ def test_efficientnet_lite0_builds(lite0_onnx, tmp_path, precision, batch, profi
 
 
 def test_builds_are_deterministic(lite0_onnx):
-    config = BuildConfig.create(precision="fp16", batch=(1, 4, 8))
+    config = CompileConfig(precision="fp16", batch=(1, 4, 8))
     a = build_engine(lite0_onnx, config, name="lite0_fp16", progress=False).plan
     b = build_engine(lite0_onnx, config, name="lite0_fp16", progress=False).plan
     assert a == b

@@ -13,10 +13,10 @@ import torch
 
 import trtforge
 from trtforge.builder.build import BuildCancelled, build_engine
-from trtforge.builder.config import BuildConfig
 from trtforge.builder.progress import BuildProgress
 from trtforge.capture.export import export_onnx
 from trtforge.capture.onnx_file import graph_io, load_onnx
+from trtforge.core.config import CompileConfig
 from trtforge.core.ort_session import session
 
 
@@ -79,5 +79,5 @@ def test_ctrl_c_cancels_the_build_cleanly(lite0_onnx, monkeypatch):
     monkeypatch.setattr(BuildProgress, "phase_start", interrupt_once)
     before = signal.getsignal(signal.SIGINT)  # default_int_handler, or SIG_IGN in a background job
     with pytest.raises(BuildCancelled, match="cancelled by the user"):
-        build_engine(lite0_onnx, BuildConfig.create(precision="fp32"), name="cancel_me", progress=False)
+        build_engine(lite0_onnx, CompileConfig(precision="fp32"), name="cancel_me", progress=False)
     assert signal.getsignal(signal.SIGINT) == before  # the caller's handler is back

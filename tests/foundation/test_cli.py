@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import typer
 from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
+import trtforge
 from trtforge.cli import app
+from trtforge.cli.app import guarded
+from trtforge.cli.build import BUILD_PARAMETERS, QUANT_PARAMETERS, config_from_cli
+from trtforge.core.config import CompileConfig, QuantConfig
+from trtforge.core.errors import InvalidArgument
+
+trtforge_root = Path(trtforge.__file__).parent
 
 runner = CliRunner()
 
@@ -51,3 +65,102 @@ def test_bad_input_is_one_clear_line(tmp_path):
     assert "Traceback" not in result.output
     missing = runner.invoke(app, ["inspect", str(tmp_path / "none.json")])
     assert missing.exit_code == 2 and "no sidecar" in missing.output
+
+
+def test_user_errors_print_literally_without_markup_or_emoji(tmp_path):
+    model = _tiny(tmp_path)
+    # ":-1:" is rich's thumbs-down emoji code and "[red]" is markup: both must print as typed.
+    result = runner.invoke(app, ["build", str(model), "--batch=-1:-1:-1", "-o", str(tmp_path)])
+    assert result.exit_code == 2 and "error:" in result.output
+    assert "-1:-1:-1" in result.output and "Traceback" not in result.output
+    named = runner.invoke(app, ["build", str(model), "--name", "a[red]b", "-o", str(tmp_path)])
+    assert named.exit_code == 2 and "name 'a[red]b'" in named.output
+
+
+def _guarded_app(error: BaseException) -> typer.Typer:
+    """A one-command app whose command raises ``error`` behind the CLI's handler."""
+    small = typer.Typer()
+
+    @small.command()
+    @guarded
+    def fail() -> None:
+        raise error
+
+    @small.command()
+    @guarded
+    def other() -> None:  # a second command, so typer keeps the command name
+        pass
+
+    return small
+
+
+def test_a_bug_keeps_its_traceback_and_says_it_is_a_bug():
+    result = runner.invoke(_guarded_app(TypeError("unsupported operand")), ["fail"])
+    assert result.exit_code == 1
+    assert "Traceback" in result.output and "TypeError: unsupported operand" in result.output
+    assert "bug in trtforge" in result.output
+
+
+def test_exit_codes_of_user_errors_interrupts_and_os_errors():
+    user = runner.invoke(_guarded_app(InvalidArgument("batch=0: pass batch=1")), ["fail"])
+    assert user.exit_code == 2 and "error: batch=0: pass batch=1" in user.output and "Traceback" not in user.output
+    cancelled = runner.invoke(_guarded_app(KeyboardInterrupt()), ["fail"])
+    assert cancelled.exit_code == 130 and "cancelled" in cancelled.output
+    full = runner.invoke(_guarded_app(OSError(errno.ENOSPC, "No space left on device", "/out/m.engine")), ["fail"])
+    assert full.exit_code == 1 and "No space left on device" in full.output
+    assert "Traceback" not in full.output and "bug" not in full.output
+    # A builtin raise is no longer taken for a user error: it is a bug, with its traceback.
+    plain = runner.invoke(_guarded_app(ValueError("x")), ["fail"])
+    assert plain.exit_code == 1 and "Traceback" in plain.output and "bug in trtforge" in plain.output
+
+
+def test_build_options_are_the_config_fields():
+    names = {p.name for p in BUILD_PARAMETERS + QUANT_PARAMETERS}
+    for flag in ("precision", "batch", "target", "output_dir", "name", "opt_level", "workspace_mb", "calibrator",
+                 "smoothquant", "bias_correction", "placement", "error_budget", "exclude", "include",
+                 "preprocessing", "quiet", "cache", "cache_dir", "timing_cache", "hardware_compatibility",
+                 "version_compatible", "refittable", "strip_weights"):
+        assert flag in names
+    config = config_from_cli({**{p.name: _default(p) for p in BUILD_PARAMETERS + QUANT_PARAMETERS},
+                              "workspace_mb": 64, "quiet": True, "target": ["sm89"], "exclude": ["_fc"]})
+    assert config.workspace_bytes == 64 << 20 and config.progress is False and config.targets == ("sm89",)
+    assert config.quant.exclude == ("_fc",) and config.quant.cache_dir == Path("trtforge_out") / "calib_cache"
+    assert dataclasses.replace(config, progress=True, workspace_bytes=None, targets=(), quant=QuantConfig()) \
+        == dataclasses.replace(CompileConfig(), quant=QuantConfig())
+
+
+def _default(parameter):
+    return parameter.signature().default
+
+
+LAZY_SCRIPT = """
+import json, sys
+from typer.testing import CliRunner
+import trtforge
+from trtforge.cli import app
+from trtforge.core.sidecar import Sidecar, write_sidecar
+from trtforge.core.specs import TensorSpec
+folder = sys.argv[1]
+trtforge.load, trtforge.CompileConfig, trtforge.Artifact
+engine = folder + "/m_fp16.engine"
+open(engine, "wb").write(b"engine bytes")
+import hashlib
+write_sidecar(folder + "/m_fp16.json", Sidecar(
+    name="m", engine_file="m_fp16.engine", engine_size=12, engine_sha256=hashlib.sha256(b"engine bytes").hexdigest(),
+    inputs=(TensorSpec("x", "float32", (-1, 3)),), outputs=(TensorSpec("y", "float32", (-1, 3)),),
+    profiles=(), precision={"built": "fp16"}, builder={"flavour": "tensorrt_rtx"}, source={"kind": "onnx"}))
+runner = CliRunner()
+codes = [runner.invoke(app, args).exit_code for args in (
+    ["--help"], ["build", "--help"], ["inspect", folder + "/m_fp16.json"], ["cache", "ls", "--cache-dir", folder + "/c"])]
+heavy = ("torch", "onnx", "onnxscript", "onnx_ir", "onnxruntime", "tensorrt", "tensorrt_rtx", "trtforge.pipeline",
+         "trtforge.capture", "trtforge.passes", "trtforge.quantize", "trtforge.builder.build", "trtforge.vision")
+print(json.dumps({"codes": codes, "loaded": sorted(m for m in sys.modules if m.startswith(heavy))}))
+"""
+
+
+def test_help_inspect_cache_and_load_never_import_the_compile_stack(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(trtforge_root).parent)}
+    out = subprocess.run([sys.executable, "-c", LAZY_SCRIPT, str(tmp_path)], env=env, check=True,
+                         capture_output=True, text=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"codes": [0, 0, 0, 0], "loaded": []}

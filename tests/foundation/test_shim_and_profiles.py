@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trtforge.builder.profiles import BatchProfile, BatchSpecError, parse_batch, resolve_profiles
+from trtforge.builder.profiles import resolve_profiles
 from trtforge.core import trt
+from trtforge.core.batch import BatchProfile, BatchSpecError, parse_batch
 from trtforge.core.specs import TensorSpec
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from trtforge.quantize.api import QuantConfig
+from trtforge.core.config import QuantConfig
 from trtforge.quantize.quantizer import quantize_model
 from trtforge.quantize.report import run_model
 

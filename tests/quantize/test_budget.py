@@ -10,9 +10,9 @@ import numpy as np
 import onnx
 import pytest
 
+from trtforge.core.budget import TASK_BUDGETS, ErrorBudget, Limit, resolve_budget
+from trtforge.core.config import QuantConfig
 from trtforge.passes.graph import ort_session
-from trtforge.quantize.api import QuantConfig
-from trtforge.quantize.budget import TASK_BUDGETS, ErrorBudget, Limit, resolve_budget
 from trtforge.quantize.quantizer import quantize_model
 from trtforge.quantize.task import detect_task
 

@@ -12,9 +12,9 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from trtforge.cli import app
+from trtforge.core.budget import ErrorBudget
+from trtforge.core.config import QuantConfig
 from trtforge.core.sidecar import read_sidecar
-from trtforge.quantize.api import QuantConfig
-from trtforge.quantize.budget import ErrorBudget
 from trtforge.quantize.quantizer import quantize_model
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 

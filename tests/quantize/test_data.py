@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from trtforge.quantize.api import QuantConfig
+from trtforge.core.config import QuantConfig
 from trtforge.quantize.data import CalibrationDataError, load_calibration, preprocess_image
 from trtforge.quantize.quantizer import quantize_model
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING

@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from trtforge.core import trt
-from trtforge.quantize.api import QuantConfig
+from trtforge.core.config import QuantConfig
 from trtforge.quantize.coverage import int8_coverage, mac_counts
 from trtforge.quantize.quantizer import quantize_model
 

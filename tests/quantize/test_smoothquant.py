@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from trtforge.capture.export import export_onnx
+from trtforge.core.config import QuantConfig
 from trtforge.passes.cleanup import cleanup
 from trtforge.passes.graph import load_ir, to_proto
-from trtforge.quantize.api import QuantConfig
 from trtforge.quantize.data import batches
 from trtforge.quantize.quantizer import quantize_model
 from trtforge.quantize.report import per_sample_errors, run_model

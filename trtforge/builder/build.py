@@ -1,7 +1,7 @@
 """Parse an ONNX file with TensorRT's parser and build a strongly typed engine plan.
 
 Example:
-    >>> result = build_engine(Path("m_fp16.onnx"), BuildConfig.create(batch="1:8:32"), name="m")
+    >>> result = build_engine(Path("m_fp16.onnx"), CompileConfig(batch="1:8:32"), name="m")
     >>> len(result.plan), result.seconds
 """
 
@@ -14,12 +14,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from trtforge.builder.config import BuildConfig
 from trtforge.builder.portability import apply_portability, builder_record
 from trtforge.builder.profiles import resolve_profiles
 from trtforge.builder.progress import BuildProgress
 from trtforge.builder.timing_cache import TimingCacheSession
 from trtforge.core import trt
+from trtforge.core.config import CompileConfig
 from trtforge.core.errors import Cancelled, InvalidArgument, Unsupported
 from trtforge.core.specs import TensorSpec
 
@@ -113,7 +113,7 @@ def parse_network(builder, path: Path, logger: RecordingLogger):
     return network, parser
 
 
-def configure(builder, network, config: BuildConfig, monitor: BuildProgress | None):
+def configure(builder, network, config: CompileConfig, monitor: BuildProgress | None):
     """An ``IBuilderConfig`` carrying profiles, targets, optimisation level and workspace."""
     mod = trt.bindings()
     info = trt.info()
@@ -122,7 +122,7 @@ def configure(builder, network, config: BuildConfig, monitor: BuildProgress | No
     if config.workspace_bytes is not None:
         cfg.set_memory_pool_limit(mod.MemoryPoolType.WORKSPACE, config.workspace_bytes)
     inputs = tuple(_spec(network.get_input(i)) for i in range(network.num_inputs))
-    profiles = resolve_profiles(inputs, config.batches, config.shapes_map)
+    profiles = resolve_profiles(inputs, config.batch, config.shapes_map)
     if any(any(d < 0 for d in s.shape) for s in inputs):
         for profile in profiles:
             opt_profile = builder.create_optimization_profile()
@@ -142,7 +142,7 @@ def configure(builder, network, config: BuildConfig, monitor: BuildProgress | No
 
 def build_engine(
     onnx_path: Path,
-    config: BuildConfig,
+    config: CompileConfig,
     *,
     name: str,
     progress: bool = True,

@@ -28,7 +28,7 @@ from filelock import FileLock
 
 from trtforge.core import trt
 from trtforge.core.atomic import atomic_write_bytes
-from trtforge.core.errors import InvalidArgument
+from trtforge.core.errors import InvalidArgument, NotPermitted
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def check_timing_cache_path(path: str | os.PathLike[str]) -> Path:
         raise OSError(exc.errno, f"timing_cache folder {folder} cannot be created ({exc.strerror or exc}); "
                       "choose a writable location") from exc
     if not os.access(folder, os.W_OK | os.X_OK) or (resolved.exists() and not os.access(resolved, os.R_OK | os.W_OK)):
-        raise OSError(13, f"timing_cache {resolved} cannot be written (permission denied); choose a writable location")
+        raise NotPermitted(13, f"timing_cache {resolved} cannot be written (permission denied); choose a writable location")
     return resolved
 
 

@@ -47,7 +47,8 @@ from filelock import FileLock, Timeout
 from trtforge._version import __version__
 from trtforge.core import trt
 from trtforge.core.atomic import atomic_write_bytes
-from trtforge.core.errors import TrtforgeError
+from trtforge.core.config import CompileConfig
+from trtforge.core.errors import InvalidArgument, NotAFolder, NotPermitted, TrtforgeError
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ def default_max_bytes() -> int:
     try:
         return int(value)
     except ValueError as exc:
-        raise ValueError(f"{ENV_CACHE_MAX_BYTES}={value!r} must be a byte count, e.g. 10737418240") from exc
+        raise InvalidArgument(f"{ENV_CACHE_MAX_BYTES}={value!r} must be a byte count, e.g. 10737418240") from exc
 
 
 def digest_of(fields: Mapping[str, Any]) -> str:
@@ -95,8 +96,8 @@ def toolchain() -> dict[str, Any]:
     return {"flavour": info.flavour, "tensorrt": info.version, "trtforge": __version__, "format": ENTRY_FORMAT}
 
 
-def engine_key(processed_onnx: bytes, config: Any, *, network_name: str) -> str:
-    """The key over everything that changes the engine's bytes.
+def engine_key(processed_onnx: bytes, config: CompileConfig, *, network_name: str) -> str:
+    """The key over everything that changes the engine's bytes (the config's ``ENGINE`` options).
 
     ``network_name`` is written into the plan, so it belongs to the key; the output folder does not.
     """
@@ -170,14 +171,14 @@ class EngineCache:
         self.directory = Path(directory).expanduser() if directory is not None else default_cache_dir()
         self.max_bytes = default_max_bytes() if max_bytes is None else int(max_bytes)
         if self.max_bytes <= 0:
-            raise ValueError(f"cache max_bytes={self.max_bytes} must be positive")
+            raise InvalidArgument(f"cache max_bytes={self.max_bytes} must be positive")
         if self.directory.exists() and not self.directory.is_dir():
-            raise NotADirectoryError(f"cache_dir {self.directory} is a file; pass a folder")
+            raise NotAFolder(f"cache_dir {self.directory} is a file; pass a folder")
         try:
             for sub in ("entries", "requests", "locks"):
                 (self.directory / sub).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise PermissionError(
+            raise NotPermitted(
                 f"engine cache folder {self.directory} cannot be created ({exc.strerror or exc}); pass "
                 f"cache_dir= (or set ${ENV_CACHE_DIR}) to a writable folder, or cache=False"
             ) from exc

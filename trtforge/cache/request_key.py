@@ -9,8 +9,7 @@ TensorRT and trtforge. Requests it cannot hash (int8 with calibration data) get 
 they still hit at the engine key, after capture and quantization.
 
 Example:
-    >>> key = request_key(model, (torch.zeros(1, 3, 224, 224),), config, name="lite0", input_names=None,
-    ...                   output_names=None)
+    >>> key = request_key(model, (torch.zeros(1, 3, 224, 224),), CompileConfig(name="lite0"))
 """
 
 from __future__ import annotations
@@ -20,12 +19,11 @@ import hashlib
 import importlib.metadata
 import inspect
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trtforge.builder.config import BuildConfig
 from trtforge.cache.engine_cache import digest_of, toolchain
+from trtforge.core.config import CompileConfig
 
 #: Distributions whose versions change the captured or processed graph.
 GRAPH_LIBRARIES: tuple[str, ...] = ("torch", "onnx", "onnx-ir", "onnxscript")
@@ -118,16 +116,9 @@ def module_fingerprint(model: Any, example_inputs: Any) -> dict[str, Any]:
     }
 
 
-def request_key(
-    model_or_onnx: Any,
-    example_inputs: Any,
-    config: BuildConfig,
-    *,
-    name: str,
-    input_names: Sequence[str] | None,
-    output_names: Sequence[str] | None,
-) -> str:
-    """sha256 over what ``compile`` was asked (see the module docstring)."""
+def request_key(model_or_onnx: Any, example_inputs: Any, config: CompileConfig) -> str:
+    """sha256 over what ``compile`` was asked (see the module docstring): the model and every option
+    that changes the engine or the graph (``config.key_fields()``, ``config.graph_fields()``)."""
     if isinstance(model_or_onnx, (str, Path)):
         model = {"kind": "onnx", **onnx_fingerprint(Path(model_or_onnx))}
     else:
@@ -136,9 +127,7 @@ def request_key(
         "kind": "request",
         "model": model,
         "config": config.key_fields(),
-        "name": name,
-        "input_names": list(input_names or []),
-        "output_names": list(output_names or []),
+        "graph": config.graph_fields(),
         "libraries": _versions(),
         **toolchain(),
     })

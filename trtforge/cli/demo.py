@@ -10,12 +10,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
+import typer
 from rich.console import Console
 from rich.table import Table
 
 from trtforge.builder.targets import where_it_runs
+from trtforge.cli.app import app, console, guarded
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,8 @@ class DemoRow:
 
 def ort_logits(onnx_path: Path, x: np.ndarray, input_name: str, batch: int = 16) -> np.ndarray:
     """Run ``onnx_path`` in ONNX Runtime on the CPU, in batches."""
+    import numpy as np
+
     from trtforge.core.ort_session import session as ort_session
 
     session = ort_session(onnx_path)
@@ -38,6 +45,7 @@ def ort_logits(onnx_path: Path, x: np.ndarray, input_name: str, batch: int = 16)
 
 
 def run_demo(output_dir: Path = Path("trtforge_out"), crops: int = 128, console: Console | None = None) -> list[DemoRow]:
+    import numpy as np
     import torch
 
     import trtforge
@@ -81,3 +89,13 @@ def run_demo(output_dir: Path = Path("trtforge_out"), crops: int = 128, console:
     console.print("[dim]Engines were built on this machine with TensorRT-RTX; no engine was executed "
                   "(no supported GPU here). Agreement is measured on the graphs the engines were built from.[/]")
     return rows
+
+
+@app.command()
+@guarded
+def demo(
+    output_dir: Annotated[Path, typer.Option("-o", "--output-dir")] = Path("trtforge_out"),
+    crops: Annotated[int, typer.Option(help="photo crops for the agreement check")] = 128,
+) -> None:
+    """EfficientNet-Lite0 → FP32 and FP16 engines, checked on real photos; prints a table."""
+    run_demo(output_dir=output_dir, crops=crops, console=console)

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from trtforge.core.config import QuantConfig
 from trtforge.passes.graph import constant_value, input_specs, values_by_name
 from trtforge.passes.qdq import QuantInput, QuantLayer, QuantPlan, fp16_scales
 from trtforge.quantize import placement as placement_mod
-from trtforge.quantize.api import QuantConfig
 from trtforge.quantize.calibrators import calibrate, weight_scales
 from trtforge.quantize.data import batches, check_count, load_calibration
 from trtforge.quantize.macs import layer_macs

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from trtforge.core.config import CALIBRATORS
 from trtforge.core.errors import InvalidArgument
 
-CALIBRATORS: tuple[str, ...] = ("max", "percentile", "entropy", "mse")
 INT8_MAX = 127
 
 

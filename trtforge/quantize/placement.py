@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import onnx
 import onnx_ir as ir
 
-from trtforge.core.errors import InvalidArgument
+from trtforge.core.config import validate_patterns
 from trtforge.passes.graph import attr, constant_value, consumers, is_constant, layer_label, load_ir
 from trtforge.passes.ops import MAC_OPS, NONLINEAR_OPS, SHAPE_OPS
 
@@ -260,15 +260,6 @@ def _matches(pattern: str, c: Candidate) -> bool:
         return True
     rx = re.compile(pattern)
     return any(rx.search(s) for s in (c.label, c.node, c.output))
-
-
-def validate_patterns(patterns: Sequence[str], what: str) -> None:
-    for p in patterns:
-        try:
-            re.compile(p)
-        except re.error as exc:
-            raise InvalidArgument(f"{what} pattern {p!r} is not a valid regular expression ({exc}); "
-                             "escape special characters, e.g. r'blocks\\.0\\.'") from exc
 
 
 def decide(

@@ -25,13 +25,13 @@ import onnx
 import onnx_ir as ir
 
 from trtforge.cache.calib_cache import CalibrationCache
+from trtforge.core.budget import ErrorBudget, resolve_budget
+from trtforge.core.config import QuantConfig
 from trtforge.core.errors import InvalidArgument
 from trtforge.passes.graph import QDQ_OPSET, ensure_node_names, ensure_opset, fresh_ir, to_proto
 from trtforge.passes.process import Processed, process
 from trtforge.passes.qdq import QuantPlan, apply_plan
 from trtforge.quantize import bias_correction, placement, sensitivity, smoothquant
-from trtforge.quantize.api import QuantConfig
-from trtforge.quantize.budget import ErrorBudget, resolve_budget
 from trtforge.quantize.calibration import (
     CalibrationSet,
     build_full_plan,

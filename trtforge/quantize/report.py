@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from trtforge.core.metrics import per_sample_errors, softmax
 from trtforge.passes.graph import ort_session
 
 
@@ -28,21 +29,6 @@ def run_model(model: ir.Model | onnx.ModelProto, batches: Sequence[dict[str, np.
         for i, r in enumerate(res):
             outs[i].append(np.asarray(r, dtype=np.float32))
     return [np.concatenate(o, axis=0) for o in outs]
-
-
-def per_sample_errors(ref: list[np.ndarray], test: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Per-sample relative L2 and cosine over all outputs flattened together."""
-    r = np.concatenate([o.reshape(o.shape[0], -1) for o in ref], axis=1).astype(np.float64)
-    t = np.concatenate([o.reshape(o.shape[0], -1) for o in test], axis=1).astype(np.float64)
-    rel = np.linalg.norm(t - r, axis=1) / np.maximum(np.linalg.norm(r, axis=1), 1e-12)
-    cos = np.sum(r * t, axis=1) / np.maximum(np.linalg.norm(r, axis=1) * np.linalg.norm(t, axis=1), 1e-12)
-    return rel, cos
-
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    z = x - x.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def classification_metrics(ref_logits: np.ndarray, test_logits: np.ndarray) -> dict[str, float]:

@@ -20,12 +20,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from trtforge.core.budget import ErrorBudget
+from trtforge.core.config import QuantConfig
 from trtforge.core.errors import WrongType
 from trtforge.passes.graph import QDQ_OPSET, ensure_node_names, ensure_opset, fresh_ir
 from trtforge.passes.qdq import QuantPlan, apply_plan
 from trtforge.quantize import placement
-from trtforge.quantize.api import QuantConfig
-from trtforge.quantize.budget import ErrorBudget
 from trtforge.quantize.calibration import build_full_plan, calibrate_model, split_samples
 from trtforge.quantize.placement import Analysis
 from trtforge.quantize.progress import progress_bar

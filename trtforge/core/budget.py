@@ -28,16 +28,18 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from numbers import Real
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from trtforge.core.errors import InvalidArgument
-from trtforge.quantize.report import per_sample_errors, softmax
 
-Outputs = Sequence[np.ndarray]
+if TYPE_CHECKING:
+    import numpy as np
+
+
+Outputs = Sequence["np.ndarray"]
 #: One-sided 95 % normal quantile: auto placement checks mean ∓ Z · standard error against a limit.
 Z_ONE_SIDED_95 = 1.645
 
@@ -52,7 +54,12 @@ class Metric:
     low: float  # a limit must lie in (low, high]
     high: float
     example: float
-    per_sample: Callable[[Outputs, Outputs], np.ndarray]
+
+    def per_sample(self, ref: Outputs, test: Outputs) -> np.ndarray:
+        """The metric per sample (``trtforge.core.metrics``; numpy loads on the first measurement)."""
+        from trtforge.core import metrics
+
+        return metrics.PER_SAMPLE[self.name](ref, test)
 
     @property
     def sign(self) -> str:
@@ -62,30 +69,12 @@ class Metric:
         return measured <= limit if self.op == "<=" else measured >= limit
 
 
-def _kl(ref: Outputs, test: Outputs) -> np.ndarray:
-    """Per-sample KL(softmax(FP32) ‖ softmax(INT8)) of the first output (batch, classes)."""
-    p, q = softmax(ref[0].astype(np.float64)), softmax(test[0].astype(np.float64))
-    return np.sum(p * (np.log(np.maximum(p, 1e-30)) - np.log(np.maximum(q, 1e-30))), axis=-1)
-
-
-def _top1(ref: Outputs, test: Outputs) -> np.ndarray:
-    return (ref[0].argmax(-1) == test[0].argmax(-1)).astype(np.float64)
-
-
-def _cosine(ref: Outputs, test: Outputs) -> np.ndarray:
-    return per_sample_errors(ref, test)[1]
-
-
-def _rel_l2(ref: Outputs, test: Outputs) -> np.ndarray:
-    return per_sample_errors(ref, test)[0]
-
-
 METRICS: dict[str, Metric] = {m.name: m for m in (
-    Metric("softmax_kl", "mean softmax KL", "<=", 0.0, math.inf, 0.01, _kl),
-    Metric("top1_agreement", "top-1 agreement", ">=", 0.0, 1.0, 0.95, _top1),
+    Metric("softmax_kl", "mean softmax KL", "<=", 0.0, math.inf, 0.01),
+    Metric("top1_agreement", "top-1 agreement", ">=", 0.0, 1.0, 0.95),
     # Cosine limits below 0.5 are refused: they are almost always a 1 − cosine given by mistake.
-    Metric("cosine", "mean cosine", ">=", 0.5, 1.0, 0.99, _cosine),
-    Metric("rel_l2", "mean relative L2", "<=", 0.0, math.inf, 0.1, _rel_l2),
+    Metric("cosine", "mean cosine", ">=", 0.5, 1.0, 0.99),
+    Metric("rel_l2", "mean relative L2", "<=", 0.0, math.inf, 0.1),
 )}
 
 
@@ -122,10 +111,10 @@ class ErrorBudget:
     def __post_init__(self) -> None:
         object.__setattr__(self, "limits", tuple(self.limits))
         if not self.limits or not all(isinstance(x, Limit) for x in self.limits):
-            raise ValueError("an ErrorBudget needs at least one Limit, e.g. ErrorBudget.of(cosine=0.99)")
+            raise InvalidArgument("an ErrorBudget needs at least one Limit, e.g. ErrorBudget.of(cosine=0.99)")
         names = [x.metric for x in self.limits]
         if len(set(names)) != len(names):
-            raise ValueError(f"an ErrorBudget names each metric once, got {names}")
+            raise InvalidArgument(f"an ErrorBudget names each metric once, got {names}")
 
     @classmethod
     def of(cls, **limits: float) -> ErrorBudget:
@@ -137,10 +126,14 @@ class ErrorBudget:
 
     def measure(self, ref: Outputs, test: Outputs) -> dict[str, float]:
         """Each metric's mean over the samples."""
+        import numpy as np
+
         return {x.metric: float(np.mean(METRICS[x.metric].per_sample(ref, test))) for x in self.limits}
 
     def bounds(self, ref: Outputs, test: Outputs) -> dict[str, float]:
         """Each metric's one-sided 95 % confidence bound on its mean, on the cautious side of its limit."""
+        import numpy as np
+
         out = {}
         for x in self.limits:
             m = METRICS[x.metric]

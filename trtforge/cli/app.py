@@ -1,0 +1,78 @@
+"""The ``trtforge`` typer app and its error handling: user errors are one line, bugs keep their traceback.
+
+Every command module imports only typer, rich and ``trtforge.core`` at the top; the compile stack,
+torch and onnx load inside the command that needs them, so ``trtforge --help`` stays fast.
+
+Exit codes: 0 done; 1 a failed check, an OS error (full disk, permission) or a bug in trtforge;
+2 a user error (``trtforge.core.errors.UserError``: the line says what to change); 130 Ctrl-C.
+
+Example:
+    >>> @app.command()
+    ... @guarded
+    ... def hello() -> None:
+    ...     raise InvalidArgument("--name '': give a name, e.g. --name lite0")   # → "error: ..." and exit 2
+"""
+
+from __future__ import annotations
+
+import functools
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from trtforge.core.errors import UserError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="PyTorch/ONNX → TensorRT engines, run fast.")
+console = Console(width=None if Console().is_terminal else 160, emoji=False)
+err_console = Console(stderr=True, emoji=False, highlight=False)
+
+EXIT_FAILED, EXIT_USER_ERROR, EXIT_CANCELLED = 1, 2, 130
+BUG_LINE = "this is a bug in trtforge, not in your input: please report it with the traceback above"
+
+
+def say_error(message: str) -> None:
+    """One ``error: ...`` line on stderr; the message is escaped, so ``[...]`` and ``:x:`` print as they are."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+
+
+def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a command: user errors → one line, exit 2; Ctrl-C → 130; OS errors → one line, exit 1;
+    anything else → the traceback and a line saying it is a trtforge bug, exit 1."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except UserError as exc:
+            say_error(str(exc))
+            raise typer.Exit(EXIT_USER_ERROR) from exc
+        except KeyboardInterrupt as exc:
+            err_console.print(f"[yellow]cancelled:[/] {escape(str(exc) or 'interrupted')}")
+            raise typer.Exit(EXIT_CANCELLED) from exc
+        except OSError as exc:
+            if exc.errno is None:
+                raise _bug(exc) from exc
+            say_error(str(exc))
+            raise typer.Exit(EXIT_FAILED) from exc
+        except Exception as exc:  # noqa: BLE001 - anything else is our bug: say so, keep the traceback
+            raise _bug(exc) from exc
+
+    return wrapper
+
+
+def _bug(exc: BaseException) -> typer.Exit:
+    """Print ``exc``'s traceback and the bug line; the exit to raise."""
+    err_console.print(escape("".join(traceback.format_exception(exc))), end="", soft_wrap=True)
+    say_error(f"{type(exc).__name__}: {exc}")
+    err_console.print(f"[bold red]{escape(BUG_LINE)}[/]", soft_wrap=True)
+    return typer.Exit(EXIT_FAILED)
+
+
+def main() -> None:  # pragma: no cover - console entry
+    app()

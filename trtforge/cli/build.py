@@ -1,0 +1,91 @@
+"""``trtforge build``: its options are ``CompileConfig``'s (and ``QuantConfig``'s) fields, read from their metadata.
+
+An option is declared once, as a config field; this module turns each field's ``CliFlag`` into a typer
+parameter and each parsed value back into the field, so the command and ``trtforge.compile`` cannot drift.
+
+Example:
+    $ trtforge build model.onnx --precision int8 --calib images/ --calibrator entropy --batch 1:8:32 -o out/
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from trtforge.cli.app import app, console, guarded
+from trtforge.core.config import CliFlag, CompileConfig, QuantConfig, cli_default, options_of
+
+
+@dataclass(frozen=True)
+class CliParameter:
+    """One ``trtforge build`` parameter and the config field it fills."""
+
+    config: type
+    field: str
+    flag: CliFlag
+    help: str
+
+    @property
+    def name(self) -> str:
+        return self.flag.name or self.field
+
+    def signature(self) -> inspect.Parameter:
+        info = typer.Option(*self.flag.decls, help=self.flag.help or self.help)
+        return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY,
+                                 annotation=Annotated[self.flag.type, info],
+                                 default=cli_default(self.config, self.field))
+
+    def to_field(self, value: Any) -> Any:
+        return self.flag.to_field(value) if self.flag.to_field else value
+
+
+def cli_parameters(config: type) -> tuple[CliParameter, ...]:
+    """The parameters of every field of ``config`` that has a CLI flag, in declaration order."""
+    return tuple(CliParameter(config, name, opt.cli, opt.help) for name, opt in options_of(config) if opt.cli)
+
+
+BUILD_PARAMETERS = cli_parameters(CompileConfig)
+QUANT_PARAMETERS = cli_parameters(QuantConfig)
+
+#: The command's own arguments: the model, and the calibration data (data, not an option).
+OWN_PARAMETERS = (
+    inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                      annotation=Annotated[Path, typer.Argument(help="an .onnx file")]),
+    inspect.Parameter("calib", inspect.Parameter.KEYWORD_ONLY, default=None,
+                      annotation=Annotated[Path | None, typer.Option(help="int8: calibration images folder or .npy")]),
+)
+
+
+def config_from_cli(values: dict[str, Any]) -> CompileConfig:
+    """The ``CompileConfig`` that parsed CLI values describe; the calibration cache goes beside the output."""
+    fields = {p.field: p.to_field(values[p.name]) for p in BUILD_PARAMETERS}
+    quant = {p.field: p.to_field(values[p.name]) for p in QUANT_PARAMETERS}
+    fields["quant"] = QuantConfig(**quant, cache_dir=Path(fields["output_dir"]) / "calib_cache")
+    return CompileConfig(**fields)
+
+
+def build(model: Path, calib: Path | None = None, **values: Any) -> None:
+    """Build an engine + sidecar from an ONNX file."""
+    from trtforge.pipeline import compile as compile_model
+
+    art = compile_model(model, config=config_from_cli(values), calibration_data=calib)
+    console.print(f"[green]built[/] {art.engine_path} ({art.sidecar.engine_size / 1e6:.1f} MB, "
+                  f"{art.sidecar.builder.build_seconds or 0:.1f} s) + {art.sidecar_path.name}")
+
+
+def _signature() -> inspect.Signature:
+    """``model``, the build options, ``--calib`` and the int8 options, as typer reads them."""
+    build_params = [p.signature() for p in BUILD_PARAMETERS]
+    quant_at = next(i for i, p in enumerate(BUILD_PARAMETERS) if p.field == "optimization_level") + 2
+    quant_params = [OWN_PARAMETERS[1], *(p.signature() for p in QUANT_PARAMETERS)]
+    return inspect.Signature([OWN_PARAMETERS[0], *build_params[:quant_at], *quant_params, *build_params[quant_at:]],
+                             return_annotation=None)
+
+
+build_command = guarded(build)
+build_command.__signature__ = _signature()  # type: ignore[attr-defined]
+app.command("build")(build_command)

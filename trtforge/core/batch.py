@@ -1,0 +1,84 @@
+"""Batch specs: how many samples each TensorRT optimization profile takes (min, opt, max).
+
+Accepted specs: ``1`` (static), ``(1, 8, 32)`` (one dynamic profile), ``[(1,1,1), (1,8,32)]``
+(several profiles), or the CLI strings ``"8"``, ``"1:8:32"`` and ``"1:1:1,1:8:32"``.
+
+Example:
+    >>> parse_batch("1:8:32")
+    (BatchProfile(min=1, opt=8, max=32),)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trtforge.core.errors import InvalidArgument
+
+
+class BatchSpecError(InvalidArgument):
+    """A batch spec that cannot describe a TensorRT profile."""
+
+
+@dataclass(frozen=True)
+class BatchProfile:
+    """One optimization profile's batch range."""
+
+    min: int
+    opt: int
+    max: int
+
+    def __post_init__(self) -> None:
+        for label, value in (("min", self.min), ("opt", self.opt), ("max", self.max)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise BatchSpecError(f"batch {label}={value!r} must be a positive integer (got {self})")
+        if not self.min <= self.opt <= self.max:
+            raise BatchSpecError(
+                f"batch profile needs min <= opt <= max, got min={self.min} opt={self.opt} max={self.max}; "
+                "write it as min:opt:max, e.g. 1:8:32"
+            )
+
+    @property
+    def static(self) -> bool:
+        return self.min == self.opt == self.max
+
+    def __str__(self) -> str:
+        return f"{self.min}:{self.opt}:{self.max}"
+
+
+def _one(spec: Any) -> BatchProfile:
+    if isinstance(spec, BatchProfile):
+        return spec
+    if isinstance(spec, bool):
+        raise BatchSpecError(f"batch must be an int or (min, opt, max), not {spec!r}")
+    if isinstance(spec, int):
+        return BatchProfile(spec, spec, spec)
+    if isinstance(spec, str):
+        parts = spec.strip().split(":")
+        try:
+            numbers = [int(p) for p in parts]
+        except ValueError as exc:
+            raise BatchSpecError(f"batch {spec!r}: write N or min:opt:max with integers, e.g. 1:8:32") from exc
+        if len(numbers) == 1:
+            return BatchProfile(numbers[0], numbers[0], numbers[0])
+        if len(numbers) == 3:
+            return BatchProfile(*numbers)
+        raise BatchSpecError(f"batch {spec!r}: write N or min:opt:max, e.g. 1:8:32")
+    if isinstance(spec, Sequence) and len(spec) == 3 and all(isinstance(v, int) for v in spec):
+        return BatchProfile(*spec)
+    raise BatchSpecError(f"batch spec {spec!r}: use an int, (min, opt, max), a list of those, or '1:8:32'")
+
+
+def parse_batch(spec: Any) -> tuple[BatchProfile, ...]:
+    """Normalise any accepted batch spec into a tuple of profiles (one per TensorRT profile)."""
+    if isinstance(spec, str) and "," in spec:
+        return tuple(_one(part) for part in spec.split(",") if part.strip())
+    if isinstance(spec, Sequence) and not isinstance(spec, str) and spec and not all(
+        isinstance(v, int) for v in spec
+    ):
+        profiles = tuple(_one(part) for part in spec)
+        if not profiles:
+            raise BatchSpecError("batch list is empty; give at least one profile")
+        return profiles
+    return (_one(spec),)

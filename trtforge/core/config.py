@@ -1,0 +1,405 @@
+"""One ``CompileConfig``: every option of ``trtforge.compile`` and ``trtforge build``, declared once.
+
+Each option is a field of a frozen dataclass. Its metadata (an ``Option``) says what the option
+does, whether it changes the engine's bytes (the engine-cache key reads it), and how the CLI spells
+it (``trtforge build`` builds its parameters from these fields). Values are checked and normalised
+once, when the config is made; what the installed TensorRT and this machine can build is checked by
+``check_toolchain()`` before any expensive work.
+
+Example:
+    >>> cfg = CompileConfig(precision="fp16", batch="1:8:32", targets=["sm89", "sm86"])
+    >>> cfg.batch, cfg.targets
+    ((BatchProfile(min=1, opt=8, max=32),), ('sm86', 'sm89'))
+    >>> cfg.with_overrides(optimization_level=5).optimization_level
+    5
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from trtforge.core import machine, trt
+from trtforge.core.batch import BatchProfile, parse_batch
+from trtforge.core.budget import ErrorBudget, check_override, resolve_budget
+from trtforge.core.errors import InvalidArgument, MissingFile, WrongType
+
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
+#: Precision → the float dtype the graph computes in (int8 graphs are FP16 outside Q/DQ).
+FLOAT_OF_PRECISION: dict[str, str | None] = {
+    "fp32": None, "fp16": "float16", "bf16": "bfloat16", "int8": "float16",
+}
+OPTIMIZATION_LEVELS = range(0, 6)
+CALIBRATORS: tuple[str, ...] = ("max", "percentile", "entropy", "mse")
+PLACEMENTS: tuple[str, ...] = ("default", "auto")
+TASKS: tuple[str, ...] = ("auto", "classification", "embedding", "other")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+#: What an option changes. ENGINE: the engine's bytes for a given graph (the engine key reads it).
+#: GRAPH: the processed graph (the engine key hashes the graph; the request key reads the option).
+#: OUTPUT: neither (where files go, what is printed, caches that only save time).
+ENGINE, GRAPH, OUTPUT = "engine", "graph", "output"
+
+
+#: A ``CliFlag.default`` that means "the field's own default".
+FIELD_DEFAULT: Any = type("FieldDefault", (), {"__repr__": lambda self: "FIELD_DEFAULT"})()
+
+
+class ConfigError(InvalidArgument):
+    """An option that cannot work; raised before capture or build starts."""
+
+
+@dataclass(frozen=True)
+class CliFlag:
+    """How ``trtforge build`` spells one option: its type there, flag names and conversion."""
+
+    type: Any
+    #: The CLI default when it differs from the field's (e.g. ``"1"`` for the batch).
+    default: Any = FIELD_DEFAULT
+    #: Flag names (``("-o", "--output-dir")``); empty: typer derives them from ``name``.
+    decls: tuple[str, ...] = ()
+    #: The command's parameter name when it differs from the field's (``opt_level``).
+    name: str | None = None
+    #: CLI value → field value (``--workspace-mb`` → bytes).
+    to_field: Callable[[Any], Any] | None = None
+    help: str | None = None
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option's metadata: help text, what it changes, and its CLI flag (None: Python only)."""
+
+    help: str
+    affects: str
+    cli: CliFlag | None = None
+
+
+def option(default: Any = MISSING, *, help: str, affects: str, cli: CliFlag | None = None,  # noqa: A002
+           factory: Callable[[], Any] | None = None) -> Any:
+    """A dataclass field carrying its ``Option`` metadata."""
+    meta = {"option": Option(help, affects, cli)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def options_of(cls: type) -> Iterator[tuple[str, Option]]:
+    """``(field name, Option)`` for every option of a config class, in declaration order."""
+    for f in fields(cls):
+        yield f.name, f.metadata["option"]
+
+
+def cli_default(cls: type, name: str) -> Any:
+    """The CLI default of field ``name``: the flag's own, else the field's."""
+    f = next(f for f in fields(cls) if f.name == name)
+    flag = f.metadata["option"].cli
+    if flag.default is not FIELD_DEFAULT:
+        return flag.default
+    return f.default if f.default is not MISSING else f.default_factory()
+
+
+def _mib(value: int | None) -> int | None:
+    return value * (1 << 20) if value else None
+
+
+def _tuple(value: Any) -> tuple:
+    return tuple(value or ())
+
+
+def _not(value: bool) -> bool:
+    return not value
+
+
+def read_preprocessing_json(path: Path | None) -> dict | None:
+    """A preprocessing dict from a JSON file: a plain dict or a sidecar's ``preprocessing`` block."""
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise MissingFile(f"preprocessing file {path} does not exist; pass a JSON file (or a sidecar)")
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a JSON object such as {{\"resize\": [224, 224], \"mean\": [...]}}")
+    return data.get("preprocessing", data)
+
+
+def validate_patterns(patterns: tuple[str, ...], what: str) -> None:
+    """Refuse an ``exclude``/``include`` pattern that is not a regular expression."""
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as exc:
+            raise ConfigError(f"{what} pattern {p!r} is not a valid regular expression ({exc}); "
+                              "escape special characters, e.g. r'blocks\\.0\\.'") from exc
+
+
+def validate_name(name: str) -> str:
+    """A plain file-name stem for the engine, sidecar and graphs."""
+    if not name or "/" in name or "\\" in name:
+        raise ConfigError(f"name {name!r} must be a plain file-name stem without a path separator; "
+                          "put the folder in output_dir=")
+    if not NAME_PATTERN.fullmatch(name):
+        raise ConfigError(f"name {name!r}: use letters, digits, '.', '_' and '-' (starting with a letter or digit)")
+    return name
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """How to quantize. Defaults: MSE calibrator, guarded bias correction, RF-DETR placement rules, 20 % held back.
+
+    Example:
+        >>> QuantConfig(calibrator="percentile", percentile=99.99, smoothquant=0.5,
+        ...             bias_correction=True, placement="auto", error_budget=0.005,  # KL for a classifier
+        ...             exclude=(r"_fc",))
+        >>> QuantConfig(placement="auto", error_budget=ErrorBudget.of(cosine=0.995, rel_l2=0.1))
+    """
+
+    calibrator: str = option("mse", help="int8: mse | percentile | entropy | max", affects=GRAPH, cli=CliFlag(str))
+    percentile: float = option(99.99, help="percentile calibrator: the percentile kept", affects=GRAPH)
+    smoothquant: float | None = option(None, help="int8: SmoothQuant alpha, e.g. 0.5 (off when absent)",
+                                       affects=GRAPH, cli=CliFlag(float | None))
+    bias_correction: bool = option(True, help="int8: bias correction (kept only when it helps)", affects=GRAPH,
+                                   cli=CliFlag(bool))
+    placement: str = option("default", help="int8: default (rules) | auto (measured)", affects=GRAPH,
+                            cli=CliFlag(str))
+    # None: the task's default (budget.TASK_BUDGETS); a float: the limit of the task's metric; an ErrorBudget.
+    error_budget: float | ErrorBudget | None = option(
+        None, affects=GRAPH, cli=CliFlag(float | None),
+        help="int8 auto placement: limit in the task's metric (classifier: softmax KL, e.g. 0.01; embedding: "
+             "mean cosine, e.g. 0.99; other: relative L2, e.g. 0.1); default: the task's")
+    exclude: tuple[str, ...] = option((), help="int8: keep layers matching this regex/op type in FP16",
+                                      affects=GRAPH, cli=CliFlag(list[str] | None, None, to_field=_tuple))
+    include: tuple[str, ...] = option((), help="int8: force layers matching this regex/op type to INT8",
+                                      affects=GRAPH, cli=CliFlag(list[str] | None, None, to_field=_tuple))
+    max_images: int = option(128, help="calibration samples used at most", affects=GRAPH)
+    holdout: float = option(0.2, help="share of samples held back for the accuracy report", affects=GRAPH)
+    batch_size: int = option(8, help="calibration batch size (when the graph's batch is dynamic)", affects=GRAPH)
+    num_bins: int = option(2048, help="histogram bins of the entropy/percentile/mse calibrators", affects=GRAPH)
+    cache_dir: Path | None = option(None, help="calibration cache folder", affects=OUTPUT)
+    task: str = option("auto", help="classification | embedding | other: the metrics and default budget",
+                       affects=GRAPH)
+
+    def __post_init__(self) -> None:
+        if self.calibrator not in CALIBRATORS:
+            raise ConfigError(f"calibrator={self.calibrator!r}; choose one of {', '.join(CALIBRATORS)}")
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"placement={self.placement!r}; choose 'default' (rules) or 'auto' (measured)")
+        if self.smoothquant is not None and not 0.0 <= self.smoothquant <= 1.0:
+            raise ConfigError(f"smoothquant alpha={self.smoothquant} must lie in [0, 1] (0.5 is usual), or None")
+        if not 0.0 < self.holdout < 1.0:
+            raise ConfigError(f"holdout={self.holdout} must lie in (0, 1), e.g. 0.2")
+        if self.task not in TASKS:
+            raise ConfigError(f"task={self.task!r}; choose one of {', '.join(TASKS)}")
+        check_override(self.error_budget)
+        if self.task != "auto":
+            resolve_budget(self.task, self.error_budget)  # a float out of the task metric's range fails here
+        # Tuples, so the frozen config hashes and compares by value even when given lists.
+        object.__setattr__(self, "exclude", tuple(self.exclude))
+        object.__setattr__(self, "include", tuple(self.include))
+        validate_patterns(self.exclude, "exclude")
+        validate_patterns(self.include, "include")
+
+    def calibration_key(self) -> dict[str, Any]:
+        """The settings that change the scales (part of the calibration cache key)."""
+        return {"calibrator": self.calibrator, "percentile": self.percentile if self.calibrator == "percentile" else None,
+                "num_bins": self.num_bins, "smoothquant": self.smoothquant}
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["cache_dir"] = str(self.cache_dir) if self.cache_dir else None
+        data["exclude"], data["include"] = list(self.exclude), list(self.include)
+        if isinstance(self.error_budget, ErrorBudget):
+            data["error_budget"] = self.error_budget.record()
+        return data
+
+
+@dataclass(frozen=True)
+class CompileConfig:
+    """Every option of one compile. Frozen; values are checked and normalised when it is made.
+
+    Example:
+        >>> CompileConfig(precision="int8", quant=QuantConfig(calibrator="entropy")).float_dtype
+        'float16'
+    """
+
+    precision: str = option("fp16", help="fp32 | fp16 | bf16 | int8", affects=ENGINE, cli=CliFlag(str))
+    batch: tuple[BatchProfile, ...] = option(
+        (BatchProfile(1, 1, 1),), affects=ENGINE, cli=CliFlag(str, "1"),
+        help="N, min:opt:max, or several: 1:1:1,1:8:32")
+    targets: tuple[str, ...] = option(
+        (), affects=ENGINE, help="compute capability, e.g. sm89 (repeatable)",
+        cli=CliFlag(list[str] | None, None, ("--target",), "target", _tuple))
+    output_dir: Path = option(Path("trtforge_out"), help="folder for the engine, sidecar and graphs",
+                              affects=OUTPUT, cli=CliFlag(Path, decls=("-o", "--output-dir")))
+    name: str | None = option(None, help="file-name stem (default: the model's)", affects=ENGINE, cli=CliFlag(str | None))
+    optimization_level: int = option(3, help="builder optimization level 0..5", affects=ENGINE,
+                                     cli=CliFlag(int, decls=("--opt-level",), name="opt_level"))
+    workspace_bytes: int | None = option(
+        None, help="workspace limit in bytes (None: no limit)", affects=ENGINE,
+        cli=CliFlag(int | None, name="workspace_mb", to_field=_mib, help="workspace limit in MiB"))
+    quant: QuantConfig = option(help="int8: how to quantize (its flags: --calibrator, --placement, ...)",
+                                affects=GRAPH, factory=QuantConfig)
+    preprocessing: Mapping[str, Any] | None = option(
+        None, affects=OUTPUT, cli=CliFlag(Path | None, to_field=read_preprocessing_json,
+                                         help="JSON preprocessing (or a sidecar), for --calib images"),
+        help="image preprocessing for the sidecar (and int8 image calibration; the graph shows its effect)")
+    progress: bool = option(True, help="progress bars", affects=OUTPUT,
+                            cli=CliFlag(bool, False, name="quiet", to_field=_not, help="no progress bars"))
+    cache: bool = option(True, help="use the engine cache", affects=OUTPUT, cli=CliFlag(bool))
+    cache_dir: Path | None = option(None, help="engine cache folder", affects=OUTPUT, cli=CliFlag(Path | None))
+    timing_cache: Path | None = option(None, help="timing cache file (full TensorRT)", affects=OUTPUT,
+                                       cli=CliFlag(Path | None))
+    hardware_compatibility: str | None = option(None, help="ampere_plus | same_compute_capability",
+                                                affects=ENGINE, cli=CliFlag(str | None))
+    version_compatible: bool = option(False, help="embed the lean runtime (host code)", affects=ENGINE,
+                                      cli=CliFlag(bool))
+    refittable: bool = option(False, help="allow trtforge refit", affects=ENGINE, cli=CliFlag(bool))
+    strip_weights: bool = option(False, help="weight-stripped plan (refit before use)", affects=ENGINE,
+                                 cli=CliFlag(bool))
+    shapes: tuple[tuple[str, tuple[tuple[int, ...], ...]], ...] = option(
+        (), affects=ENGINE, help="{input: (min, opt, max)} shapes for dynamic dims beyond the batch")
+    input_names: tuple[str, ...] | None = option(None, help="names of the exported inputs", affects=GRAPH)
+    output_names: tuple[str, ...] | None = option(None, help="names of the exported outputs", affects=GRAPH)
+    notes: tuple[str, ...] = option((), help="free-text notes for the sidecar", affects=OUTPUT)
+
+    def __post_init__(self) -> None:
+        precision = str(self.precision).lower()
+        if precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+        if self.optimization_level not in OPTIMIZATION_LEVELS:
+            raise ConfigError(f"optimization_level={self.optimization_level} must be 0..5 (3 is TensorRT's default)")
+        if self.workspace_bytes is not None and self.workspace_bytes <= 0:
+            raise ConfigError(f"workspace_bytes={self.workspace_bytes} must be positive, or None for no limit")
+        hardware = None if self.hardware_compatibility is None else str(self.hardware_compatibility).lower()
+        if hardware is not None and hardware not in machine.HARDWARE_LEVELS:
+            raise ConfigError(f"hardware_compatibility={hardware!r}; choose one of "
+                              f"{', '.join(machine.HARDWARE_LEVELS)}, or None")
+        quant = QuantConfig() if self.quant is None else self.quant
+        if not isinstance(quant, QuantConfig):
+            raise WrongType(f"quant= takes a QuantConfig (trtforge.CompileConfig's quant), not {type(quant).__name__}")
+        if self.preprocessing is not None and not isinstance(self.preprocessing, Mapping):
+            raise WrongType(f"preprocessing= takes a dict such as {{'resize': [224, 224]}}, not "
+                            f"{type(self.preprocessing).__name__}")
+        normalised = {
+            "precision": precision, "batch": parse_batch(self.batch), "targets": _targets(self.targets),
+            "shapes": _shapes(self.shapes), "hardware_compatibility": hardware, "quant": quant,
+            "name": None if self.name is None else validate_name(self.name),
+            "output_dir": Path(self.output_dir), "cache_dir": _path(self.cache_dir),
+            "input_names": _names(self.input_names), "output_names": _names(self.output_names),
+            "notes": (self.notes,) if isinstance(self.notes, str) else tuple(self.notes or ()),
+            "preprocessing": None if self.preprocessing is None else dict(self.preprocessing),
+        }
+        for flag in ("version_compatible", "refittable", "strip_weights", "progress", "cache"):
+            normalised[flag] = bool(getattr(self, flag))
+        for key, value in normalised.items():
+            object.__setattr__(self, key, value)
+
+    def with_overrides(self, **overrides: Any) -> CompileConfig:
+        """This config with some fields replaced; an unknown name is refused with the valid ones."""
+        unknown = sorted(set(overrides) - {f.name for f in fields(self)})
+        if unknown:
+            raise WrongType(f"unknown option(s) {', '.join(unknown)}; CompileConfig's options are "
+                            f"{', '.join(f.name for f in fields(self))}")
+        return replace(self, **overrides) if overrides else self
+
+    @property
+    def float_dtype(self) -> str | None:
+        return FLOAT_OF_PRECISION[self.precision]
+
+    @property
+    def shapes_map(self) -> dict[str, tuple[tuple[int, ...], ...]]:
+        return dict(self.shapes)
+
+    def key_fields(self) -> dict[str, Any]:
+        """JSON-able values of the options that change the engine's bytes (cache keys, sidecars)."""
+        data = {name: getattr(self, name) for name, opt in options_of(CompileConfig) if opt.affects == ENGINE}
+        data["batch"] = [str(b) for b in self.batch]
+        data["targets"] = list(self.targets)
+        data["shapes"] = [[name, [list(s) for s in triple]] for name, triple in self.shapes]
+        return data
+
+    def graph_fields(self) -> dict[str, Any]:
+        """JSON-able values of the options that change the processed graph (the request key's part)."""
+        data: dict[str, Any] = {"input_names": list(self.input_names or []),
+                                "output_names": list(self.output_names or [])}
+        if self.precision == "int8":
+            data["quant"] = {k: v for k, v in self.quant.as_dict().items() if k != "cache_dir"}
+        return data
+
+    def check_toolchain(self) -> None:
+        """Refuse what the installed TensorRT or this machine cannot build (first reason raised)."""
+        if self.targets:
+            offered = trt.info().compute_capability_targets
+            bad = [t for t in self.targets if t not in offered]
+            if bad:
+                raise ConfigError(
+                    f"unknown target(s) {bad}; {trt.info().flavour} offers {', '.join(offered) or 'none'}. "
+                    "Leave targets empty for a portable engine."
+                )
+        for condition, reason in portability_refusals(self):
+            if condition:
+                raise ConfigError(reason)
+
+
+#: The options that do not change the engine (no key reads them).
+NOT_IN_KEY: tuple[str, ...] = tuple(name for name, opt in options_of(CompileConfig) if opt.affects == OUTPUT)
+
+
+def portability_refusals(config: CompileConfig) -> tuple[tuple[bool, str], ...]:
+    """``((condition, reason), ...)`` for the portability and refit options; the first true one is raised."""
+    info = trt.info()
+    hardware, refit, strip = config.hardware_compatibility, config.refittable, config.strip_weights
+    return (
+        (hardware is not None and info.is_rtx,
+         f"hardware_compatibility={hardware!r}: TensorRT-RTX ignores hardware compatibility levels (its engines "
+         "already run on every GPU it offers); narrow them with targets=['sm86', ...] instead"),
+        (hardware is not None and not info.hardware_compatibility,
+         f"hardware_compatibility={hardware!r}: {info.flavour} {info.version} offers no hardware compatibility "
+         "levels; build one engine per GPU class instead"),
+        (hardware is not None and bool(config.targets),
+         "hardware_compatibility and targets both choose where the engine runs; pass one of them"),
+        (config.version_compatible and not info.version_compatibility,
+         f"version_compatible=True: {info.flavour} {info.version} has no VERSION_COMPATIBLE builder flag"),
+        (config.version_compatible and machine.find_lean_runtime() is None, machine.lean_runtime_missing_message()),
+        (refit and not info.refit,
+         f"refittable=True: {info.flavour} {info.version} offers no refit (no Refitter / REFIT flag)"),
+        (strip and not info.strip_plan,
+         f"strip_weights=True: {info.flavour} {info.version} has no STRIP_PLAN builder flag"),
+        ((refit or strip) and info.is_rtx and machine.cuda_device_count() == 0,
+         "refittable=True / strip_weights=True: TensorRT-RTX compiles refittable and weight-stripped engines "
+         "on a GPU, and this machine has none (no CUDA driver or device). Build them on a GPU machine, "
+         "or build without these flags"),
+    )
+
+
+def _targets(targets: Any) -> tuple[str, ...]:
+    """``"sm89,sm86"`` or a list → sorted unique lower-case names; ``sm80`` before ``sm120``."""
+    if isinstance(targets, str):
+        targets = [t for t in targets.split(",") if t]
+    return tuple(sorted({t.strip().lower() for t in (targets or ())}, key=_target_order))
+
+
+def _target_order(target: str) -> tuple[int, str]:
+    digits = target[2:]
+    return (int(digits) if digits.isdigit() else 0, target)
+
+
+def _shapes(shapes: Any) -> tuple[tuple[str, tuple[tuple[int, ...], ...]], ...]:
+    """``{name: (min, opt, max)}`` (or its normalised tuple form) → sorted nested tuples."""
+    items = shapes.items() if isinstance(shapes, Mapping) else (shapes or ())
+    norm = tuple(sorted((name, tuple(tuple(int(d) for d in s) for s in triple)) for name, triple in items))
+    for name, triple in norm:
+        if len(triple) != 3:
+            raise ConfigError(f"shapes[{name!r}] needs (min, opt, max) shapes, got {len(triple)}")
+    return norm
+
+
+def _path(value: Any) -> Path | None:
+    return None if value is None else Path(value)
+
+
+def _names(value: Any) -> tuple[str, ...] | None:
+    return None if value is None else tuple(str(v) for v in value)
