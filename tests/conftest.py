@@ -1,17 +1,29 @@
-"""Shared, session-scoped real models and data (exported once per test run)."""
+"""Shared fixtures: real models and data (exported once per test run), the tiny model, the doubles.
+
+Tests mirror the package folders (tests/core, tests/passes, ...); the TensorRT and refit doubles and the
+tiny model live in tests/doubles and are importable by name.
+"""
 
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from trtforge.capture.export import export_onnx
-from trtforge.passes.cleanup import cleanup
-from trtforge.passes.graph import load_ir, save_model
+sys.path.insert(0, str(Path(__file__).parent / "doubles"))
+
+from tiny_model import TinyNet, export_tiny  # noqa: E402
+
+from trtforge.capture.export import export_onnx  # noqa: E402
+from trtforge.core import trt  # noqa: E402
+from trtforge.core.sidecar import Sidecar, sha256_file, write_sidecar  # noqa: E402
+from trtforge.core.specs import TensorSpec  # noqa: E402
+from trtforge.passes.cleanup import cleanup  # noqa: E402
+from trtforge.passes.graph import load_ir, save_model  # noqa: E402
 
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 
@@ -79,3 +91,80 @@ def sentences() -> list[str]:
     from trtforge.zoo.texts import sentences as python_sentences
 
     return python_sentences(48)
+
+
+LITE0_PROFILE = {"images": {"min": [1, 3, 224, 224], "opt": [4, 3, 224, 224], "max": [8, 3, 224, 224]}}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs_trt: builds real engines with the installed TensorRT bindings")
+
+
+def pytest_collection_modifyitems(items):
+    if not trt.available():
+        skip = pytest.mark.skip(reason="no TensorRT bindings installed")
+        for item in items:
+            if "needs_trt" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def private_engine_cache(caplog, monkeypatch, tmp_path):
+    """INFO logs captured; a test that forgets cache_dir= gets its own engine cache, never ~/.cache."""
+    caplog.set_level(logging.INFO, logger="trtforge")
+    monkeypatch.setenv("TRTFORGE_CACHE_DIR", str(tmp_path / "default-cache"))
+    yield
+
+
+@pytest.fixture(scope="session")
+def tiny_onnx(tmp_path_factory) -> Path:
+    """The tiny model as an ONNX file (exported once)."""
+    return export_tiny(tmp_path_factory.mktemp("tiny") / "tiny.onnx")
+
+
+@pytest.fixture
+def tiny_module() -> TinyNet:
+    torch.manual_seed(0)
+    return TinyNet().eval()
+
+
+@pytest.fixture(scope="session")
+def photo_batch() -> np.ndarray:
+    """Two real photos (skimage) as the predictor preprocesses them for Lite0: (2, 3, 224, 224) float32."""
+    from skimage import data
+
+    from trtforge.core.preprocessing import PreprocessConfig, preprocess_images
+    from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
+
+    config = PreprocessConfig.from_dict(LITE0_PREPROCESSING)
+    return np.ascontiguousarray(preprocess_images([data.chelsea(), data.astronaut()], config).numpy())
+
+
+@pytest.fixture(scope="session")
+def lite0_sidecar(tmp_path_factory, lite0) -> Path:
+    """A sidecar for EfficientNet-Lite0 as the pipeline writes it: FP32 reference ONNX, zoo factory.
+
+    The engine file is a placeholder: no TensorRT engine can run on this machine, and these tests
+    exercise the PyTorch and ONNX Runtime routes, which never read it.
+    """
+    from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
+
+    folder = tmp_path_factory.mktemp("lite0")
+    onnx_path = folder / "efficientnet_lite0_fp32.onnx"
+    torch.onnx.export(
+        lite0, (torch.zeros(1, 3, 224, 224),), str(onnx_path), dynamo=False, input_names=["images"],
+        output_names=["logits"], dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}},
+    )
+    engine = folder / "efficientnet_lite0_fp16.engine"
+    engine.write_bytes(b"placeholder, not a TensorRT engine")
+    sidecar = Sidecar(
+        name="efficientnet_lite0_fp16", engine_file=engine.name, engine_size=engine.stat().st_size,
+        engine_sha256=sha256_file(engine),
+        inputs=(TensorSpec("images", "float32", (-1, 3, 224, 224)),),
+        outputs=(TensorSpec("logits", "float32", (-1, 1000)),),
+        profiles=(LITE0_PROFILE,), precision={"built": "fp16"}, builder={"flavour": "tensorrt_rtx"},
+        source={"kind": "torch", "onnx_file": onnx_path.name, "reference_onnx_file": onnx_path.name,
+                "factory": "trtforge.zoo:efficientnet_lite0"},
+        preprocessing=dict(LITE0_PREPROCESSING),
+    )
+    return write_sidecar(folder / "efficientnet_lite0_fp16.json", sidecar)

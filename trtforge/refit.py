@@ -15,7 +15,7 @@ Weight sources:
   e.g. BatchNorm into Conv, is not, so refit such models from a new ``.onnx``).
 
 Refitting needs the engine deserialized, so it needs a GPU (TensorRT-RTX also compiles refittable
-engines only on a GPU). The logic is tested through ``FakeTrtRefitter`` (tests/cache/refit_double.py)
+engines only on a GPU). The logic is tested through ``FakeTrtRefitter`` (tests/doubles/refit_double.py)
 and every TensorRT name below is checked against the installed bindings.
 
 Example:

@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.needs_trt
 
-WORKER = Path(__file__).parent / "tiny_model.py"
+WORKER = Path(__file__).resolve().parents[1] / "doubles" / "tiny_model.py"
 
 
 def test_four_processes_one_build_identical_engines(tmp_path):

@@ -21,7 +21,7 @@ from trtforge.pipeline import compile as compile_model
 
 pytestmark = pytest.mark.needs_trt
 
-HERE = Path(__file__).parent
+DOUBLES = Path(__file__).resolve().parents[1] / "doubles"
 
 KEYS_SCRIPT = """
 import json, sys, torch
@@ -54,7 +54,7 @@ def _keys_here(onnx_path: Path) -> dict:
 
 
 def test_keys_are_the_same_in_another_process(tiny_onnx):
-    out = subprocess.run([sys.executable, "-c", KEYS_SCRIPT, str(HERE), str(tiny_onnx)], check=True,
+    out = subprocess.run([sys.executable, "-c", KEYS_SCRIPT, str(DOUBLES), str(tiny_onnx)], check=True,
                          capture_output=True, text=True)
     theirs = json.loads(out.stdout.strip().splitlines()[-1])
     assert theirs == _keys_here(tiny_onnx)

@@ -20,7 +20,7 @@ from trtforge.core.sidecar import read_sidecar
 from trtforge.passes.graph import proto_bytes
 from trtforge.passes.process import process, reference_graph
 
-pytestmark = pytest.mark.needs_trt
+pytestmark = [pytest.mark.needs_trt, pytest.mark.usefixtures("private_engine_cache")]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])

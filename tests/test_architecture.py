@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "trtforge"
+PACKAGE = Path(__file__).resolve().parents[1] / "trtforge"
 
 #: The pipeline, low to high: a module may import its own layer and the layers below it, never above.
 #: Top-level modules (``pipeline``, ``artifact``, ``refit``) are layers of their own.

@@ -24,7 +24,7 @@ from trtforge.core import trt
 from trtforge.core.sidecar import read_sidecar, write_sidecar
 from trtforge.refit import TRT_API_USED, RefitError, refit_engine
 
-pytestmark = pytest.mark.needs_trt
+pytestmark = [pytest.mark.needs_trt, pytest.mark.usefixtures("private_engine_cache")]
 
 
 def _initializers(path):
