@@ -32,7 +32,8 @@ from rich.console import Console
 from rich.table import Table
 
 from trtforge.bench.routes import machine_info
-from trtforge.vision.preprocess import PreprocessConfig, Preprocessor
+from trtforge.core.preprocessing import PreprocessConfig
+from trtforge.vision.preprocess import Preprocessor
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 
 console = Console()

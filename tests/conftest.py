@@ -20,7 +20,8 @@ from tiny_model import TinyNet, export_tiny  # noqa: E402
 
 from trtforge.capture.export import export_onnx  # noqa: E402
 from trtforge.core import trt  # noqa: E402
-from trtforge.core.sidecar import Sidecar, sha256_file, write_sidecar  # noqa: E402
+from trtforge.core.hashing import sha256_file  # noqa: E402
+from trtforge.core.sidecar import Sidecar, write_sidecar  # noqa: E402
 from trtforge.core.specs import TensorSpec  # noqa: E402
 from trtforge.passes.cleanup import cleanup  # noqa: E402
 from trtforge.passes.graph import load_ir, save_model  # noqa: E402

@@ -39,7 +39,8 @@ from trtforge.capture.onnx_file import load_onnx
 from trtforge.core.atomic import atomic_write_bytes
 from trtforge.core.config import CompileConfig, ConfigError, QuantConfig
 from trtforge.core.errors import FileConflict, MissingFile, NotAFolder, NotPermitted, WrongType
-from trtforge.core.sidecar import Sidecar, check_writable, is_trtforge_sidecar, sha256_file, write_sidecar
+from trtforge.core.hashing import sha256_file
+from trtforge.core.sidecar import Sidecar, check_writable, is_trtforge_sidecar, write_sidecar
 from trtforge.core.specs import TensorSpec
 from trtforge.passes.graph import dtype_summary, proto_bytes
 from trtforge.passes.process import Processed, process, reference_graph
@@ -249,7 +250,7 @@ def write_artifact(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths
     record = built.record
     built_precision = record["precision"]["built"]
     engine_path = paths.engine(built_precision)
-    atomic_write_bytes(engine_path, built.plan, mode=0o644)
+    atomic_write_bytes(engine_path, built.plan)
     onnx_path = paths.onnx(built_precision)
     atomic_write_bytes(onnx_path, built.processed_onnx)
     atomic_write_bytes(paths.reference_onnx(), built.reference_onnx)

@@ -41,7 +41,8 @@ from filelock import FileLock
 from trtforge.core import trt as trt_shim
 from trtforge.core.atomic import atomic_write_bytes
 from trtforge.core.errors import InvalidArgument, MissingFile
-from trtforge.core.sidecar import read_sidecar, sha256_file, write_sidecar
+from trtforge.core.hashing import sha256_file
+from trtforge.core.sidecar import read_sidecar, write_sidecar
 
 #: Every TensorRT attribute the refit path uses ("Class.attribute"); tests check each one exists.
 TRT_API_USED: tuple[str, ...] = (
@@ -54,7 +55,8 @@ TRT_API_USED: tuple[str, ...] = (
 )
 
 #: TensorRT DataType member → numpy dtype for weights handed to the refitter.
-NUMPY_OF_TRT: dict[str, str] = {"FLOAT": "float32", "HALF": "float16", "INT32": "int32", "INT8": "int8"}
+#: Weight dtypes refit can write (spec names, see ``trt.DTYPE_NAMES``).
+REFIT_DTYPES: tuple[str, ...] = ("float32", "float16", "int32", "int8")
 
 FLOAT_KINDS = ("f",)
 
@@ -72,11 +74,6 @@ class RefitReport:
     source: str
     old_sha256: str
     new_sha256: str
-
-
-def _enum_name(value: Any) -> str:
-    name = getattr(value, "name", None)
-    return name if isinstance(name, str) else str(value).rsplit(".", 1)[-1]
 
 
 def _float_initializers(proto: Any) -> dict[str, np.ndarray]:
@@ -182,10 +179,9 @@ def apply_refit(plan: bytes, new_weights: Mapping[str, np.ndarray], *, stripped:
         if name not in new_weights:
             raise RefitError(f"the engine refits weight {name!r}, which the new weights lack")
         prototype = refitter.get_weights_prototype(name)
-        dtype = NUMPY_OF_TRT.get(_enum_name(prototype.dtype))
-        if dtype is None:
-            raise RefitError(f"weight {name!r} is {_enum_name(prototype.dtype)} in the engine; refit supports "
-                             f"{', '.join(NUMPY_OF_TRT)}")
+        dtype = trt_shim.dtype_name(prototype.dtype)
+        if dtype not in REFIT_DTYPES:
+            raise RefitError(f"weight {name!r} is {dtype} in the engine; refit supports {', '.join(REFIT_DTYPES)}")
         array = np.ascontiguousarray(new_weights[name], dtype=dtype)
         if array.size != prototype.size:
             raise RefitError(f"weight {name!r} has {array.size} values, the engine holds {prototype.size}")

@@ -13,8 +13,9 @@ import trtforge
 from trtforge.builder.build import build_engine
 from trtforge.core import trt
 from trtforge.core.config import CompileConfig
+from trtforge.core.hashing import sha256_file
 from trtforge.core.ort_session import session
-from trtforge.core.sidecar import read_sidecar, sha256_file
+from trtforge.core.sidecar import read_sidecar
 
 STATIC = {"min": [1, 3, 224, 224], "opt": [1, 3, 224, 224], "max": [1, 3, 224, 224]}
 DYNAMIC = {"min": [1, 3, 224, 224], "opt": [8, 3, 224, 224], "max": [32, 3, 224, 224]}

@@ -81,3 +81,29 @@ def test_ctrl_c_cancels_the_build_cleanly(lite0_onnx, monkeypatch):
     with pytest.raises(BuildCancelled, match="cancelled by the user"):
         build_engine(lite0_onnx, CompileConfig(precision="fp32"), name="cancel_me", progress=False)
     assert signal.getsignal(signal.SIGINT) == before  # the caller's handler is back
+
+
+def test_fallback_warning_carries_no_terminal_codes(caplog, tmp_path):
+    """The dynamo exporter's errors can carry ANSI colours; the fallback warning is plain text for logs."""
+    from trtforge.capture.export import export_onnx
+
+    class ColouredFailure(torch.nn.Module):
+        def forward(self, x):
+            if torch.compiler.is_compiling():  # only under the dynamo exporter; TorchScript traces through
+                raise RuntimeError("\x1b[1;31mConstraintViolationError\x1b[0m: size()[0] = 4\nIR dump ...")
+            return x + 1
+
+    with caplog.at_level(logging.WARNING, logger="trtforge"):
+        export_onnx(ColouredFailure(), (torch.ones(1, 3),), tmp_path / "m.onnx")
+    warnings = [r.getMessage() for r in caplog.records if "falling back" in r.getMessage()]
+    assert warnings == [
+        "dynamo ONNX export failed (RuntimeError: ConstraintViolationError: size()[0] = 4); "
+        "falling back to the TorchScript exporter"
+    ]
+    assert onnx.load(str(tmp_path / "m.onnx")).graph.node
+
+
+def test_plain_strips_terminal_codes():
+    from trtforge.core.errors import plain
+
+    assert plain("\x1b[1;31mError\x1b[0m: bad \x1b[2Kline") == "Error: bad line"

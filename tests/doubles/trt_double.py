@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from trtforge.core.sidecar import Sidecar, sha256_file, write_sidecar
+from trtforge.core.hashing import sha256_file
+from trtforge.core.sidecar import Sidecar, write_sidecar
 from trtforge.core.specs import TensorSpec
 
 #: model → (input name, output names).

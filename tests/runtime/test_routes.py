@@ -101,7 +101,8 @@ def test_load_refusals(lite0_sidecar, tmp_path):
 
 
 def test_compiled_route_loads_the_aot_package_beside_the_engine(tmp_path):
-    from trtforge.core.sidecar import Sidecar, sha256_file, write_sidecar
+    from trtforge.core.hashing import sha256_file
+    from trtforge.core.sidecar import Sidecar, write_sidecar
     from trtforge.runtime.load import export_aot_beside
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)).eval()

@@ -28,11 +28,12 @@ import torch
 from trtforge.bench.timing import LatencyStats, measure, measure_interleaved
 from trtforge.core.atomic import atomic_write_bytes
 from trtforge.core.errors import InvalidArgument
+from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime.protocol import Engine
 from trtforge.runtime.tensors import torch_dtype
 from trtforge.vision.predictor import Predictor
-from trtforge.vision.preprocess import PreprocessConfig, Preprocessor
+from trtforge.vision.preprocess import Preprocessor
 from trtforge.zoo.detr_like import DETR_LIKE_PREPROCESSING
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 
@@ -96,7 +97,8 @@ def write_zoo_sidecar(folder: Path, name: str) -> Path:
     Example:
         >>> trtforge.load(write_zoo_sidecar(Path(tmp), "efficientnet_lite0"), route="cuda_graph")
     """
-    from trtforge.core.sidecar import Sidecar, sha256_file, write_sidecar
+    from trtforge.core.hashing import sha256_file
+    from trtforge.core.sidecar import Sidecar, write_sidecar
 
     spec = ZOO_BENCH_MODELS[name]
     engine_file = folder / f"{name}_fp16.engine"

@@ -26,11 +26,6 @@ from trtforge.core.specs import TensorSpec
 log = logging.getLogger(__name__)
 
 #: TensorRT DataType names → numpy-style names used in specs.
-TRT_DTYPES = {
-    "FLOAT": "float32", "HALF": "float16", "BF16": "bfloat16", "INT8": "int8", "INT32": "int32",
-    "INT64": "int64", "BOOL": "bool", "UINT8": "uint8", "FP8": "float8", "INT4": "int4",
-}
-
 
 class OnnxParseError(InvalidArgument):
     """TensorRT's ONNX parser rejected the graph; ``failures`` lists (node, op, message)."""
@@ -95,7 +90,7 @@ class BuildResult:
 
 
 def _spec(tensor) -> TensorSpec:
-    return TensorSpec(tensor.name, TRT_DTYPES.get(tensor.dtype.name, tensor.dtype.name.lower()), tuple(tensor.shape))
+    return TensorSpec(tensor.name, trt.dtype_name(tensor.dtype), tuple(tensor.shape))
 
 
 def parse_network(builder, path: Path, logger: RecordingLogger):

@@ -24,6 +24,7 @@ from typing import Any
 
 from trtforge.cache.engine_cache import digest_of, toolchain
 from trtforge.core.config import CompileConfig
+from trtforge.core.hashing import sha256_file
 
 #: Distributions whose versions change the captured or processed graph.
 GRAPH_LIBRARIES: tuple[str, ...] = ("torch", "onnx", "onnx-ir", "onnxscript")
@@ -39,14 +40,6 @@ def _versions() -> dict[str, str]:
     return found
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _source_file_sha256(path: str) -> str:
     """sha256 of the file that defines a module class (the whole file: stricter than the class, and cheap)."""
     try:
@@ -58,7 +51,7 @@ def _source_file_sha256(path: str) -> str:
 
 @functools.lru_cache(maxsize=512)
 def _cached_sha256(path: str, mtime_ns: int, size: int) -> str:
-    return _file_sha256(Path(path))
+    return sha256_file(Path(path))
 
 
 def onnx_fingerprint(path: Path) -> dict[str, Any]:
@@ -80,8 +73,8 @@ def onnx_fingerprint(path: Path) -> dict[str, Any]:
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             locations.update(e.value for e in tensor.external_data if e.key == "location")
     return {
-        "onnx_sha256": _file_sha256(path),
-        "external": {loc: _file_sha256(path.parent / loc) for loc in sorted(locations)},
+        "onnx_sha256": sha256_file(path),
+        "external": {loc: sha256_file(path.parent / loc) for loc in sorted(locations)},
     }
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from trtforge.core.errors import InvalidArgument
+from trtforge.core.errors import InvalidArgument, plain
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,15 @@ def _output_count(outputs: Any) -> int:
     raise ExampleInputsError(f"model returned {type(outputs).__name__}; return tensors, a tuple or a dict")
 
 
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception of a chain: the exporter wraps the error that says what failed."""
+    seen = {id(exc)}
+    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
+        exc = exc.__cause__
+        seen.add(id(exc))
+    return exc
+
+
 def export_onnx(
     model: torch.nn.Module,
     example_inputs: Any,
@@ -118,8 +127,9 @@ def export_onnx(
     try:
         _export_dynamo(model, args, kwargs, path, names, out_names, dynamic_batch)
     except Exception as exc:  # noqa: BLE001 - the exporter raises many types; we log and fall back
+        cause = root_cause(exc)
         log.warning("dynamo ONNX export failed (%s: %s); falling back to the TorchScript exporter",
-                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+                    type(cause).__name__, plain(str(cause)).strip().split("\n", 1)[0])
         _export_torchscript(model, args, kwargs, path, names, out_names, dynamic_batch)
     return path
 

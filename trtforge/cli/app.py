@@ -24,7 +24,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from trtforge.core.errors import UserError
+from trtforge.core.errors import UserError, plain
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="PyTorch/ONNX → TensorRT engines, run fast.")
 console = Console(width=None if Console().is_terminal else 160, emoji=False)
@@ -36,7 +36,7 @@ BUG_LINE = "this is a bug in trtforge, not in your input: please report it with 
 
 def say_error(message: str) -> None:
     """One ``error: ...`` line on stderr; the message is escaped, so ``[...]`` and ``:x:`` print as they are."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(plain(message))}", soft_wrap=True)
 
 
 def guarded(func: Callable[..., Any]) -> Callable[..., Any]:

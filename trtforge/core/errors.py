@@ -17,6 +17,21 @@ Example:
 
 from __future__ import annotations
 
+import re
+
+#: Terminal control sequences (colours, cursor moves) that libraries put into their messages.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal colour codes, so a message reads the same in a log as on a terminal.
+
+    Example:
+        >>> plain("\x1b[31mConstraintViolationError\x1b[0m: size()[0] = 4")
+        'ConstraintViolationError: size()[0] = 4'
+    """
+    return _ANSI.sub("", text)
+
 
 class TrtforgeError(Exception):
     """Base of every exception trtforge raises on purpose."""

@@ -15,7 +15,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -27,6 +26,7 @@ from typing import Any
 from trtforge._version import __version__
 from trtforge.core.atomic import atomic_write_bytes
 from trtforge.core.errors import FileConflict, InvalidArgument, MissingFile, WrongType
+from trtforge.core.hashing import sha256_file
 from trtforge.core.specs import TensorSpec
 
 SCHEMA_VERSION = 1
@@ -35,14 +35,6 @@ GENERATOR = "trtforge"
 
 class EngineHashMismatch(InvalidArgument):
     """The engine's bytes do not match the sha256 recorded in its sidecar."""
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 #: Field metadata: an optional key, written only when it holds a value (older sidecars lack it).

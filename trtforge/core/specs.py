@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 #: ONNX elem type → numpy dtype name used in specs and sidecars.
 ONNX_TO_DTYPE: dict[int, str] = {
     1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
@@ -29,12 +27,6 @@ class TensorSpec:
     @property
     def dynamic_axes(self) -> tuple[int, ...]:
         return tuple(i for i, d in enumerate(self.shape) if d < 0)
-
-    @property
-    def numpy_dtype(self) -> np.dtype:
-        if self.dtype == "bfloat16":
-            raise TypeError("numpy has no bfloat16; use torch for bfloat16 tensors")
-        return np.dtype(self.dtype)
 
     def as_dict(self) -> dict:
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}

@@ -30,6 +30,30 @@ INSTALL_HINT = (
 )
 
 
+#: TensorRT ``DataType`` member name → the dtype name trtforge's specs use (numpy style).
+DTYPE_NAMES: dict[str, str] = {
+    "FLOAT": "float32", "HALF": "float16", "BF16": "bfloat16", "INT8": "int8", "INT32": "int32",
+    "INT64": "int64", "BOOL": "bool", "UINT8": "uint8", "FP8": "float8", "INT4": "int4",
+}
+
+
+def enum_name(value: object) -> str:
+    """``trt.DataType.HALF`` (or a double's enum, or its string) → ``"HALF"``."""
+    name = getattr(value, "name", None)
+    return name if isinstance(name, str) else str(value).rsplit(".", 1)[-1]
+
+
+def dtype_name(value: object) -> str:
+    """A TensorRT ``DataType`` → the spec dtype name (``"float16"``); unknown members in lower case.
+
+    Example:
+        >>> dtype_name(bindings().DataType.HALF)
+        'float16'
+    """
+    key = enum_name(value)
+    return DTYPE_NAMES.get(key, key.lower())
+
+
 class TensorRTNotFoundError(MissingDependency):
     """Neither ``tensorrt`` nor ``tensorrt_rtx`` can be imported."""
 

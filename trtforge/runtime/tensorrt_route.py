@@ -55,7 +55,7 @@ from trtforge.core.specs import TensorSpec
 from trtforge.runtime.cuda_graph import GraphCache
 from trtforge.runtime.profiles import choose_profile, max_shapes
 from trtforge.runtime.protocol import EngineBase, EngineInputError
-from trtforge.runtime.tensors import bind_input, torch_dtype
+from trtforge.runtime.tensors import BINDABLE_DTYPES, bind_input, torch_dtype
 
 #: Every TensorRT attribute this route touches, as "Class.attribute" ("Class" alone for a module
 #: attribute). tests/runtime/test_trt_api_surface.py checks each against the installed bindings.
@@ -74,13 +74,6 @@ TRT_API_USED: tuple[str, ...] = (
 #: Used only when present (found by hasattr on the object): flavours differ here.
 TRT_API_OPTIONAL: tuple[str, ...] = ("Runtime.engine_host_code_allowed",)
 
-#: TensorRT DataType member name → spec dtype name.
-TRT_DTYPES: dict[str, str] = {
-    "FLOAT": "float32", "HALF": "float16", "BF16": "bfloat16", "INT8": "int8", "INT32": "int32",
-    "INT64": "int64", "BOOL": "bool", "UINT8": "uint8",
-}
-
-
 class HostCodeRefused(NotPermitted):
     """The engine embeds host code and the caller did not allow it."""
 
@@ -91,11 +84,6 @@ class EngineLoadError(Unsupported):
 
 class TensorRTRuntimeError(InternalError, RuntimeError):
     """TensorRT refused a call the route checked beforehand; the TensorRT log says why."""
-
-
-def _enum_name(value: Any) -> str:
-    name = getattr(value, "name", None)
-    return name if isinstance(name, str) else str(value).rsplit(".", 1)[-1]
 
 
 @dataclass
@@ -167,11 +155,11 @@ class TensorRTEngine(EngineBase):
         inputs, outputs = [], []
         for i in range(engine.num_io_tensors):
             name = engine.get_tensor_name(i)
-            dtype_key = _enum_name(engine.get_tensor_dtype(name))
-            if dtype_key not in TRT_DTYPES:
-                raise WrongType(f"engine tensor {name!r} has type {dtype_key}, which this route cannot bind; "
+            dtype = trt_shim.dtype_name(engine.get_tensor_dtype(name))
+            if dtype not in BINDABLE_DTYPES:
+                raise WrongType(f"engine tensor {name!r} has type {dtype}, which this route cannot bind; "
                                 "rebuild it with float, integer or bool I/O")
-            spec = TensorSpec(name, TRT_DTYPES[dtype_key], tuple(int(d) for d in engine.get_tensor_shape(name)))
+            spec = TensorSpec(name, dtype, tuple(int(d) for d in engine.get_tensor_shape(name)))
             is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
             (inputs if is_input else outputs).append(spec)
         return tuple(inputs), tuple(outputs)

@@ -31,6 +31,8 @@ _TORCH_DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64, "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
     "int32": torch.int32, "int64": torch.int64, "bool": torch.bool,
 }
+#: Spec dtypes a route can bind as torch tensors (TensorRT's FP8/INT4 I/O cannot be).
+BINDABLE_DTYPES: frozenset[str] = frozenset(_TORCH_DTYPES)
 
 
 def torch_dtype(name: str) -> torch.dtype:

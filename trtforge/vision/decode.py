@@ -89,14 +89,6 @@ def classifications_from_arrays(
     return [Classification(ids[b], scores[b], labels) for b in range(len(ids))]
 
 
-def classifications_from_topk(
-    topk: tuple[torch.Tensor, torch.Tensor], labels: Sequence[str] | None = None
-) -> list[Classification]:
-    """``classification_topk``'s tensors (any device) → results."""
-    scores, ids = (t.cpu().numpy() for t in topk)
-    return classifications_from_arrays(scores, ids, labels)
-
-
 # -- DETR-style detection ---------------------------------------------------------------------
 #: (cx, cy, w, h) @ this = (x1, y1, x2, y2): one matmul instead of eight element-wise kernels.
 _CXCYWH_TO_XYXY = torch.tensor(

@@ -23,7 +23,7 @@ import torch
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig, transform, transform_tensor
 
-__all__ = ["Preprocessor", "PreprocessConfig", "fused_transform", "is_pageable"]
+__all__ = ["Preprocessor", "fused_transform", "is_pageable"]
 
 log = logging.getLogger(__name__)
 
