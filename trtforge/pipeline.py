@@ -273,7 +273,7 @@ def write_artifact(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths
         precision=record["precision"],
         builder={**record["builder"], "cache": cache_info},
         source=source,
-        preprocessing=dict(config.preprocessing) if config.preprocessing else None,
+        preprocessing=config.preprocessing,
         notes=(*config.notes, *record["notes"]),
         quantization=record["quantization"],
     )
@@ -311,9 +311,8 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any) 
         return process(reference, config.precision), None
     from trtforge.quantize.quantizer import quantize_model
 
-    preprocessing = dict(config.preprocessing) if config.preprocessing else None
     result = quantize_model(reference, calibration_data, config.quant if config.quant is not None else QuantConfig(),
-                            preprocessing=preprocessing, progress=config.progress)
+                            preprocessing=config.preprocessing, progress=config.progress)
     return process(result.fp32, "int8", result.plan), result.report
 
 

@@ -70,6 +70,6 @@ def test_zoo_sidecar_loads_on_the_pytorch_routes_and_matches_the_zoo_model(tmp_p
         x = example_input(engine.inputs[0], 2, "cpu")
         with torch.inference_mode():
             torch.testing.assert_close(engine(x)["logits"], efficientnet_lite0()(x), rtol=1e-5, atol=1e-5)
-        assert engine.sidecar.preprocessing["resize"] == [224, 224]
+        assert engine.sidecar.preprocessing.size == (224, 224)
     with pytest.raises(ValueError, match="unknown zoo model 'yolo'"):
         zoo_bench_model("yolo")

@@ -13,6 +13,7 @@ import trtforge
 from trtforge.artifact import Artifact
 from trtforge.core.atomic import atomic_writer
 from trtforge.core.errors import WrongType
+from trtforge.core.preprocessing import PreprocessConfig, PreprocessingRecordError
 from trtforge.core.sidecar import (
     BuilderRecord,
     EngineHashMismatch,
@@ -23,6 +24,9 @@ from trtforge.core.sidecar import (
     read_sidecar,
     write_sidecar,
 )
+
+PREPROCESSING = {"resize": [8, 8], "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25], "channel_order": "bgr",
+                 "layout": "nhwc"}
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +41,16 @@ def built(tmp_path_factory):
     path = tmp / "mm.onnx"
     path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString())
     art = trtforge.compile(path, precision="fp16", batch="1:4:16", output_dir=tmp / "out", progress=False,
-                           notes="unit test", preprocessing={"layout": "NC"})
+                           notes="unit test", preprocessing=PREPROCESSING)
     return art
+
+
+def test_a_preprocessing_record_the_predictor_cannot_use_is_refused_before_the_build(built, tmp_path):
+    source = built.onnx_path.parent / "mm_reference_fp32.onnx"
+    with pytest.raises(PreprocessingRecordError, match="no 'resize'"):
+        trtforge.compile(source, precision="fp16", output_dir=tmp_path / "bad", progress=False,
+                         preprocessing={"layout": "NC"})
+    assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").iterdir())
 
 
 def test_sidecar_contents(built):
@@ -54,7 +66,11 @@ def test_sidecar_contents(built):
     assert data["precision"]["requested"] == "fp16" and data["precision"]["built"] == "fp16"
     assert data["precision"]["node_dtypes"]["float16"] >= 1
     assert {"flavour", "version", "targets", "optimization_level"} <= set(data["builder"])
-    assert data["preprocessing"] == {"layout": "NC"}
+    assert data["preprocessing"] == {"resize": [8, 8], "interpolation": "bilinear", "antialias": False,
+                                     "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25], "scale": 1 / 255,
+                                     "channel_order": "BGR", "layout": "NHWC"}
+    assert read_sidecar(built.sidecar_path).preprocessing == PreprocessConfig(
+        (8, 8), mean=(0.5,) * 3, std=(0.25,) * 3, channel_order="BGR", layout="NHWC")
     assert data["notes"] == ["unit test"]
 
 
@@ -113,7 +129,7 @@ def test_rebuild_overwrites_own_files(built):
     before = built.sidecar_path.read_text()
     again = trtforge.compile(built.onnx_path.parent / "mm_reference_fp32.onnx", name="mm", precision="fp16",
                              batch="1:4:16", output_dir=built.engine_path.parent, progress=False,
-                             notes="unit test", preprocessing={"layout": "NC"})
+                             notes="unit test", preprocessing=PREPROCESSING)
     assert json.loads(again.sidecar_path.read_text())["engine"] == json.loads(before)["engine"]
 
 

@@ -220,7 +220,7 @@ def test_tensorrt_route_takes_the_one_graph_path(tmp_path):
     path = write_fake_engine(tmp_path, profile, feature_dims=(3, 16, 16), model="channel_mean",
                              preprocessing={"resize": [16, 16]})
     engine = CallCountingTensorRTEngine(path, device="cpu", bindings=FAKE_TRT)
-    assert isinstance(engine, CapturableEngine) and engine.sidecar.preprocessing == {"resize": [16, 16]}
+    assert isinstance(engine, CapturableEngine) and engine.sidecar.preprocessing == PreprocessConfig((16, 16))
     assert Predictor(engine).cuda_graph is False  # on by default only when the engine replays graphs itself
     with pytest.raises(InvalidArgument, match="on a CUDA device"):
         Predictor(engine, cuda_graph=True)  # host memory: no CUDA graphs to capture

@@ -45,7 +45,7 @@ class BenchModel:
     name: str
     open: Callable[[str, Any], Engine]  # (route, device) -> Engine
     inputs: tuple[TensorSpec, ...]
-    preprocessing: dict[str, Any]
+    preprocessing: PreprocessConfig
     task: str
 
 
@@ -85,7 +85,7 @@ def zoo_bench_model(name: str, compile_mode: str = "max-autotune") -> BenchModel
     def open_route(route: str, device: Any) -> Engine:
         return TorchEngine(model, spec.inputs, spec.outputs, route=route, device=device, compile_mode=compile_mode)
 
-    return BenchModel(name, open_route, spec.inputs, dict(spec.preprocessing), spec.task)
+    return BenchModel(name, open_route, spec.inputs, PreprocessConfig.of(spec.preprocessing), spec.task)
 
 
 def write_zoo_sidecar(folder: Path, name: str) -> Path:
@@ -130,7 +130,7 @@ def sidecar_bench_model(path: str | Path) -> BenchModel:
                 device = "cpu"  # the reference route runs where ONNX Runtime can
         return load(path, route=route, device=device)
 
-    return BenchModel(sidecar.name, open_route, sidecar.inputs, dict(sidecar.preprocessing), task)
+    return BenchModel(sidecar.name, open_route, sidecar.inputs, sidecar.preprocessing, task)
 
 
 def machine_info() -> dict[str, Any]:
@@ -437,7 +437,7 @@ def bench_preprocessing(
 
     device = default_device(device)
     result = result or BenchResult()
-    config = PreprocessConfig.from_dict(preprocessing)
+    config = PreprocessConfig.of(preprocessing)
     mean, std = np.asarray(config.mean, np.float32), np.asarray(config.std, np.float32)
     resample = Image.BILINEAR if config.interpolation == "bilinear" else Image.BICUBIC
 

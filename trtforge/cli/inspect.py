@@ -46,8 +46,8 @@ def inspect(path: Annotated[Path, typer.Argument(help="an .engine or its .json s
     summary.add_row("source", f"{sc.source.kind} → {sc.source.onnx_file}")
     if sc.preprocessing:
         p = sc.preprocessing
-        summary.add_row("preprocessing", f"resize {p.get('resize')} {p.get('interpolation')}, mean {p.get('mean')}, "
-                        f"std {p.get('std')}, {p.get('channel_order')} {p.get('layout')}")
+        summary.add_row("preprocessing", f"resize {list(p.size)} {p.interpolation}, mean {list(p.mean)}, "
+                        f"std {list(p.std)}, {p.channel_order} {p.layout}")
     if sc.quantization:
         q = sc.quantization.to_dict()
         summary.add_row("quantization", ", ".join(f"{k}={v}" for k, v in q.items() if not isinstance(v, (dict, list))))

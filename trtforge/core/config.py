@@ -27,6 +27,7 @@ from trtforge.core import machine, trt
 from trtforge.core.batch import BatchProfile, parse_batch
 from trtforge.core.budget import ErrorBudget, check_override, resolve_budget
 from trtforge.core.errors import InvalidArgument, MissingFile, WrongType
+from trtforge.core.preprocessing import PreprocessConfig
 
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
 #: Precision → the float dtype the graph computes in (int8 graphs are FP16 outside Q/DQ).
@@ -242,7 +243,7 @@ class CompileConfig:
         cli=CliFlag(int | None, name="workspace_mb", to_field=_mib, help="workspace limit in MiB"))
     quant: QuantConfig = option(help="int8: how to quantize (its flags: --calibrator, --placement, ...)",
                                 affects=GRAPH, factory=QuantConfig)
-    preprocessing: Mapping[str, Any] | None = option(
+    preprocessing: PreprocessConfig | None = option(
         None, affects=OUTPUT, cli=CliFlag(Path | None, to_field=read_preprocessing_json,
                                          help="JSON preprocessing (or a sidecar), for --calib images"),
         help="image preprocessing for the sidecar (and int8 image calibration; the graph shows its effect)")
@@ -280,9 +281,9 @@ class CompileConfig:
         quant = QuantConfig() if self.quant is None else self.quant
         if not isinstance(quant, QuantConfig):
             raise WrongType(f"quant= takes a QuantConfig (trtforge.CompileConfig's quant), not {type(quant).__name__}")
-        if self.preprocessing is not None and not isinstance(self.preprocessing, Mapping):
-            raise WrongType(f"preprocessing= takes a dict such as {{'resize': [224, 224]}}, not "
-                            f"{type(self.preprocessing).__name__}")
+        if self.preprocessing is not None and not isinstance(self.preprocessing, (Mapping, PreprocessConfig)):
+            raise WrongType(f"preprocessing= takes a dict such as {{'resize': [224, 224]}} or a PreprocessConfig, "
+                            f"not {type(self.preprocessing).__name__}")
         normalised = {
             "precision": precision, "batch": parse_batch(self.batch), "targets": _targets(self.targets),
             "shapes": _shapes(self.shapes), "hardware_compatibility": hardware, "quant": quant,
@@ -290,7 +291,7 @@ class CompileConfig:
             "output_dir": Path(self.output_dir), "cache_dir": _path(self.cache_dir),
             "input_names": _names(self.input_names), "output_names": _names(self.output_names),
             "notes": (self.notes,) if isinstance(self.notes, str) else tuple(self.notes or ()),
-            "preprocessing": None if self.preprocessing is None else dict(self.preprocessing),
+            "preprocessing": None if self.preprocessing is None else PreprocessConfig.of(self.preprocessing),
         }
         for flag in ("version_compatible", "refittable", "strip_weights", "progress", "cache"):
             normalised[flag] = bool(getattr(self, flag))

@@ -112,6 +112,18 @@ class PreprocessConfig:
             layout=str(data.get("layout", "NCHW")).upper(),
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """The sidecar's JSON record (``from_dict`` reads it back to an equal config).
+
+        Example:
+            >>> PreprocessConfig((224, 224)).to_dict()["resize"]
+            [224, 224]
+        """
+        return {"resize": [int(v) for v in self.size], "interpolation": self.interpolation,
+                "antialias": bool(self.antialias), "mean": [float(v) for v in self.mean],
+                "std": [float(v) for v in self.std], "scale": float(self.scale),
+                "channel_order": self.channel_order, "layout": self.layout}
+
     @classmethod
     def of(cls, record: PreprocessConfig | Mapping[str, Any]) -> PreprocessConfig:
         """``record`` as a ``PreprocessConfig``: returned as it is, or built from a sidecar dict."""

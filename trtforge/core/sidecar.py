@@ -3,8 +3,9 @@
 The sidecar is plain JSON so that C++, Triton or a shell script can read it without trtforge.
 Readers ignore keys they do not know; ``extra`` keeps them for round trips.
 
-Its sub-records (``source``, ``engine``, ``precision``, ``builder``, ``quantization``) are frozen
-dataclasses; ``profiles`` and ``preprocessing`` stay the JSON objects they are.
+Its sub-records (``source``, ``engine``, ``precision``, ``builder``, ``quantization``, and
+``preprocessing``: the one ``PreprocessConfig``) are frozen dataclasses; ``profiles`` are plain JSON
+(int lists per input, normalised on read), as every route and TensorRT itself reads them.
 
 Example:
     >>> sc = read_sidecar(Path("trtforge_out/efficientnet_lite0_fp16.json"))
@@ -27,6 +28,7 @@ from trtforge._version import __version__
 from trtforge.core.atomic import atomic_write_bytes
 from trtforge.core.errors import FileConflict, InvalidArgument, MissingFile, WrongType
 from trtforge.core.hashing import sha256_file
+from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.core.specs import TensorSpec
 
 SCHEMA_VERSION = 1
@@ -218,7 +220,7 @@ class Sidecar:
     precision: PrecisionRecord
     builder: BuilderRecord
     source: SourceRecord
-    preprocessing: dict[str, Any] | None = None
+    preprocessing: PreprocessConfig | None = None
     notes: tuple[str, ...] = ()
     quantization: QuantizationRecord | None = None
     trtforge_version: str = __version__
@@ -236,6 +238,8 @@ class Sidecar:
         object.__setattr__(self, "notes", (self.notes,) if isinstance(self.notes, str) else tuple(self.notes))
         if self.quantization is not None:
             object.__setattr__(self, "quantization", QuantizationRecord.from_dict(self.quantization))
+        if self.preprocessing is not None:
+            object.__setattr__(self, "preprocessing", PreprocessConfig.of(self.preprocessing))
 
     @property
     def engine(self) -> EngineRecord:
@@ -279,7 +283,7 @@ class Sidecar:
                 "profiles": list(self.profiles),
                 "precision": self.precision.to_dict(),
                 "builder": self.builder.to_dict(),
-                "preprocessing": self.preprocessing,
+                "preprocessing": None if self.preprocessing is None else self.preprocessing.to_dict(),
                 "notes": list(self.notes),
             }
         )

@@ -8,12 +8,14 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
 
 from trtforge.core.config import QuantConfig
+from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.passes.graph import constant_value, input_specs, values_by_name
 from trtforge.passes.qdq import QuantInput, QuantLayer, QuantPlan, fp16_scales
 from trtforge.quantize import placement as placement_mod
@@ -46,7 +48,7 @@ def batch_size(specs, config: QuantConfig) -> int:
     return int(next(iter(static))) if static else config.batch_size
 
 
-def split_samples(model: ir.Model, calibration_data, config: QuantConfig, preprocessing: dict | None,
+def split_samples(model: ir.Model, calibration_data, config: QuantConfig, preprocessing: PreprocessConfig | Mapping | None,
                   ) -> CalibrationSet:
     """Load and check the calibration data (errors before any work), then split off the held-back share."""
     specs = input_specs(model)

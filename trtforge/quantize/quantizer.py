@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -28,6 +29,7 @@ from trtforge.cache.calib_cache import CalibrationCache
 from trtforge.core.budget import ErrorBudget, resolve_budget
 from trtforge.core.config import QuantConfig
 from trtforge.core.errors import InvalidArgument
+from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.passes.graph import QDQ_OPSET, ensure_node_names, ensure_opset, fresh_ir, to_proto
 from trtforge.passes.process import Processed, process
 from trtforge.passes.qdq import QuantPlan, apply_plan
@@ -164,7 +166,7 @@ def _finish_report(report: dict, config: QuantConfig, budget: ErrorBudget, plan:
     report["data_sha256"] = data_sha
 
 
-def _checked_start(fp32, calibration_data, config: QuantConfig, preprocessing: dict | None):
+def _checked_start(fp32, calibration_data, config: QuantConfig, preprocessing: PreprocessConfig | Mapping | None):
     """(model, task, budget, data): everything that can refuse the input, before any calibration."""
     model = ensure_node_names(ensure_opset(fresh_ir(fp32), QDQ_OPSET))
     task = detect_task(model, config.task)
@@ -183,7 +185,7 @@ def quantize_model(
     fp32: ir.Model | onnx.ModelProto,
     calibration_data,
     config: QuantConfig | None = None,
-    preprocessing: dict | None = None,
+    preprocessing: PreprocessConfig | Mapping | None = None,
     progress: bool = True,
 ) -> QuantResult:
     """FP32 graph (not modified) + calibration data → the INT8 plan, with a measured report.
