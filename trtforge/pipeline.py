@@ -199,8 +199,7 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
     config = replace(config, name=name, preprocessing=preprocessing)
     _check_model(model_or_onnx, example_inputs)
     paths = OutputPaths(prepare_output_dir(config.output_dir), name, config.precision, file_suffix(config))
-    float_precision = "fp32" if config.float_dtype is None else {"float16": "fp16", "bfloat16": "bf16"}[config.float_dtype]
-    check_destinations(paths, sorted({config.precision, float_precision}))
+    check_destinations(paths, config.possible_precisions)
     reference = paths.reference_onnx()
     if reference.exists() and not any(is_trtforge_sidecar(p) for p in paths.directory.glob(f"{name}_*.json")):
         raise FileConflict(

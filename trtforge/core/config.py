@@ -314,6 +314,12 @@ class CompileConfig:
     def shapes_map(self) -> dict[str, tuple[tuple[int, ...], ...]]:
         return dict(self.shapes)
 
+    @property
+    def possible_precisions(self) -> tuple[str, ...]:
+        """The precisions the engine's file name may carry: INT8 is built as FP16 when placement keeps
+        every layer in FP16."""
+        return (self.precision, "fp16") if self.precision == "int8" else (self.precision,)
+
     def key_fields(self) -> dict[str, Any]:
         """JSON-able values of the options that change the engine's bytes (cache keys, sidecars)."""
         data = {name: getattr(self, name) for name, opt in options_of(CompileConfig) if opt.affects == ENGINE}

@@ -22,14 +22,12 @@ from dataclasses import dataclass
 import onnx
 import onnx_ir as ir
 
+from trtforge.core.config import FLOAT_OF_PRECISION
 from trtforge.core.errors import InvalidArgument
 from trtforge.passes.cleanup import cleanup
 from trtforge.passes.float16 import FloatPlan, apply_float, convert_float, infer_types, plan_float
 from trtforge.passes.graph import QDQ_OPSET, copy_model, ensure_node_names, ensure_opset, has_qdq, load_ir
 from trtforge.passes.qdq import QuantPlan, apply_plan_in_place
-
-#: precision → the dtype the float pass casts to (None: the graph stays FP32).
-FLOAT_DTYPES: dict[str, str | None] = {"fp32": None, "fp16": "float16", "bf16": "bfloat16", "int8": "float16"}
 
 
 @dataclass(frozen=True)
@@ -58,8 +56,8 @@ def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None) 
     FP32 returns ``reference`` itself. INT8 needs the plan ``trtforge.quantize`` computed on
     ``reference``; when that plan keeps every layer in FP16 the build is an FP16 one.
     """
-    if precision not in FLOAT_DTYPES:
-        raise InvalidArgument(f"precision={precision!r}; choose one of {', '.join(FLOAT_DTYPES)}")
+    if precision not in FLOAT_OF_PRECISION:
+        raise InvalidArgument(f"precision={precision!r}; choose one of {', '.join(FLOAT_OF_PRECISION)}")
     if (plan is None) != (precision != "int8"):
         raise InvalidArgument("process() takes a QuantPlan for precision='int8' and only then; "
                               "compute it with trtforge.quantize.quantize_model")
@@ -69,5 +67,5 @@ def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None) 
         model = int8_graph(reference, plan)
         return Processed(model, "int8" if has_qdq(model) else "fp16")
     model = infer_types(copy_model(reference))
-    float_plan = plan_float(model, FLOAT_DTYPES[precision])
+    float_plan = plan_float(model, FLOAT_OF_PRECISION[precision])
     return Processed(apply_float(model, float_plan), precision, float_plan)
