@@ -7,7 +7,8 @@ Example:
 """
 
 from trtforge.convert.api import Conversion, convert_module, lower_module
+from trtforge.convert.converters import all_converters, source_hash
 from trtforge.convert.evaluator import evaluate
-from trtforge.convert.registry import REGISTRY, converter, source_hash
+from trtforge.convert.registry import REGISTRY, converter
 
-__all__ = ["REGISTRY", "Conversion", "convert_module", "converter", "evaluate", "lower_module", "source_hash"]
+__all__ = ["REGISTRY", "all_converters", "Conversion", "convert_module", "converter", "evaluate", "lower_module", "source_hash"]

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import torch
 
 from trtforge.convert.build import build_plan
+from trtforge.convert.converters import source_hash
 from trtforge.convert.lower import Lowered, export_program, lower_graph, program_constants
 from trtforge.convert.network import Record
-from trtforge.convert.registry import source_hash
 from trtforge.core.errors import InvalidArgument
 
 PRECISIONS: dict[str, torch.dtype] = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import torch
 
 from trtforge.convert.context import Context, ConversionRefused, SymDim, is_const, static_shape
+from trtforge.convert.converters import all_converters
 from trtforge.convert.network import Network
-from trtforge.convert.registry import REGISTRY, load_all, target_name
+from trtforge.convert.registry import REGISTRY, target_name
 from trtforge.core.errors import InvalidArgument, Unsupported
 
 #: Ops TensorRT-RTX must not see fused at FP32: kept whole so our converter decomposes them.
@@ -161,7 +162,7 @@ def lower_graph(graph: torch.fx.Graph, constants: dict[str, torch.Tensor], *, pr
                 output_names: list[str] | None = None, attrs: Callable[[str], torch.Tensor] | None = None,
                 name: str = "trtforge") -> Lowered:
     """Lower ``graph`` into a new strongly typed network; every call must convert (else raises)."""
-    load_all()
+    all_converters()
     mark_constants(graph, constants)
     ctx = Context(Network(name), compute=precision)
     lowered = Lowered(ctx.net)

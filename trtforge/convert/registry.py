@@ -15,10 +15,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import inspect
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -67,24 +63,3 @@ def target_name(node: torch.fx.Node) -> str:
     if isinstance(target, torch._ops.OpOverload):
         return str(target)
     return f"{getattr(target, '__module__', '') or ''}.{getattr(target, '__name__', str(target))}"
-
-
-def load_all() -> dict[str, Converter]:
-    """Import every op family so the registry is complete; returns it."""
-    from trtforge.convert import ops  # noqa: F401  (registers by import)
-
-    return REGISTRY
-
-
-@functools.cache
-def source_hash() -> str:
-    """sha256 over the source of every converter module (and the emission layer): a converter change
-    changes this, so it belongs in an engine-cache key."""
-    load_all()
-    names = sorted({c.fn.__module__ for c in REGISTRY.values()} | {
-        "trtforge.convert.network", "trtforge.convert.context", "trtforge.convert.lower"})
-    digest = hashlib.sha256()
-    for name in names:
-        digest.update(name.encode())
-        digest.update(inspect.getsource(sys.modules[name]).encode())
-    return digest.hexdigest()
