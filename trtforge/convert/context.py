@@ -59,6 +59,7 @@ class Context:
     net: Network
     compute: torch.dtype = torch.float32
     fp32_reasons: dict[str, str] = field(default_factory=dict)
+    _sizes: dict = field(default_factory=dict)
 
     def dtype(self, dtype: torch.dtype) -> torch.dtype:
         """The network dtype for a model dtype (FP32 → the compute precision)."""
@@ -104,8 +105,11 @@ class Context:
         """Dimension ``axis`` of ``x``: an int when static, else a SymDim read from the shape."""
         if x.shape[axis] >= 0:
             return x.shape[axis]
-        index = self.net.constant(torch.tensor([axis], dtype=torch.int32))
-        return SymDim(self.net.gather(self.net.shape(x), index, 0))
+        key = (x.name, axis)
+        if key not in self._sizes:
+            index = self.net.constant(torch.tensor([axis], dtype=torch.int32))
+            self._sizes[key] = SymDim(self.net.gather(self.net.shape(x), index, 0))
+        return self._sizes[key]
 
     def reshape(self, x: Tensor, dims) -> Tensor:
         """Reshape to ``dims`` (ints and SymDims)."""

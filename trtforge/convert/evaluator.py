@@ -136,6 +136,9 @@ def _slice(attrs: dict, ins: list) -> list:
 def _gather(attrs: dict, ins: list) -> list:
     x, indices = ins
     axis = attrs["axis"]
+    if attrs["mode"] == "ELEMENT":
+        _same_rank(x, indices)
+        return [torch.gather(x, axis, indices.long())]
     if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= x.shape[axis]):
         raise InternalError(f"gather index out of range for axis {axis} of size {x.shape[axis]}")
     out = x.index_select(axis, indices.reshape(-1).long())
@@ -320,6 +323,7 @@ EVALUATORS: dict[str, Evaluator] = {
     "normalization": _normalization,
     "resize": _resize,
     "grid_sample": _grid_sample,
+    "fill": lambda attrs, ins: [(ins[1] + ins[2] * torch.arange(int(ins[0][0]), dtype=ins[2].dtype)).to(attrs["dtype"])],
 }
 
 

@@ -202,9 +202,11 @@ class Network:
                  "stride": stride if not isinstance(stride, Tensor) else None, "mode": mode}
         return self._add("slice", layer, inputs, attrs)
 
-    def gather(self, x: Tensor, indices: Tensor, axis: int) -> Tensor:
-        layer = self.net.add_gather(x.itensor, indices.itensor, axis)
-        return self._add("gather", layer, [x, indices], {"axis": axis})
+    def gather(self, x: Tensor, indices: Tensor, axis: int, mode: str = "DEFAULT") -> Tensor:
+        """DEFAULT: out = x with axis replaced by indices' shape; ELEMENT: torch.gather's semantics."""
+        layer = self.net.add_gather_v2(x.itensor, indices.itensor, self._enum("GatherMode", mode))
+        layer.axis = axis
+        return self._add("gather", layer, [x, indices], {"axis": axis, "mode": mode})
 
     def matmul(self, a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
         a, b = self.same_rank(a, b)
@@ -283,6 +285,18 @@ class Network:
         layer.sample_mode = self._enum("SampleMode", sample_mode)
         attrs = {"mode": mode, "align_corners": align_corners, "sample_mode": sample_mode}
         return self._add("grid_sample", layer, [x, grid], attrs)
+
+    def linspace(self, count: Tensor, start: float, step: float, dtype: torch.dtype) -> Tensor:
+        """A fill layer in LINSPACE mode: ``start + step * i`` for i < count (count: a (1,) INT64 tensor)."""
+        layer = self.net.add_fill((0,), self._enum("FillOperation", "LINSPACE"), self._enum("DataType",
+                                                                                            TORCH_TO_TRT[dtype]))
+        layer.set_input(0, count.itensor)
+        scalar = torch.float32 if dtype.is_floating_point else dtype
+        first = self.constant(torch.tensor(start, dtype=scalar))
+        delta = self.constant(torch.tensor([step], dtype=scalar))
+        layer.set_input(1, first.itensor)
+        layer.set_input(2, delta.itensor)
+        return self._add("fill", layer, [count, first, delta], {"dtype": dtype})
 
     # -- helpers built from the layers above ----------------------------------------------------
     def unsqueeze_front(self, x: Tensor, rank: int) -> Tensor:

@@ -137,3 +137,15 @@ converter("aten.max.dim", validator=lambda n: _topk_ok(type("N", (), {"args": (n
     _max_dim("MAX"))
 converter("aten.min.dim", validator=lambda n: _topk_ok(type("N", (), {"args": (n.args[0], 1, n.args[1])})()))(
     _max_dim("MIN"))
+
+
+@converter("aten.linalg_vector_norm.default", validator=lambda n: None if (n.args[1] if len(n.args) > 1 else 2) in (
+        1, 2, 1.0, 2.0) else "only the L1 and L2 vector norms are converted")
+def vector_norm(ctx: Context, node, args):
+    x = ctx.keep_fp32(node, ctx.tensor(args[0], dtype=ctx.out_dtype(node)))
+    dtype = ctx.out_dtype(node)
+    axes, keep = _axes(x, args[2]), bool(args[3])
+    if float(args[1]) == 1.0:
+        return ctx.net.cast(ctx.net.reduce(ctx.net.unary(x, "ABS"), "SUM", axes, keep), dtype)
+    total = ctx.net.reduce(ctx.net.elementwise(x, x, "PROD"), "SUM", axes, keep)
+    return ctx.net.cast(ctx.net.unary(total, "SQRT"), dtype)

@@ -140,28 +140,49 @@ def _indices(ctx: Context, index, n: int) -> Tensor:
     return ctx.net.select(negative, wrapped, index)
 
 
-def _one_index(node) -> str | None:
+def _index_ok(node) -> str | None:
+    """Advanced indices must sit on consecutive axes; all but the first indexed axis static."""
     indices = node.args[1]
     used = [i for i, v in enumerate(indices) if v is not None]
-    if len(used) != 1:
-        return f"index with {len(used)} index tensors; only one advanced index is supported"
-    value = example(indices[used[0]])
-    if value is not None and value.dtype == torch.bool:
+    if used != list(range(used[0], used[-1] + 1)):
+        return "advanced indices separated by slices move axes; not supported"
+    if any(example(indices[i]) is not None and example(indices[i]).dtype == torch.bool for i in used):
         return "boolean-mask indexing makes a data-dependent shape"
-    return _static_dim_at(node, used[0])
-
-
-def _static_dim_at(node, axis: int) -> str | None:
-    if not isinstance(example(node.args[0]).shape[axis], int):
-        return f"indexing the dynamic dimension {axis} is not supported"
+    shape = example(node.args[0]).shape
+    if any(not isinstance(shape[i], int) for i in used[1:]):
+        return "only the first indexed dimension may be dynamic"
     return None
 
 
-@converter("aten.index.Tensor", validator=_one_index)
+def _times(ctx: Context, a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    return SymDim(ctx.net.elementwise(ctx.dim(a), ctx.dim(b), "PROD"))
+
+
+@converter("aten.index.Tensor", validator=_index_ok)
 def index(ctx: Context, node, args):
+    """x[..., i0, i1, ...] on consecutive axes: merge those axes and gather the flat index
+    i0 * d1 * ... + i1 * ... (elementwise broadcasting gives torch's broadcast of the indices)."""
     x = ctx.tensor(args[0])
-    axis = next(i for i, v in enumerate(args[1]) if v is not None)
-    return ctx.net.gather(x, _indices(ctx, args[1][axis], x.shape[axis]), axis)
+    used = [i for i, v in enumerate(args[1]) if v is not None]
+    dims = ctx.dims(x)
+    flat = None
+    for axis in used:
+        n = dims[axis]
+        idx = _indices(ctx, args[1][axis], n) if isinstance(n, int) else ctx.tensor(args[1][axis], dtype=torch.int64)
+        if flat is None:
+            flat = idx
+            continue
+        flat, idx = ctx.net.same_rank(flat, idx)
+        flat = ctx.net.elementwise(ctx.net.elementwise(flat, ctx.tensor(n, dtype=torch.int64, like=flat), "PROD"),
+                                   idx, "SUM")
+    merged = dims[used[0]]
+    for axis in used[1:]:
+        merged = _times(ctx, merged, dims[axis])
+    if len(used) > 1:
+        x = ctx.reshape(x, dims[:used[0]] + [merged] + dims[used[-1] + 1:])
+    return ctx.net.gather(x, flat, used[0])
 
 
 @converter("aten.index_select.default", validator=lambda n: _static_dim(n, 1))
@@ -312,3 +333,32 @@ def full_like(ctx: Context, node, args):
     value = {"zeros_like": 0, "ones_like": 1}.get(node.target.__name__.split(".")[0], None)
     x = ctx.tensor(args[0])
     return _fill(ctx, node, ctx.dims(x), args[1] if value is None else value)
+
+
+@converter("aten._assert_tensor_metadata.default", "aten._assert_scalar.default", "aten.sym_constrain_range.default",
+           "aten.sym_constrain_range_for_size.default", "aten._assert_async.msg")
+def export_check(ctx: Context, node, args):
+    """Checks torch.export inserts; the engine's profile and shapes already enforce them."""
+    return None
+
+
+@converter("aten.arange.start_step", "aten.arange.default", "aten.arange.start")
+def arange(ctx: Context, node, args):
+    """A dynamic arange (its end is a symbolic size): a LINSPACE fill of ceil((end - start) / step)."""
+    if "start_step" in str(node.target) or str(node.target).endswith(".start"):
+        start, end, step = args[0], args[1], args[2] if "start_step" in str(node.target) else 1
+    else:
+        start, end, step = 0, args[0], 1
+    if not isinstance(start, int) or not isinstance(step, int) or step <= 0:
+        raise ConversionRefused("a dynamic arange needs integer start and a positive integer step")
+    count = ctx.net.elementwise(ctx.dim(end), ctx.dim(start + 1 - step), "SUB")
+    count = ctx.net.elementwise(count, ctx.dim(step), "FLOOR_DIV")
+    return ctx.net.linspace(count, start, step, ctx.out_dtype(node))
+
+
+@converter("aten.gather.default", validator=lambda n: _static_dim(n, 1))
+def gather_elements(ctx: Context, node, args):
+    """torch.gather: TensorRT's gather in ELEMENT mode (same-rank indices)."""
+    x = ctx.tensor(args[0])
+    axis = _axis(args[1], x.rank)
+    return ctx.net.gather(x, _indices(ctx, args[2], x.shape[axis]), axis, mode="ELEMENT")
