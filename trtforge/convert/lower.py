@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -51,6 +52,8 @@ def export_program(model: torch.nn.Module, example_inputs: tuple, batch: tuple[i
         if low < high:
             dim = torch.export.Dim("batch", min=max(low, 1), max=high)
             dynamic = tuple({0: dim} if isinstance(x, torch.Tensor) else None for x in example_inputs)
+            if any(p.kind is p.VAR_POSITIONAL for p in inspect.signature(model.forward).parameters.values()):
+                dynamic = (dynamic,)  # forward(*xs): the specs nest like the arguments
     program = torch.export.export(model.eval(), example_inputs, dynamic_shapes=dynamic)
     return program.run_decompositions(decompositions())
 
