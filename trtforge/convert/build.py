@@ -24,9 +24,19 @@ class PlanResult:
 def _profile(builder, net: Network, batch: tuple[int, int, int]):
     profile = builder.create_optimization_profile()
     for name, _dtype, shape in net.record.inputs:
-        triple = [tuple(b if d == -1 else d for d in shape) for b in batch]
+        exprs = net.dynamic_dims.get(name, shape)
+        triple = [tuple(_size(e, d, b) for e, d in zip(exprs, shape, strict=True)) for b in batch]
         profile.set_shape(name, *triple)
     return profile
+
+
+def _size(expr, dim: int, batch: int) -> int:
+    """A profile size: static dims as they are; a batch expression (``s0``, ``4*s0``) at ``batch``."""
+    if dim != -1:
+        return dim
+    if isinstance(expr, int):
+        return batch
+    return int(expr.subs({symbol: batch for symbol in expr.free_symbols}))
 
 
 def build_plan(net: Network, batch: tuple[int, int, int] = (1, 1, 1), optimization_level: int = 3) -> PlanResult:

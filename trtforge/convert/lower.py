@@ -50,6 +50,9 @@ def export_program(model: torch.nn.Module, example_inputs: tuple, batch: tuple[i
         if not 1 <= low <= opt <= high:
             raise InvalidArgument(f"batch={batch}: need 1 <= min <= opt <= max; pass e.g. batch=(1, 8, 32)")
         if low < high:
+            if any(isinstance(x, torch.Tensor) and x.shape[0] < 2 for x in example_inputs):
+                raise InvalidArgument("a dynamic batch needs example inputs with batch ≥ 2 (torch.export "
+                                      "specialises sizes 0 and 1); pass e.g. torch.randn(2, ...)")
             dim = torch.export.Dim("batch", min=max(low, 1), max=high)
             dynamic = tuple({0: dim} if isinstance(x, torch.Tensor) else None for x in example_inputs)
             if any(p.kind is p.VAR_POSITIONAL for p in inspect.signature(model.forward).parameters.values()):
@@ -128,9 +131,22 @@ def _fold(node: torch.fx.Node, env: dict):
 def _input(ctx: Context, node: torch.fx.Node):
     value = node.meta["val"]
     if isinstance(value, (torch.SymInt, int)):
-        raise ConversionRefused(f"input {node.name} is a Python int; pass tensors only")
+        return None  # a size passed into a partition: read from a tensor input (_size_input)
     x = ctx.net.input(node.name, value.dtype, static_shape(value))
+    ctx.net.dynamic_dims[node.name] = tuple(d if isinstance(d, int) else d.node.expr for d in value.shape)
     return ctx.net.cast(x, ctx.dtype(value.dtype))
+
+
+def _size_input(ctx: Context, node: torch.fx.Node, env: dict):
+    """A SymInt placeholder (a partition's size argument) as the matching dim of a tensor input."""
+    expr = node.meta["val"].node.expr if isinstance(node.meta["val"], torch.SymInt) else None
+    for other, value in env.items():
+        dims = ctx.net.dynamic_dims.get(other.name) if isinstance(other, torch.fx.Node) else None
+        if dims and expr in dims:
+            return ctx.size_of(value, dims.index(expr))
+    if isinstance(node.meta["val"], int):
+        return node.meta["val"]
+    raise ConversionRefused(f"size input {node.name} ({expr}) matches no dim of a tensor input")
 
 
 def _call(ctx: Context, node: torch.fx.Node, env: dict, lowered: Lowered):
@@ -170,9 +186,12 @@ def lower_graph(graph: torch.fx.Graph, constants: dict[str, torch.Tensor], *, pr
     ctx = Context(Network(name), compute=precision)
     lowered = Lowered(ctx.net)
     env: dict = {}
+    for node in graph.find_nodes(op="placeholder"):
+        env[node] = constants[node.name] if node.name in constants else _input(ctx, node)
     for node in graph.nodes:
         if node.op == "placeholder":
-            env[node] = constants[node.name] if node.name in constants else _input(ctx, node)
+            if env[node] is None:
+                env[node] = _size_input(ctx, node, env)
         elif node.op == "get_attr":
             env[node] = attrs(node.target)
         elif node.op == "call_function":

@@ -90,6 +90,8 @@ class Network:
         self.net = self.builder.create_network(trt.network_flags())
         self.net.name = name
         self.record = Record()
+        #: input name → dims as ints and sympy expressions of the batch symbol (for the profile)
+        self.dynamic_dims: dict[str, tuple] = {}
         self._keep: list[np.ndarray] = []  # TensorRT reads weights at build time: keep them alive
         self._count = 0
 
