@@ -94,9 +94,15 @@ def _compute_nodes(nodes) -> int:
     return sum(1 for n in nodes if node_status(n)[0] == "converted" and target_name(n) != "_operator.getitem")
 
 
-def _engine(sub: torch.fx.GraphModule, name: str, batch, precision: torch.dtype, runner: Runner, build: bool):
+def _engine(parent: torch.fx.GraphModule, node: torch.fx.Node, batch, precision: torch.dtype, runner: Runner,
+            build: bool):
+    """Lower one fused submodule; its arguments that are the parent's parameters become constants."""
+    sub = getattr(parent, node.target)
     placeholders = [n.name for n in sub.graph.find_nodes(op="placeholder")]
-    lowered = lower_graph(sub.graph, {}, precision=precision, attrs=lambda t: _attr(sub, t), name=name)
+    constants = {name: _attr(parent, arg.target) for name, arg in zip(placeholders, node.args, strict=True)
+                 if isinstance(arg, torch.fx.Node) and arg.op == "get_attr"}
+    lowered = lower_graph(sub.graph, constants, precision=precision, attrs=lambda t: _attr(sub, t),
+                          name=node.target)
     plan = build_plan(lowered.net, batch, optimization_level=0).plan if build else None
     return EngineModule(plan, lowered.net.record, placeholders, runner)
 
@@ -128,7 +134,7 @@ def partition(model: torch.nn.Module, example_inputs: tuple, *, batch: tuple[int
             report.pytorch[node.target] = f"{count} compute node(s) < min_block_size={min_block_size}"
             continue
         try:
-            engine = _engine(sub, node.target, sizes, precision_dtype(precision), runner, build)
+            engine = _engine(fused, node, sizes, precision_dtype(precision), runner, build)
         except ConversionRefused as exc:
             report.pytorch[node.target] = str(exc)
             continue
