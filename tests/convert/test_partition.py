@@ -81,3 +81,12 @@ def test_source_hash_is_stable_and_hex():
 def test_dynamic_batch_needs_an_example_batch_of_two():
     with pytest.raises(ValueError, match="batch ≥ 2"):
         partition(WithCustomOp(), _inputs(1), batch=(1, 2, 4))
+
+
+def test_docs_converter_table_is_generated_from_the_registry():
+    from pathlib import Path
+
+    from trtforge.convert.converters import converter_table
+
+    path = Path(__file__).resolve().parents[2] / "docs" / "converters.md"
+    assert path.read_text() == converter_table(), "regenerate: python -m trtforge.convert.converters > docs/converters.md"
