@@ -61,6 +61,14 @@ def _post_padding(node, x: Tensor, window, stride, padding) -> list[int]:
                                                                 strict=True)]
 
 
+def _window(dims: int, args) -> tuple[list[int], list[int], list[int]]:
+    """Kernel, stride (default: the kernel) and padding of a pooling op, one per spatial dim."""
+    window = list(args[1]) * (dims // len(args[1]))
+    stride = list(args[2] or window) * (dims // len(args[2] or window))
+    padding = list(args[3]) * (dims // len(args[3]))
+    return window, stride, padding
+
+
 def _max_ok(node) -> str | None:
     dilation = node.args[4] if len(node.args) > 4 else [1]
     return _pool_ok(node) or ("dilated max pooling is not in TensorRT" if any(d != 1 for d in dilation) else None)
@@ -70,10 +78,7 @@ def _max_ok(node) -> str | None:
            validator=_max_ok)
 def max_pool(ctx: Context, node, args):
     x = ctx.tensor(args[0])
-    dims = x.rank - 2
-    window = list(args[1]) * (dims // len(args[1]))
-    stride = list(args[2] or window) * (dims // len(args[2] or window))
-    padding = list(args[3]) * (dims // len(args[3]))
+    window, stride, padding = _window(x.rank - 2, args)
     post = _post_padding(node, x, window, stride, padding)
     out = ctx.net.pooling(x, "MAX", window, stride=stride, pre=padding, post=post)
     return (out, None) if "with_indices" in str(node.target) else out
@@ -95,10 +100,7 @@ def _avg_ok(node) -> str | None:
 @converter("aten.avg_pool2d.default", "aten.avg_pool3d.default", validator=_avg_ok)
 def avg_pool(ctx: Context, node, args):
     x = ctx.tensor(args[0])
-    dims = x.rank - 2
-    window = list(args[1]) * (dims // len(args[1]))
-    stride = list(args[2] or window) * (dims // len(args[2] or window))
-    padding = list(args[3]) * (dims // len(args[3]))
+    window, stride, padding = _window(x.rank - 2, args)
     include_pad = args[5]
     return ctx.net.pooling(x, "AVERAGE", window, stride=stride, pre=padding, post=padding,
                            exclude_padding=not include_pad)
