@@ -178,3 +178,17 @@ def test_registry_is_data_with_families_and_100_plus_aten_ops():
     assert len(aten) >= 100, len(aten)
     families = {c.family for c in table.values()}
     assert families == {"conv", "matmul", "elementwise", "norm", "shape", "reduce", "resize", "attention"}
+
+
+@pytest.mark.parametrize("case", ["conv2d", "linear_3d", "layer_norm", "sdpa"])
+def test_converter_bf16(case):
+    _, factory, inputs = next(c for c in CASES if c[0] == case)
+    torch.manual_seed(0)
+    check(factory(), inputs, precision="bf16", tolerance={"rtol": 5e-2, "atol": 5e-2})
+
+
+def test_bf16_transposed_convolution_is_refused_with_the_fix():
+    from trtforge.convert.context import ConversionRefused
+
+    with pytest.raises(ConversionRefused, match="precision='fp16'"):
+        check(nn.ConvTranspose2d(4, 3, 3, stride=2), img(4), precision="bf16", build=False)

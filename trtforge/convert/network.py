@@ -245,7 +245,13 @@ class Network:
         kernel = tuple(weight.shape[2:])
         maps = weight.shape[1] * groups if transposed else weight.shape[0]
         add = self.net.add_deconvolution_nd if transposed else self.net.add_convolution_nd
-        layer = add(x.itensor, maps, kernel, self._weights(weight), self._weights(bias))
+        as_tensors = weight.dtype == torch.bfloat16  # NumPy has no bfloat16: weights go in as tensor inputs
+        layer = add(x.itensor, maps, kernel, self._weights(None if as_tensors else weight),
+                    self._weights(None if as_tensors else bias))
+        if as_tensors:
+            layer.set_input(1, self.constant(weight).itensor)
+            if bias is not None:
+                layer.set_input(2, self.constant(bias).itensor)
         layer.stride_nd, layer.pre_padding, layer.post_padding = tuple(stride), tuple(pre), tuple(post)
         layer.dilation_nd, layer.num_groups = tuple(dilation), groups
         attrs = {"weight": weight.detach().clone(), "bias": None if bias is None else bias.detach().clone(),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from trtforge.convert.context import Context, example, is_const
+import torch
+
+from trtforge.convert.context import Context, ConversionRefused, example, is_const
 from trtforge.convert.network import Tensor
 from trtforge.convert.registry import converter
 
@@ -29,6 +31,9 @@ def _as_2d(ctx: Context, x: Tensor) -> Tensor:
 def convolution(ctx: Context, node, args):
     x, weight, bias, stride, padding, dilation, transposed, output_padding, groups = args
     dtype = ctx.out_dtype(node)
+    if transposed and dtype == torch.bfloat16:
+        raise ConversionRefused("TensorRT-RTX cannot build a BF16 transposed convolution (its weights must be "
+                                "tensors in BF16); convert with precision='fp16' or 'fp32'")
     x = ctx.tensor(x, dtype=dtype)
     one_d = x.rank == 3
     if one_d:
