@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("passes",),
     ("cache",),
     ("quantize",),
-    ("builder",),
+    ("builder", "convert"),
     ("runtime",),
     ("vision",),
     ("zoo",),
@@ -37,6 +37,7 @@ FORBIDDEN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("builder", ("quantize", "passes", "capture", "cache"), "builds a processed graph it is handed"),
     ("quantize", ("builder",), "knows nothing of TensorRT"),
     ("passes", ("cache",), "pure graph transforms"),
+    ("convert", ("capture", "passes", "quantize", "cache"), "the direct path lowers PyTorch to TensorRT, no ONNX"),
 )
 
 

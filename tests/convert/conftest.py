@@ -1,0 +1,8 @@
+"""The direct path's test harness lives in convert_check.py (importable from these tests)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))

@@ -1,0 +1,208 @@
+"""torch.export with a dynamic batch, decomposition to core ATen, and the walk that lowers an FX graph
+through the converter registry into a recorded TensorRT network.
+
+Example:
+    >>> program = export_program(model, (torch.randn(2, 3, 224, 224),), batch=(1, 8, 32))
+    >>> lowered = lower_graph(program.graph_module.graph, program_constants(program))
+    >>> lowered.net.record.kinds()
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from trtforge.convert.context import Context, ConversionRefused, SymDim, is_const, static_shape
+from trtforge.convert.converters import all_converters
+from trtforge.convert.network import Network
+from trtforge.convert.registry import REGISTRY, target_name
+from trtforge.core.errors import InvalidArgument, Unsupported
+
+#: Ops TensorRT-RTX must not see fused at FP32: kept whole so our converter decomposes them.
+KEEP_WHOLE = ("scaled_dot_product_attention",)
+#: Folding these at conversion time would freeze randomness or effects into constants.
+NEVER_FOLD = frozenset({"aten.rand.default", "aten.randn.default", "aten.bernoulli.p", "aten.native_dropout.default"})
+
+
+class UnsupportedOp(Unsupported):
+    """No converter exists for an op in a graph that must convert entirely."""
+
+
+def decompositions() -> dict:
+    """The core ATen decomposition table, less the ops we convert whole."""
+    table = torch.export.default_decompositions()
+    for op in KEEP_WHOLE:
+        table.pop(getattr(torch.ops.aten, op).default, None)
+    return table
+
+
+def export_program(model: torch.nn.Module, example_inputs: tuple, batch: tuple[int, int, int] | None = None):
+    """``torch.export`` (dim 0 of every input dynamic over ``batch``=(min, opt, max) when min < max),
+    then decomposition to core ATen."""
+    if not isinstance(example_inputs, tuple):
+        raise InvalidArgument("example_inputs must be a tuple of tensors; pass (tensor,) for one input")
+    dynamic = None
+    if batch is not None:
+        low, opt, high = batch
+        if not 1 <= low <= opt <= high:
+            raise InvalidArgument(f"batch={batch}: need 1 <= min <= opt <= max; pass e.g. batch=(1, 8, 32)")
+        if low < high:
+            if any(isinstance(x, torch.Tensor) and x.shape[0] < 2 for x in example_inputs):
+                raise InvalidArgument("a dynamic batch needs example inputs with batch ≥ 2 (torch.export "
+                                      "specialises sizes 0 and 1); pass e.g. torch.randn(2, ...)")
+            dim = torch.export.Dim("batch", min=max(low, 1), max=high)
+            dynamic = tuple({0: dim} if isinstance(x, torch.Tensor) else None for x in example_inputs)
+            if any(p.kind is p.VAR_POSITIONAL for p in inspect.signature(model.forward).parameters.values()):
+                dynamic = (dynamic,)  # forward(*xs): the specs nest like the arguments
+    program = torch.export.export(model.eval(), example_inputs, dynamic_shapes=dynamic)
+    return program.run_decompositions(decompositions())
+
+
+def program_constants(program) -> dict[str, torch.Tensor]:
+    """Placeholder name → tensor for the program's parameters, buffers and lifted constants."""
+    sig = program.graph_signature
+    state = {**program.state_dict, **program.constants}
+    found = {}
+    for mapping in (sig.inputs_to_parameters, sig.inputs_to_buffers, sig.inputs_to_lifted_tensor_constants):
+        found.update({name: state[target] for name, target in mapping.items()})
+    return found
+
+
+def mark_constants(graph: torch.fx.Graph, constants: dict[str, torch.Tensor]) -> None:
+    """Set ``meta["trtforge_const"]`` on nodes known at conversion time (constant propagation)."""
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            node.meta["trtforge_const"] = node.name in constants
+        elif node.op == "get_attr":
+            node.meta["trtforge_const"] = True
+        elif node.op == "call_function":
+            inputs = node.all_input_nodes
+            node.meta["trtforge_const"] = (target_name(node) not in NEVER_FOLD and bool(inputs)
+                                           and all(is_const(n) for n in inputs)) or (
+                not inputs and target_name(node) not in NEVER_FOLD and not _symbolic(node))
+        else:
+            node.meta["trtforge_const"] = False
+
+
+def _symbolic(node: torch.fx.Node) -> bool:
+    value = node.meta.get("val")
+    if isinstance(value, torch.SymInt):
+        return True
+    return isinstance(value, torch.Tensor) and any(not isinstance(d, int) for d in value.shape)
+
+
+def schema_args(node: torch.fx.Node, env: dict) -> list:
+    """The node's arguments in schema order with defaults filled, FX nodes replaced by their values."""
+    mapped_args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+    mapped_kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return list(mapped_args)
+    values = list(mapped_args)
+    for arg in node.target._schema.arguments[len(values):]:
+        if arg.name in mapped_kwargs:
+            values.append(mapped_kwargs[arg.name])
+        elif arg.has_default_value():
+            values.append(arg.default_value)
+        else:
+            values.append(None)
+    return values
+
+
+@dataclass
+class Lowered:
+    """A lowered graph: the network (with its record), which nodes were folded or converted, and
+    which stayed FP32 under a lower precision (node → reason)."""
+
+    net: Network
+    folded: list[str] = field(default_factory=list)
+    converted: dict[str, str] = field(default_factory=dict)
+    fp32_nodes: dict[str, str] = field(default_factory=dict)
+
+
+def _fold(node: torch.fx.Node, env: dict):
+    args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+    return node.target(*args, **kwargs)
+
+
+def _input(ctx: Context, node: torch.fx.Node):
+    value = node.meta["val"]
+    if isinstance(value, (torch.SymInt, int)):
+        return None  # a size passed into a partition: read from a tensor input (_size_input)
+    x = ctx.net.input(node.name, value.dtype, static_shape(value))
+    ctx.net.dynamic_dims[node.name] = tuple(d if isinstance(d, int) else d.node.expr for d in value.shape)
+    return ctx.net.cast(x, ctx.dtype(value.dtype))
+
+
+def _size_input(ctx: Context, node: torch.fx.Node, env: dict):
+    """A SymInt placeholder (a partition's size argument) as the matching dim of a tensor input."""
+    expr = node.meta["val"].node.expr if isinstance(node.meta["val"], torch.SymInt) else None
+    for other, value in env.items():
+        dims = ctx.net.dynamic_dims.get(other.name) if isinstance(other, torch.fx.Node) else None
+        if dims and expr in dims:
+            return ctx.size_of(value, dims.index(expr))
+    if isinstance(node.meta["val"], int):
+        return node.meta["val"]
+    raise ConversionRefused(f"size input {node.name} ({expr}) matches no dim of a tensor input")
+
+
+def _call(ctx: Context, node: torch.fx.Node, env: dict, lowered: Lowered):
+    name = target_name(node)
+    if node.meta.get("trtforge_const"):
+        lowered.folded.append(node.name)
+        return _fold(node, env)
+    entry = REGISTRY.get(name)
+    if entry is None:
+        raise UnsupportedOp(f"no converter for {name} (node {node.name}); keep it in PyTorch with "
+                            "partition(...) or add a converter in trtforge/convert/ops/")
+    reason = entry.refusal(node)
+    if reason is not None:
+        raise ConversionRefused(f"{name} (node {node.name}) refused: {reason}")
+    lowered.converted[node.name] = name
+    return entry.fn(ctx, node, schema_args(node, env))
+
+
+def _outputs(ctx: Context, node: torch.fx.Node, env: dict, names: list[str] | None) -> None:
+    values = torch.fx.node.map_arg(node.args[0], lambda n: env[n])
+    values = values if isinstance(values, (list, tuple)) else [values]
+    for index, value in enumerate(values):
+        meta = node.args[0][index].meta["val"] if isinstance(node.args[0], (list, tuple)) else node.args[0].meta["val"]
+        x = ctx.tensor(value, dtype=ctx.dtype(meta.dtype))
+        out = ctx.net.cast(x, meta.dtype)
+        if out is x:
+            out = ctx.net.shuffle(x)  # an output must be a layer's own tensor
+        ctx.net.output(out, names[index] if names else f"output_{index}")
+
+
+def lower_graph(graph: torch.fx.Graph, constants: dict[str, torch.Tensor], *, precision: torch.dtype = torch.float32,
+                output_names: list[str] | None = None, attrs: Callable[[str], torch.Tensor] | None = None,
+                name: str = "trtforge") -> Lowered:
+    """Lower ``graph`` into a new strongly typed network; every call must convert (else raises)."""
+    all_converters()
+    mark_constants(graph, constants)
+    ctx = Context(Network(name), compute=precision)
+    lowered = Lowered(ctx.net)
+    env: dict = {}
+    for node in graph.find_nodes(op="placeholder"):
+        env[node] = constants[node.name] if node.name in constants else _input(ctx, node)
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            if env[node] is None:
+                env[node] = _size_input(ctx, node, env)
+        elif node.op == "get_attr":
+            env[node] = attrs(node.target)
+        elif node.op == "call_function":
+            env[node] = _call(ctx, node, env, lowered)
+        elif node.op == "output":
+            _outputs(ctx, node, env, output_names)
+        else:
+            raise UnsupportedOp(f"{node.op} {node.target} cannot be lowered; keep it in PyTorch")
+    lowered.fp32_nodes.update(ctx.fp32_reasons)
+    return lowered
+
+
+__all__ = ["ConversionRefused", "Lowered", "SymDim", "UnsupportedOp", "export_program", "lower_graph",
+           "mark_constants", "program_constants", "schema_args"]

@@ -1,0 +1,144 @@
+"""Partitioning with PyTorch fallback: nodes with no converter, or whose validator refuses, stay in
+PyTorch; supported runs of at least ``min_block_size`` compute nodes become engines.
+
+The result is an ``nn.Module`` (the exported program's module) whose fused submodules are
+``EngineModule``s (a TensorRT plan + its recorded network) or plain PyTorch graph modules. An engine
+runs through ``runner``; the default runner is the reference evaluator, which runs the recorded
+network on the CPU (the lead wires a TensorRT route in on a GPU).
+
+Example:
+    >>> module, report = partition(model, (x,), batch=(1, 2, 4), min_block_size=3)
+    >>> torch.testing.assert_close(module(x), model(x))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from trtforge.convert.api import precision_dtype
+from trtforge.convert.build import build_plan
+from trtforge.convert.context import ConversionRefused
+from trtforge.convert.converters import all_converters
+from trtforge.convert.evaluator import evaluate
+from trtforge.convert.lower import export_program, lower_graph, mark_constants
+from trtforge.convert.network import Record
+from trtforge.convert.registry import target_name
+from trtforge.core.errors import InvalidArgument
+
+Runner = Callable[["EngineModule", dict], list]
+
+
+def node_status(node: torch.fx.Node) -> tuple[str, str]:
+    """("folded" | "converted" | "refused" | "unsupported", reason) for one call_function node."""
+    name = target_name(node)
+    if node.meta.get("trtforge_const"):
+        return "folded", ""
+    entry = all_converters().get(name)
+    if entry is None:
+        return "unsupported", f"no converter for {name}"
+    reason = entry.refusal(node)
+    return ("refused", reason) if reason else ("converted", "")
+
+
+class _Supported(OperatorSupportBase):
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        return node.op == "call_function" and node_status(node)[0] in ("converted", "folded")
+
+
+def reference_runner(engine: EngineModule, feeds: dict) -> list:
+    """Run an engine's recorded network with the reference evaluator (CPU, TensorRT semantics)."""
+    return evaluate(engine.record, feeds)
+
+
+class EngineModule(torch.nn.Module):
+    """One engine partition: the plan, its recorded network, and how its arguments map to inputs."""
+
+    def __init__(self, plan: bytes | None, record: Record, arg_names: list[str], runner: Runner) -> None:
+        super().__init__()
+        self.plan, self.record, self.arg_names, self.runner = plan, record, arg_names, runner
+        self.input_names = [name for name, _d, _s in record.inputs]
+
+    def forward(self, *args):
+        feeds = {n: a for n, a in zip(self.arg_names, args, strict=True) if n in self.input_names}
+        outputs = self.runner(self, feeds)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+@dataclass
+class PartitionReport:
+    """Which partitions became engines (submodule name → node count) and which stayed in PyTorch (why)."""
+
+    engines: dict[str, int] = field(default_factory=dict)
+    pytorch: dict[str, str] = field(default_factory=dict)
+
+
+def propose(graph_module: torch.fx.GraphModule, min_block_size: int = 1) -> list[list[torch.fx.Node]]:
+    """The supported runs (as node lists, in graph order) the partitioner would make engines of."""
+    mark_constants(graph_module.graph, {})
+    partitioner = CapabilityBasedPartitioner(graph_module, _Supported(), allows_single_node_partition=True)
+    runs = [sorted(p.nodes, key=_order(graph_module)) for p in partitioner.propose_partitions()]
+    return [r for r in runs if _compute_nodes(r) >= min_block_size]
+
+
+def _order(graph_module: torch.fx.GraphModule):
+    index = {n: i for i, n in enumerate(graph_module.graph.nodes)}
+    return lambda n: index[n]
+
+
+def _compute_nodes(nodes) -> int:
+    return sum(1 for n in nodes if node_status(n)[0] == "converted" and target_name(n) != "_operator.getitem")
+
+
+def _engine(parent: torch.fx.GraphModule, node: torch.fx.Node, batch, precision: torch.dtype, runner: Runner,
+            build: bool):
+    """Lower one fused submodule; its arguments that are the parent's parameters become constants."""
+    sub = getattr(parent, node.target)
+    placeholders = [n.name for n in sub.graph.find_nodes(op="placeholder")]
+    constants = {name: _attr(parent, arg.target) for name, arg in zip(placeholders, node.args, strict=True)
+                 if isinstance(arg, torch.fx.Node) and arg.op == "get_attr"}
+    lowered = lower_graph(sub.graph, constants, precision=precision, attrs=lambda t: _attr(sub, t),
+                          name=node.target)
+    plan = build_plan(lowered.net, batch, optimization_level=0).plan if build else None
+    return EngineModule(plan, lowered.net.record, placeholders, runner)
+
+
+def _attr(module: torch.nn.Module, target: str) -> torch.Tensor:
+    for part in target.split("."):
+        module = getattr(module, part)
+    return module.detach() if isinstance(module, torch.Tensor) else module
+
+
+def partition(model: torch.nn.Module, example_inputs: tuple, *, batch: tuple[int, int, int] | None = None,
+              min_block_size: int = 3, precision: str = "fp32", runner: Runner = reference_runner,
+              build: bool = True) -> tuple[torch.nn.Module, PartitionReport]:
+    """Export ``model`` and split it: supported runs become ``EngineModule``s, the rest stays PyTorch."""
+    if min_block_size < 1:
+        raise InvalidArgument(f"min_block_size={min_block_size}; pass 1 or more")
+    module = export_program(model, example_inputs, batch).module()
+    mark_constants(module.graph, {})
+    partitioner = CapabilityBasedPartitioner(module, _Supported(), allows_single_node_partition=True)
+    fused = partitioner.fuse_partitions(partitioner.propose_partitions())
+    report = PartitionReport()
+    sizes = batch or (example_inputs[0].shape[0],) * 3
+    for node in [n for n in fused.graph.nodes if n.op == "call_module"]:
+        sub = getattr(fused, node.target)
+        if not isinstance(sub, torch.fx.GraphModule) or not node.target.startswith("fused_"):
+            continue
+        count = _compute_nodes([n for n in sub.graph.nodes if n.op == "call_function"])
+        if count < min_block_size:
+            report.pytorch[node.target] = f"{count} compute node(s) < min_block_size={min_block_size}"
+            continue
+        try:
+            engine = _engine(fused, node, sizes, precision_dtype(precision), runner, build)
+        except ConversionRefused as exc:
+            report.pytorch[node.target] = str(exc)
+            continue
+        setattr(fused, node.target, engine)
+        report.engines[node.target] = count
+    fused.recompile()
+    return fused, report

@@ -1,0 +1,65 @@
+"""The converter registry, as data: ATen target name → ``Converter`` (function, validator, family).
+
+A converter is ``fn(ctx, node, args) -> output(s)``; ``args`` are the op's schema arguments in order,
+defaults filled in, FX nodes replaced by their converted values. A validator ``fn(node) -> str | None``
+looks at the node's example values (``node.meta["val"]``) before anything is built and returns the
+reason it refuses (dtype, rank, dynamic dim, unsupported attribute), or None.
+
+Example:
+    >>> @converter("aten.relu.default")
+    ... def relu(ctx, node, args):
+    ...     return ctx.net.activation(ctx.tensor(args[0]), "RELU")
+    >>> REGISTRY["aten.relu.default"].family
+    'elementwise'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from trtforge.core.errors import InternalError
+
+Validator = Callable[[torch.fx.Node], "str | None"]
+
+
+@dataclass(frozen=True)
+class Converter:
+    """One registered converter: the ATen target, its function, validator and op family (module)."""
+
+    target: str
+    fn: Callable
+    validator: Validator | None
+    family: str
+
+    def refusal(self, node: torch.fx.Node) -> str | None:
+        """The validator's reason to refuse ``node``, or None when the converter takes it."""
+        return None if self.validator is None else self.validator(node)
+
+
+#: Every converter, by ATen target name ("aten.convolution.default", "_operator.getitem", ...).
+REGISTRY: dict[str, Converter] = {}
+
+
+def converter(*targets: str, validator: Validator | None = None) -> Callable[[Callable], Callable]:
+    """Register the decorated function for each of ``targets``; the family is the module's last name."""
+
+    def register(fn: Callable) -> Callable:
+        family = fn.__module__.rsplit(".", 1)[-1]
+        for target in targets:
+            if target in REGISTRY:
+                raise InternalError(f"two converters for {target}: {REGISTRY[target].fn} and {fn}")
+            REGISTRY[target] = Converter(target, fn, validator, family)
+        return fn
+
+    return register
+
+
+def target_name(node: torch.fx.Node) -> str:
+    """The registry key of an FX node: ``aten.add.Tensor`` or ``_operator.mul`` for SymInt math."""
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    return f"{getattr(target, '__module__', '') or ''}.{getattr(target, '__name__', str(target))}"
