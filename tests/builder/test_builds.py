@@ -15,6 +15,7 @@ from trtforge.core import trt
 from trtforge.core.config import CompileConfig
 from trtforge.core.hashing import sha256_file
 from trtforge.core.ort_session import session
+from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.core.sidecar import read_sidecar
 
 STATIC = {"min": [1, 3, 224, 224], "opt": [1, 3, 224, 224], "max": [1, 3, 224, 224]}
@@ -43,7 +44,7 @@ def test_efficientnet_lite0_builds(lite0_onnx, tmp_path, precision, batch, profi
     assert sc.precision.node_dtypes[low] > 80
     assert sc.builder.flavour == trt.info().flavour
     assert sc.source.kind == "onnx" and sc.source.onnx_file == art.onnx_path.name
-    assert sc.preprocessing == {"resize": [224, 224]}
+    assert sc.preprocessing == PreprocessConfig((224, 224))
     # The processed graph kept beside the engine is the one that was built, and it runs.
     processed = onnx.load(str(art.onnx_path))
     sess = session(processed.SerializeToString())

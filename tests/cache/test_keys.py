@@ -17,6 +17,7 @@ from trtforge.cache.request_key import request_key
 from trtforge.core import trt
 from trtforge.core.batch import BatchProfile
 from trtforge.core.config import ENGINE, GRAPH, NOT_IN_KEY, OUTPUT, CompileConfig, QuantConfig, options_of
+from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.pipeline import compile as compile_model
 
 pytestmark = pytest.mark.needs_trt
@@ -85,7 +86,7 @@ GRAPH_CHANGES: dict[str, object] = {
 #: Options that do not affect the engine: no key may read them.
 NOT_AFFECTING: dict[str, object] = {
     "output_dir": Path("elsewhere"),
-    "preprocessing": {"mean": [0.5]},
+    "preprocessing": {"resize": [8, 8], "mean": [0.5, 0.5, 0.5]},
     "progress": False,
     "cache": False,
     "cache_dir": Path("/tmp/trtforge-other-cache"),
@@ -167,10 +168,10 @@ def test_request_key_follows_weights_and_input_shapes(tiny_module):
 def test_output_dir_preprocessing_and_notes_do_not_change_the_key(tiny_onnx, tmp_path):
     first = compile_model(tiny_onnx, output_dir=tmp_path / "a", cache_dir=tmp_path / "cache", progress=False)
     second = compile_model(tiny_onnx, output_dir=tmp_path / "b", cache_dir=tmp_path / "cache", progress=False,
-                           notes="second", preprocessing={"mean": [0.5]})
+                           notes="second", preprocessing={"resize": [8, 8], "mean": [0.5, 0.5, 0.5]})
     assert first.sidecar.builder.cache == {"key": second.sidecar.builder.cache["key"], "hit": False}
     assert second.sidecar.builder.cache["hit"] is True
-    assert second.sidecar.notes == ("second",) and second.sidecar.preprocessing == {"mean": [0.5]}
+    assert second.sidecar.notes == ("second",) and second.sidecar.preprocessing == PreprocessConfig((8, 8), mean=(0.5, 0.5, 0.5))
     assert second.engine_path.read_bytes() == first.engine_path.read_bytes()
     third = compile_model(tiny_onnx, output_dir=tmp_path / "a", cache_dir=tmp_path / "cache", progress=False,
                           optimization_level=2)
