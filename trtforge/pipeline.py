@@ -120,25 +120,30 @@ def _source_info(model_or_onnx: Any) -> dict:
     return source
 
 
-def _capture(model_or_onnx: Any, example_inputs: Any, tmp: Path, input_names, output_names) -> onnx.ModelProto:
-    """The model as ONNX: a file as it is, a module exported with a dynamic batch (profiles decide)."""
+def _capture(model_or_onnx: Any, example_inputs: Any, tmp: Path, config: CompileConfig) -> onnx.ModelProto:
+    """The model as ONNX: a file as it is, a module exported with a dynamic batch on its batched inputs."""
     if isinstance(model_or_onnx, (str, Path)):
         return load_onnx(Path(model_or_onnx))
-    input_names = input_names or getattr(model_or_onnx, "trtforge_input_names", None)
-    output_names = output_names or getattr(model_or_onnx, "trtforge_output_names", None)
+    input_names = config.input_names or getattr(model_or_onnx, "trtforge_input_names", None)
+    output_names = config.output_names or getattr(model_or_onnx, "trtforge_output_names", None)
     path = export_onnx(model_or_onnx, example_inputs, tmp / "captured.onnx", input_names=input_names,
-                       output_names=output_names, dynamic_batch=True)
+                       output_names=output_names, dynamic_batch=True, batched_inputs=config.batched_inputs)
     return load_onnx(path)
 
 
-def _static_io(specs: tuple[TensorSpec, ...], config: CompileConfig) -> tuple[TensorSpec, ...]:
-    """With one static batch profile, write that batch into dim 0 instead of -1."""
-    if len(config.batch) != 1 or not config.batch[0].static:
-        return specs
-    batch = config.batch[0].opt
-    return tuple(
-        TensorSpec(s.name, s.dtype, (batch, *s.shape[1:])) if s.shape and s.shape[0] < 0 else s for s in specs
-    )
+def _static_io(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
+               profiles: tuple[dict, ...]) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """With one profile of fixed shapes, the inputs take its shapes and outputs their batch at a dynamic dim 0."""
+    if len(profiles) != 1 or any(p["min"] != p["max"] for p in profiles[0].values()):
+        return inputs, outputs
+    (profile,) = profiles
+    batches = {profile[s.name]["min"][0] for s in inputs if s.shape and s.shape[0] < 0 and s.name in profile}
+    batch = batches.pop() if len(batches) == 1 else None
+    fixed_inputs = tuple(TensorSpec(s.name, s.dtype, tuple(profile[s.name]["min"])) if s.name in profile else s
+                         for s in inputs)
+    fixed_outputs = tuple(TensorSpec(s.name, s.dtype, (batch, *s.shape[1:]))
+                          if batch is not None and s.shape and s.shape[0] < 0 else s for s in outputs)
+    return fixed_inputs, fixed_outputs
 
 
 def compile(  # noqa: A001 - the public verb users expect
@@ -321,7 +326,7 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
                        calibration_data: Any, engine_cache: EngineCache | None, console: Console) -> _Built:
     """Capture → passes → (quantize) → engine-cache lookup → build → store."""
     name, progress = config.name, config.progress
-    proto = _capture(model_or_onnx, example_inputs, tmp, config.input_names, config.output_names)
+    proto = _capture(model_or_onnx, example_inputs, tmp, config)
     # 2. Passes: cleanup (the FP32 reference), then precision; each graph is serialised once.
     reference = reference_graph(proto)
     reference_bytes = proto_bytes(reference)
@@ -338,12 +343,13 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
         staged.write_bytes(processed_bytes)
         # 3. Build.
         result: BuildResult = build_engine(staged, config, name=network_name, progress=progress, console=console)
+        inputs, outputs = _static_io(result.inputs, result.outputs, result.profiles)
         notes = []
         if float_plan is not None and float_plan.fp32_nodes:
             notes.append(f"{len(float_plan.fp32_nodes)} node(s) kept in FP32 by the float pass")
         record = {
-            "inputs": [s.as_dict() for s in _static_io(result.inputs, config)],
-            "outputs": [s.as_dict() for s in _static_io(result.outputs, config)],
+            "inputs": [s.as_dict() for s in inputs],
+            "outputs": [s.as_dict() for s in outputs],
             "profiles": list(result.profiles),
             "precision": {
                 "requested": config.precision,

@@ -117,7 +117,7 @@ def configure(builder, network, config: CompileConfig, monitor: BuildProgress | 
     if config.workspace_bytes is not None:
         cfg.set_memory_pool_limit(mod.MemoryPoolType.WORKSPACE, config.workspace_bytes)
     inputs = tuple(_spec(network.get_input(i)) for i in range(network.num_inputs))
-    profiles = resolve_profiles(inputs, config.batch, config.shapes_map)
+    profiles = resolve_profiles(inputs, config.batch, config.shapes_map, config.batched_inputs)
     if any(any(d < 0 for d in s.shape) for s in inputs):
         for profile in profiles:
             opt_profile = builder.create_optimization_profile()
