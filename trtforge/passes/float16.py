@@ -105,7 +105,32 @@ def _rule_normalization(node: ir.Node) -> str | None:
 
 def _rule_control_flow(node: ir.Node) -> str | None:
     if node.op_type in CONTROL_FLOW_OPS:
-        return f"{node.op_type}: subgraphs are left as exported"
+        return f"{node.op_type}: subgraphs are left as exported (outer values they read are cast back to FP32)"
+    return None
+
+
+def _rule_other_domain(node: ir.Node) -> str | None:
+    if node.domain not in ("", "ai.onnx"):
+        return f"{node.op_type}: domain {node.domain!r} defines its own types; left as exported"
+    return None
+
+
+def _rule_type_constraint(node: ir.Node, low: str, opset: int) -> str | None:
+    """Keep a node whose ONNX schema does not admit the low type for its float inputs (e.g. Celu)."""
+    import onnx
+
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return None
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    formals = list(schema.inputs)
+    for index, value in enumerate(node.inputs):
+        if not _is_float32(value) or not formals:
+            continue
+        type_str = formals[min(index, len(formals) - 1)].type_str
+        if type_str in allowed and f"tensor({low})" not in allowed[type_str]:
+            return f"{node.op_type}: opset {opset} admits no {low} for input {index}"
     return None
 
 
@@ -125,6 +150,7 @@ def _rule_out_of_range_constant(node: ir.Node) -> str | None:
 
 
 NODE_RULES: tuple[Callable[[ir.Node], str | None], ...] = (
+    _rule_other_domain,
     _rule_normalization,
     _rule_control_flow,
     _rule_out_of_range_constant,
@@ -143,6 +169,7 @@ def plan_float(model: ir.Model, dtype: str = "float16") -> FloatPlan:
         )
     graph = model.graph
     fp32_nodes: dict[str, str] = {}
+    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
     for node in graph:
         for rule in NODE_RULES:
             # BF16 has FP32's range: range rules only matter for FP16.
@@ -152,6 +179,10 @@ def plan_float(model: ir.Model, dtype: str = "float16") -> FloatPlan:
             if reason:
                 fp32_nodes[node.name] = reason
                 break
+        if node.name not in fp32_nodes and opset is not None:
+            reason = _rule_type_constraint(node, dtype, opset)
+            if reason:
+                fp32_nodes[node.name] = reason
         if node.op_type in NORM_REDUCTIONS and node.name not in fp32_nodes:
             path = _downstream_norm_path(node)
             for member in path:
@@ -181,6 +212,9 @@ def _retype_node_attributes(node: ir.Node, low: ir.DataType) -> None:
     if node.op_type == "Cast" and node.attributes.get("to") is not None:
         if node.attributes["to"].value == int(ir.DataType.FLOAT):
             node.attributes["to"] = ir.AttrInt64("to", int(low))
+    if node.op_type == "ConstantOfShape" and node.attributes.get("value") is None:
+        # Without ``value`` it emits FP32 zeros whatever its output is typed; say the low zero.
+        node.attributes["value"] = ir.AttrTensor("value", _low_tensor(np.zeros(1, np.float32), low, "value"))
     if node.op_type in ("ConstantOfShape", "Constant"):
         attr = node.attributes.get("value")
         if attr is not None and isinstance(attr.value, ir.TensorProtocol) and attr.value.dtype == ir.DataType.FLOAT:
@@ -200,11 +234,32 @@ def _low_tensor(arr: np.ndarray, low: ir.DataType, name: str | None) -> ir.Tenso
     return ir.tensor(arr.astype(ml_dtypes.bfloat16), dtype=ir.DataType.BFLOAT16, name=name)
 
 
+def _defined_in(value: ir.Value, graph: ir.Graph) -> bool:
+    """Whether ``value`` is an input, initializer or node output of ``graph`` itself."""
+    producer = value.producer()
+    if producer is not None:
+        return producer.graph is graph
+    return any(v is value for v in graph.inputs) or graph.initializers.get(value.name) is value
+
+
+def _cast_outer_reads(node: ir.Node, graph: ir.Graph, low: ir.DataType,
+                      cast_back: Callable[[ir.Value], ir.Value]) -> None:
+    """A Scan/Loop/If body is left as exported: outer values it reads that became ``low`` are read as FP32."""
+    for attribute in node.attributes.values():
+        bodies = [attribute.value] if attribute.type == ir.AttributeType.GRAPH else (
+            list(attribute.value) if attribute.type == ir.AttributeType.GRAPHS else [])
+        for body in bodies:
+            for inner in ir.traversal.RecursiveGraphIterator(body):
+                for i, value in enumerate(inner.inputs):
+                    if value is not None and value.dtype == low and _defined_in(value, graph):
+                        inner.replace_input_with(i, cast_back(value))
+
+
 def apply_float(model: ir.Model, plan: FloatPlan) -> ir.Model:
     """Apply ``plan`` in place: cast initializers, retype values, insert Casts; I/O stays FP32."""
     low = FLOAT_TARGETS[plan.dtype]
     graph = model.graph
-    if low == ir.DataType.BFLOAT16 and model.opset_imports.get("", 0) < BF16_MIN_OPSET:
+    if low == ir.DataType.BFLOAT16 and "" in model.opset_imports and model.opset_imports[""] < BF16_MIN_OPSET:
         # Opset 22 only widens type constraints (Conv, pooling, ... accept bfloat16); semantics are unchanged.
         model.opset_imports[""] = BF16_MIN_OPSET
     low_inits: set[str] = set()
@@ -243,6 +298,8 @@ def apply_float(model: ir.Model, plan: FloatPlan) -> ir.Model:
             want = ir.DataType.FLOAT if (node.op_type, i) in FIXED_FP32_INPUTS else compute
             if value.dtype != want:
                 node.replace_input_with(i, cast_of(value, want, node))
+        if node.op_type in CONTROL_FLOW_OPS:
+            _cast_outer_reads(node, graph, low, lambda value, at=node: cast_of(value, ir.DataType.FLOAT, at))
         if not keep:
             _retype_node_attributes(node, low)
             for out in node.outputs:
@@ -264,7 +321,8 @@ def apply_float(model: ir.Model, plan: FloatPlan) -> ir.Model:
 def infer_types(model: ir.Model) -> ir.Model:
     """Fill in every value's dtype (ONNX shape inference), so the pass sees each float edge."""
     common.ShapeInferencePass()(model)
-    missing = [v.name for n in model.graph for v in n.outputs if v.dtype is None]
+    # An omitted optional output (RNN/GRU/LSTM's Y named '') has no type and needs none.
+    missing = [v.name for n in model.graph for v in n.outputs if v.dtype is None and (v.name or v.uses())]
     if missing:
         raise InvalidArgument(
             f"cannot infer the dtype of {len(missing)} value(s) (first: {missing[:3]}); "
