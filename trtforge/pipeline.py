@@ -44,6 +44,7 @@ from trtforge.core.sidecar import Sidecar, check_writable, is_trtforge_sidecar, 
 from trtforge.core.specs import TensorSpec
 from trtforge.passes.graph import dtype_summary, proto_bytes
 from trtforge.passes.process import Processed, process, reference_graph
+from trtforge.passes.range_probe import probe
 
 log = logging.getLogger(__name__)
 
@@ -310,10 +311,31 @@ class _Built:
                    reference_onnx=files["reference.onnx"], record=json.loads(files["record.json"]), hit=True)
 
 
-def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any) -> tuple[Processed, dict | None]:
-    """The processed graph for ``config.precision`` (INT8: quantize first, for the plan) and the INT8 report."""
+def probe_feeds(model_or_onnx: Any, example_inputs: Any, reference: ir.Model) -> list[dict[str, Any]]:
+    """The inputs the range probe runs: a module's example inputs, or a dict of arrays given with an ONNX file."""
+    names = [v.name for v in reference.graph.inputs if not v.is_initializer()]
+    if isinstance(model_or_onnx, (str, Path)):
+        if isinstance(example_inputs, Mapping):
+            return [{k: _numpy(v) for k, v in example_inputs.items()}]
+        return []
+    args, kwargs = normalize_example_inputs(model_or_onnx, example_inputs)
+    tensors = [*args, *kwargs.values()]
+    return [dict(zip(names, map(_numpy, tensors), strict=True))] if len(tensors) == len(names) else []
+
+
+def _numpy(value: Any) -> Any:
+    return value.detach().cpu().numpy() if hasattr(value, "detach") else value
+
+
+def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
+             feeds: list[dict[str, Any]]) -> tuple[Processed, dict | None]:
+    """The processed graph for ``config.precision`` (INT8: quantize first, for the plan) and the INT8 report.
+
+    FP16/BF16: the range probe runs the reference on ``feeds`` and keeps what leaves the low type's range.
+    """
     if config.precision != "int8":
-        return process(reference, config.precision), None
+        keep = probe(reference, feeds, config.float_dtype) if feeds and config.float_dtype else None
+        return process(reference, config.precision, keep=keep), None
     from trtforge.quantize.quantizer import quantize_model
 
     preprocessing = dict(config.preprocessing) if config.preprocessing else None
@@ -330,7 +352,8 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
     # 2. Passes: cleanup (the FP32 reference), then precision; each graph is serialised once.
     reference = reference_graph(proto)
     reference_bytes = proto_bytes(reference)
-    processed, quant_report = _process(reference, config, calibration_data)
+    feeds = probe_feeds(model_or_onnx, example_inputs, reference)
+    processed, quant_report = _process(reference, config, calibration_data, feeds)
     float_plan, built_precision = processed.float_plan, processed.built_precision
     processed_bytes = reference_bytes if processed.model is reference else proto_bytes(processed.model)
     network_name = f"{name}_{built_precision}"

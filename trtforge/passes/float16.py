@@ -12,7 +12,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +34,13 @@ NORM_REDUCTIONS = frozenset({"ReduceMean", "ReduceSum", "ReduceSumSquare", "Redu
 NORM_FINISHERS = frozenset({"Sqrt", "Reciprocal"})
 #: Ops whose subgraphs or semantics we do not retype.
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+#: Ops whose FP16 results break on ordinary inputs, whatever the probe saw: op → why. (FP16 only.)
+RANGE_FRAGILE_OPS: dict[str, str] = {
+    "ReduceProd": "products overflow FP16 after a few dozen factors",
+    "Mod": "FP16 keeps 11 bits, so a remainder of a large dividend loses most of its digits",
+}
+#: A Div feeding one of these is a floor division: FP16 rounding of the quotient flips the integer.
+ROUNDING_OPS = frozenset({"Floor", "Ceil", "Round"})
 #: (op_type, input index) that ONNX requires to stay float32 whatever the data type.
 FIXED_FP32_INPUTS = frozenset({("Resize", 2), ("Upsample", 1)})
 
@@ -134,6 +141,17 @@ def _rule_type_constraint(node: ir.Node, low: str, opset: int) -> str | None:
     return None
 
 
+def _rule_range_fragile(node: ir.Node) -> str | None:
+    if node.op_type in RANGE_FRAGILE_OPS:
+        return f"{node.op_type}: {RANGE_FRAGILE_OPS[node.op_type]}"
+    if node.op_type == "Div" and any(user.op_type in ROUNDING_OPS for out in node.outputs for user, _ in out.uses()):
+        return "Div: a floor division; FP16 rounding of the quotient flips its integer part"
+    producer = node.inputs[0].producer() if node.op_type in ROUNDING_OPS and node.inputs[0] is not None else None
+    if producer is not None and producer.op_type == "Div":
+        return f"{node.op_type}: of a quotient; FP16 rounding flips its integer part"
+    return None
+
+
 def _rule_out_of_range_constant(node: ir.Node) -> str | None:
     for value in node.inputs:
         if _is_float32(value) and value.const_value is not None:
@@ -153,12 +171,19 @@ NODE_RULES: tuple[Callable[[ir.Node], str | None], ...] = (
     _rule_other_domain,
     _rule_normalization,
     _rule_control_flow,
+    _rule_range_fragile,
     _rule_out_of_range_constant,
 )
+#: Rules about FP16's range; BF16 has FP32's range and skips them.
+FP16_RANGE_RULES = frozenset({_rule_range_fragile, _rule_out_of_range_constant})
 
 
-def plan_float(model: ir.Model, dtype: str = "float16") -> FloatPlan:
-    """Decide which nodes and initializers stay FP32; nothing in the model changes."""
+def plan_float(model: ir.Model, dtype: str = "float16", keep: Mapping[str, str] | None = None) -> FloatPlan:
+    """Decide which nodes and initializers stay FP32; nothing in the model changes.
+
+    ``keep`` adds nodes to keep (name → reason): the range probe's (``passes.range_probe``), or at
+    refit the sidecar's record of what the build kept.
+    """
     if dtype not in FLOAT_TARGETS:
         raise InvalidArgument(f"unknown float dtype {dtype!r}; choose one of {sorted(FLOAT_TARGETS)}")
     if has_qdq(model):
@@ -168,12 +193,13 @@ def plan_float(model: ir.Model, dtype: str = "float16") -> FloatPlan:
             "with precision='fp32'), or give trtforge the float model."
         )
     graph = model.graph
-    fp32_nodes: dict[str, str] = {}
+    names = {node.name for node in graph}
+    fp32_nodes: dict[str, str] = {name: reason for name, reason in (keep or {}).items() if name in names}
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
     for node in graph:
-        for rule in NODE_RULES:
+        for rule in () if node.name in fp32_nodes else NODE_RULES:
             # BF16 has FP32's range: range rules only matter for FP16.
-            if rule is _rule_out_of_range_constant and dtype == "bfloat16":
+            if rule in FP16_RANGE_RULES and dtype == "bfloat16":
                 continue
             reason = rule(node)
             if reason:
