@@ -365,7 +365,9 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
         staged = tmp / "processed.onnx"
         staged.write_bytes(processed_bytes)
         # 3. Build.
-        result: BuildResult = build_engine(staged, config, name=network_name, progress=progress, console=console)
+        source = str(model_or_onnx) if isinstance(model_or_onnx, (str, Path)) else type(model_or_onnx).__name__
+        result: BuildResult = build_engine(staged, config, name=network_name, progress=progress, console=console,
+                                           source=source)
         inputs, outputs = _static_io(result.inputs, result.outputs, result.profiles)
         notes = []
         if float_plan is not None and float_plan.fp32_nodes:

@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
-import onnx_ir.passes.common as common
 
 from trtforge.core.errors import InvalidArgument
-from trtforge.passes.graph import has_qdq
+from trtforge.passes.graph import has_qdq, infer_shapes
 from trtforge.passes.ops import NORMALIZATION_OPS
 
 FLOAT_TARGETS: dict[str, ir.DataType] = {"float16": ir.DataType.FLOAT16, "bfloat16": ir.DataType.BFLOAT16}
@@ -346,13 +345,14 @@ def apply_float(model: ir.Model, plan: FloatPlan) -> ir.Model:
 
 def infer_types(model: ir.Model) -> ir.Model:
     """Fill in every value's dtype (ONNX shape inference), so the pass sees each float edge."""
-    common.ShapeInferencePass()(model)
+    failure = infer_shapes(model)
     # An omitted optional output (RNN/GRU/LSTM's Y named '') has no type and needs none.
     missing = [v.name for n in model.graph for v in n.outputs if v.dtype is None and (v.name or v.uses())]
     if missing:
         raise InvalidArgument(
-            f"cannot infer the dtype of {len(missing)} value(s) (first: {missing[:3]}); "
-            "run onnx.shape_inference or re-export the model with value_info"
+            f"cannot infer the dtype of {len(missing)} value(s) (first: {missing[:3]})"
+            + (f": ONNX shape inference failed ({failure})" if failure else "")
+            + "; re-export the model with value_info for them"
         )
     return model
 
