@@ -327,6 +327,37 @@ def _numpy(value: Any) -> Any:
     return value.detach().cpu().numpy() if hasattr(value, "detach") else value
 
 
+def flavour_keep(reference: ir.Model, config: CompileConfig, keep: Mapping[str, str]) -> dict[str, str]:
+    """BF16: the nodes the installed TensorRT cannot build in BF16, found by single-node probe builds.
+
+    Answers are cached per flavour, version and dtype under the engine cache folder (in memory with
+    ``cache=False``). Each refused node stays FP32 with TensorRT's reason.
+    """
+    from trtforge.builder.op_probe import refusal
+    from trtforge.cache.op_support import UNKNOWN, OpSupport
+    from trtforge.core import trt
+    from trtforge.passes.float16 import infer_types, plan_float
+    from trtforge.passes.graph import copy_model
+    from trtforge.passes.op_probe import probe_graphs
+
+    typed = infer_types(copy_model(reference))
+    skip = set(plan_float(typed, "bfloat16", keep).fp32_nodes)
+    info = trt.info()
+    table = OpSupport(EngineCache(config.cache_dir).directory if config.cache else None, info.flavour, info.version,
+                      "bfloat16")
+    probes = probe_graphs(typed, "bfloat16", skip)
+    table.put({sig: refusal(proto.SerializeToString(), "bf16") for sig, (_, proto) in probes.items()
+               if table.get(sig) is UNKNOWN})
+    kept = {}
+    for signature, (names, _) in probes.items():
+        reason = table.get(signature)
+        if isinstance(reason, str):
+            op = signature.split("|", 1)[0]
+            kept.update({name: f"{op}: {info.flavour} {info.version} cannot run it in BF16 ({reason})"
+                         for name in names})
+    return kept
+
+
 def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
              feeds: list[dict[str, Any]]) -> tuple[Processed, dict | None]:
     """The processed graph for ``config.precision`` (INT8: quantize first, for the plan) and the INT8 report.
@@ -334,8 +365,10 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
     FP16/BF16: the range probe runs the reference on ``feeds`` and keeps what leaves the low type's range.
     """
     if config.precision != "int8":
-        keep = probe(reference, feeds, config.float_dtype) if feeds and config.float_dtype else None
-        return process(reference, config.precision, keep=keep), None
+        keep = probe(reference, feeds, config.float_dtype) if feeds and config.float_dtype else {}
+        if config.precision == "bf16":
+            keep.update(flavour_keep(reference, config, keep))
+        return process(reference, config.precision, keep=keep or None), None
     from trtforge.quantize.quantizer import quantize_model
 
     preprocessing = dict(config.preprocessing) if config.preprocessing else None

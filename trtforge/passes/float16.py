@@ -195,6 +195,8 @@ def plan_float(model: ir.Model, dtype: str = "float16", keep: Mapping[str, str] 
     names = {node.name for node in graph}
     fp32_nodes: dict[str, str] = {name: reason for name, reason in (keep or {}).items() if name in names}
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    if opset is not None and dtype == "bfloat16":
+        opset = max(opset, BF16_MIN_OPSET)  # apply_float raises the opset for BF16
     for node in graph:
         for rule in () if node.name in fp32_nodes else NODE_RULES:
             # BF16 has FP32's range: range rules only matter for FP16.
@@ -239,19 +241,19 @@ def _retype_node_attributes(node: ir.Node, low: ir.DataType) -> None:
             node.attributes["to"] = ir.AttrInt64("to", int(low))
     if node.op_type == "ConstantOfShape" and node.attributes.get("value") is None:
         # Without ``value`` it emits FP32 zeros whatever its output is typed; say the low zero.
-        node.attributes["value"] = ir.AttrTensor("value", _low_tensor(np.zeros(1, np.float32), low, "value"))
+        node.attributes["value"] = ir.AttrTensor("value", low_tensor(np.zeros(1, np.float32), low, "value"))
     if node.op_type in ("ConstantOfShape", "Constant"):
         attr = node.attributes.get("value")
         if attr is not None and isinstance(attr.value, ir.TensorProtocol) and attr.value.dtype == ir.DataType.FLOAT:
             arr = attr.value.numpy().astype(np.float32)
-            node.attributes["value"] = ir.AttrTensor("value", _low_tensor(arr, low, attr.value.name))
+            node.attributes["value"] = ir.AttrTensor("value", low_tensor(arr, low, attr.value.name))
     for key in ("dtype",):  # EyeLike, RandomNormal(Like), RandomUniform(Like)
         attr = node.attributes.get(key)
         if attr is not None and attr.value == int(ir.DataType.FLOAT):
             node.attributes[key] = ir.AttrInt64(key, int(low))
 
 
-def _low_tensor(arr: np.ndarray, low: ir.DataType, name: str | None) -> ir.Tensor:
+def low_tensor(arr: np.ndarray, low: ir.DataType, name: str | None) -> ir.Tensor:
     if low == ir.DataType.FLOAT16:
         return ir.tensor(arr.astype(np.float16), name=name)
     import ml_dtypes
@@ -290,7 +292,7 @@ def apply_float(model: ir.Model, plan: FloatPlan) -> ir.Model:
     low_inits: set[str] = set()
     for name, value in graph.initializers.items():
         if _is_float32(value) and name not in plan.fp32_initializers and value.const_value is not None:
-            value.const_value = _low_tensor(_const_array(value).astype(np.float32), low, name)
+            value.const_value = low_tensor(_const_array(value).astype(np.float32), low, name)
             value.dtype = low
             low_inits.add(name)
     graph_inputs = {id(v) for v in graph.inputs}
