@@ -44,6 +44,7 @@ from trtforge.core.sidecar import Sidecar, check_writable, is_trtforge_sidecar, 
 from trtforge.core.specs import TensorSpec
 from trtforge.passes.graph import dtype_summary, proto_bytes
 from trtforge.passes.process import Processed, process, reference_graph
+from trtforge.passes.range_probe import probe
 
 log = logging.getLogger(__name__)
 
@@ -120,25 +121,30 @@ def _source_info(model_or_onnx: Any) -> dict:
     return source
 
 
-def _capture(model_or_onnx: Any, example_inputs: Any, tmp: Path, input_names, output_names) -> onnx.ModelProto:
-    """The model as ONNX: a file as it is, a module exported with a dynamic batch (profiles decide)."""
+def _capture(model_or_onnx: Any, example_inputs: Any, tmp: Path, config: CompileConfig) -> onnx.ModelProto:
+    """The model as ONNX: a file as it is, a module exported with a dynamic batch on its batched inputs."""
     if isinstance(model_or_onnx, (str, Path)):
         return load_onnx(Path(model_or_onnx))
-    input_names = input_names or getattr(model_or_onnx, "trtforge_input_names", None)
-    output_names = output_names or getattr(model_or_onnx, "trtforge_output_names", None)
+    input_names = config.input_names or getattr(model_or_onnx, "trtforge_input_names", None)
+    output_names = config.output_names or getattr(model_or_onnx, "trtforge_output_names", None)
     path = export_onnx(model_or_onnx, example_inputs, tmp / "captured.onnx", input_names=input_names,
-                       output_names=output_names, dynamic_batch=True)
+                       output_names=output_names, dynamic_batch=True, batched_inputs=config.batched_inputs)
     return load_onnx(path)
 
 
-def _static_io(specs: tuple[TensorSpec, ...], config: CompileConfig) -> tuple[TensorSpec, ...]:
-    """With one static batch profile, write that batch into dim 0 instead of -1."""
-    if len(config.batch) != 1 or not config.batch[0].static:
-        return specs
-    batch = config.batch[0].opt
-    return tuple(
-        TensorSpec(s.name, s.dtype, (batch, *s.shape[1:])) if s.shape and s.shape[0] < 0 else s for s in specs
-    )
+def _static_io(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
+               profiles: tuple[dict, ...]) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """With one profile of fixed shapes, the inputs take its shapes and outputs their batch at a dynamic dim 0."""
+    if len(profiles) != 1 or any(p["min"] != p["max"] for p in profiles[0].values()):
+        return inputs, outputs
+    (profile,) = profiles
+    batches = {profile[s.name]["min"][0] for s in inputs if s.shape and s.shape[0] < 0 and s.name in profile}
+    batch = batches.pop() if len(batches) == 1 else None
+    fixed_inputs = tuple(TensorSpec(s.name, s.dtype, tuple(profile[s.name]["min"])) if s.name in profile else s
+                         for s in inputs)
+    fixed_outputs = tuple(TensorSpec(s.name, s.dtype, (batch, *s.shape[1:]))
+                          if batch is not None and s.shape and s.shape[0] < 0 else s for s in outputs)
+    return fixed_inputs, fixed_outputs
 
 
 def compile(  # noqa: A001 - the public verb users expect
@@ -304,10 +310,64 @@ class _Built:
                    reference_onnx=files["reference.onnx"], record=json.loads(files["record.json"]), hit=True)
 
 
-def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any) -> tuple[Processed, dict | None]:
-    """The processed graph for ``config.precision`` (INT8: quantize first, for the plan) and the INT8 report."""
+def probe_feeds(model_or_onnx: Any, example_inputs: Any, reference: ir.Model) -> list[dict[str, Any]]:
+    """The inputs the range probe runs: a module's example inputs, or a dict of arrays given with an ONNX file."""
+    names = [v.name for v in reference.graph.inputs if not v.is_initializer()]
+    if isinstance(model_or_onnx, (str, Path)):
+        if isinstance(example_inputs, Mapping):
+            return [{k: _numpy(v) for k, v in example_inputs.items()}]
+        return []
+    args, kwargs = normalize_example_inputs(model_or_onnx, example_inputs)
+    tensors = [*args, *kwargs.values()]
+    return [dict(zip(names, map(_numpy, tensors), strict=True))] if len(tensors) == len(names) else []
+
+
+def _numpy(value: Any) -> Any:
+    return value.detach().cpu().numpy() if hasattr(value, "detach") else value
+
+
+def flavour_keep(reference: ir.Model, config: CompileConfig, keep: Mapping[str, str]) -> dict[str, str]:
+    """BF16: the nodes the installed TensorRT cannot build in BF16, found by single-node probe builds.
+
+    Answers are cached per flavour, version and dtype under the engine cache folder (in memory with
+    ``cache=False``). Each refused node stays FP32 with TensorRT's reason.
+    """
+    from trtforge.builder.op_probe import refusal
+    from trtforge.cache.op_support import UNKNOWN, OpSupport
+    from trtforge.core import trt
+    from trtforge.passes.float16 import infer_types, plan_float
+    from trtforge.passes.graph import copy_model
+    from trtforge.passes.op_probe import probe_graphs
+
+    typed = infer_types(copy_model(reference))
+    skip = set(plan_float(typed, "bfloat16", keep).fp32_nodes)
+    info = trt.info()
+    table = OpSupport(EngineCache(config.cache_dir).directory if config.cache else None, info.flavour, info.version,
+                      "bfloat16")
+    probes = probe_graphs(typed, "bfloat16", skip)
+    table.put({sig: refusal(proto.SerializeToString(), "bf16") for sig, (_, proto) in probes.items()
+               if table.get(sig) is UNKNOWN})
+    kept = {}
+    for signature, (names, _) in probes.items():
+        reason = table.get(signature)
+        if isinstance(reason, str):
+            op = signature.split("|", 1)[0]
+            kept.update({name: f"{op}: {info.flavour} {info.version} cannot run it in BF16 ({reason})"
+                         for name in names})
+    return kept
+
+
+def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
+             feeds: list[dict[str, Any]]) -> tuple[Processed, dict | None]:
+    """The processed graph for ``config.precision`` (INT8: quantize first, for the plan) and the INT8 report.
+
+    FP16/BF16: the range probe runs the reference on ``feeds`` and keeps what leaves the low type's range.
+    """
     if config.precision != "int8":
-        return process(reference, config.precision), None
+        keep = probe(reference, feeds, config.float_dtype) if feeds and config.float_dtype else {}
+        if config.precision == "bf16":
+            keep.update(flavour_keep(reference, config, keep))
+        return process(reference, config.precision, keep=keep or None), None
     from trtforge.quantize.quantizer import quantize_model
 
     result = quantize_model(reference, calibration_data, config.quant if config.quant is not None else QuantConfig(),
@@ -319,11 +379,12 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
                        calibration_data: Any, engine_cache: EngineCache | None, console: Console) -> _Built:
     """Capture → passes → (quantize) → engine-cache lookup → build → store."""
     name, progress = config.name, config.progress
-    proto = _capture(model_or_onnx, example_inputs, tmp, config.input_names, config.output_names)
+    proto = _capture(model_or_onnx, example_inputs, tmp, config)
     # 2. Passes: cleanup (the FP32 reference), then precision; each graph is serialised once.
     reference = reference_graph(proto)
     reference_bytes = proto_bytes(reference)
-    processed, quant_report = _process(reference, config, calibration_data)
+    feeds = probe_feeds(model_or_onnx, example_inputs, reference)
+    processed, quant_report = _process(reference, config, calibration_data, feeds)
     float_plan, built_precision = processed.float_plan, processed.built_precision
     processed_bytes = reference_bytes if processed.model is reference else proto_bytes(processed.model)
     network_name = f"{name}_{built_precision}"
@@ -335,13 +396,16 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
         staged = tmp / "processed.onnx"
         staged.write_bytes(processed_bytes)
         # 3. Build.
-        result: BuildResult = build_engine(staged, config, name=network_name, progress=progress, console=console)
+        source = str(model_or_onnx) if isinstance(model_or_onnx, (str, Path)) else type(model_or_onnx).__name__
+        result: BuildResult = build_engine(staged, config, name=network_name, progress=progress, console=console,
+                                           source=source)
+        inputs, outputs = _static_io(result.inputs, result.outputs, result.profiles)
         notes = []
         if float_plan is not None and float_plan.fp32_nodes:
             notes.append(f"{len(float_plan.fp32_nodes)} node(s) kept in FP32 by the float pass")
         record = {
-            "inputs": [s.as_dict() for s in _static_io(result.inputs, config)],
-            "outputs": [s.as_dict() for s in _static_io(result.outputs, config)],
+            "inputs": [s.as_dict() for s in inputs],
+            "outputs": [s.as_dict() for s in outputs],
             "profiles": list(result.profiles),
             "precision": {
                 "requested": config.precision,

@@ -87,8 +87,12 @@ def _float_initializers(proto: Any) -> dict[str, np.ndarray]:
     return found
 
 
-def _process_like_build(proto: Any, built_precision: str) -> Any:
-    """The passes the build ran (``trtforge.passes.process``): cleanup, then the float cast for FP16/BF16."""
+def _process_like_build(proto: Any, built_precision: str, kept: Mapping[str, str] | None = None) -> Any:
+    """The passes the build ran (``trtforge.passes.process``): cleanup, then the float cast for FP16/BF16.
+
+    ``kept`` are the nodes the build kept in FP32 (the sidecar's record, range probe included), so
+    the new weights take the same types without the build's example inputs.
+    """
     from trtforge.passes.graph import to_proto
     from trtforge.passes.process import process, reference_graph
 
@@ -97,7 +101,7 @@ def _process_like_build(proto: Any, built_precision: str) -> Any:
             f"refit of a {built_precision} engine is not supported: its quantization scales come from "
             "calibration; rebuild it with trtforge build instead"
         )
-    return to_proto(process(reference_graph(proto), built_precision).model)
+    return to_proto(process(reference_graph(proto), built_precision, keep=kept).model)
 
 
 def _first_differences(expected: Mapping[str, np.ndarray], given: Mapping[str, np.ndarray]) -> list[str]:
@@ -133,7 +137,8 @@ def load_new_weights(weights: Path, sidecar: Any) -> dict[str, np.ndarray]:
     expected = _float_initializers(onnx.load(str(processed_file)))
     built = sidecar.precision.built or "fp32"
     if weights.suffix == ".onnx":
-        given = _float_initializers(_process_like_build(onnx.load(str(weights)), built))
+        kept = dict(sidecar.precision.fp32_nodes or {})
+        given = _float_initializers(_process_like_build(onnx.load(str(weights)), built, kept))
         what = "the new ONNX (after the build's passes)"
     elif weights.suffix in (".pt", ".pth"):
         import torch

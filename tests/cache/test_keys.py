@@ -67,6 +67,7 @@ BASE = CompileConfig(precision="fp16", name="m")
 ENGINE_CHANGES: dict[str, object] = {
     "precision": "fp32",
     "batch": (BatchProfile(1, 8, 32),),
+    "batched_inputs": ("x",),
     "shapes": (("x", ((1, 3, 8, 8), (1, 3, 16, 16), (1, 3, 32, 32))),),
     "targets": ("sm89",),
     "optimization_level": 5,
@@ -177,3 +178,12 @@ def test_output_dir_preprocessing_and_notes_do_not_change_the_key(tiny_onnx, tmp
                           optimization_level=2)
     assert third.sidecar.builder.cache["hit"] is False
     assert third.sidecar.builder.cache["key"] != first.sidecar.builder.cache["key"]
+
+
+def test_example_values_change_the_fp16_request_key_only():
+    """The range probe reads the example inputs' values: FP16/BF16 graphs depend on them, FP32 ones do not."""
+    model = TinyNet().eval()
+    small, large = torch.zeros(*EXAMPLE_SHAPE), torch.full(EXAMPLE_SHAPE, 3e4)
+    fp16, fp32 = CompileConfig(precision="fp16", name="t"), CompileConfig(precision="fp32", name="t")
+    assert request_key(model, (small,), fp16) != request_key(model, (large,), fp16)
+    assert request_key(model, (small,), fp32) == request_key(model, (large,), fp32)

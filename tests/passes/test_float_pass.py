@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 
 from trtforge.capture.export import export_onnx
 from trtforge.core.ort_session import session
+from trtforge.passes.evaluate import float_errors
 from trtforge.passes.float16 import QdqGraphError, convert_float, plan_float
 from trtforge.passes.graph import dtype_summary, load_ir, save_model
 
@@ -96,6 +97,8 @@ def test_handwritten_normalisation_stays_fp32(tmp_path):
     assert {"ReduceMean", "Sqrt"} <= kept_ops, plan.fp32_nodes
     save_model(convert_float(ir_model), tmp_path / "norm_fp16.onnx")
     out = run(tmp_path / "norm_fp16.onnx", {"x": x.numpy()})
+    strict = float_errors(load_ir(raw), load_ir(tmp_path / "norm_fp16.onnx"), {"x": x.numpy()})["strict"]
+    assert strict < 1e-2, strict  # each node in its declared type too, not only ORT's FP32 kernels
     with torch.no_grad():
         ref = model(x).numpy()
     # Without FP32 islands the squared values (~1e7) overflow FP16 and the output is NaN/inf.

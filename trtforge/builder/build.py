@@ -7,8 +7,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,30 +28,62 @@ from trtforge.core.specs import TensorSpec
 
 log = logging.getLogger(__name__)
 
-#: TensorRT DataType names → numpy-style names used in specs.
+#: TensorRT log lines that never explain a refusal: (pattern, why dropped). Data.
+UNRELATED_LINES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"cudaError 35|CUDA driver version is insufficient"),
+     "a machine without a CUDA driver logs this at builder start; CPU builds do not need one"),
+    (re.compile(r"--- (Begin|End) node ---"), "the parser's node frame; the node is named on its own line"),
+    (re.compile(r"logger passed into createInferBuilder differs"), "TensorRT keeps one logger per process"),
+)
+
+
+def tensorrt_reasons(messages: list[str], limit: int = 3) -> list[str]:
+    """TensorRT's error messages as distinct first lines, unrelated ones dropped, at most ``limit``.
+
+    Example:
+        >>> tensorrt_reasons(["Myelin refused X\nTraceback ...", "Myelin refused X\nTraceback ..."])
+        ['Myelin refused X']
+    """
+    reasons: list[str] = []
+    for message in messages:
+        line = next((part.strip() for part in message.splitlines() if part.strip()), "")
+        if line and line not in reasons and not any(p.search(message) for p, _ in UNRELATED_LINES):
+            reasons.append(line)
+    return reasons[:limit]
+
 
 class OnnxParseError(InvalidArgument):
     """TensorRT's ONNX parser rejected the graph; ``failures`` lists (node, op, message)."""
 
-    def __init__(self, path: Path, failures: list[tuple[str, str, str]]) -> None:
+    def __init__(self, source: str, failures: list[tuple[str, str, str]]) -> None:
         self.failures = failures
-        lines = [f"  node {node!r} ({op}): {msg}" for node, op, msg in failures]
+        distinct = list(dict.fromkeys(failures))
+        node, op, reason = distinct[0]
+        more = f" (and {len(distinct) - 1} more node(s): {', '.join(sorted({f[1] for f in distinct[1:]}))})" \
+            if len(distinct) > 1 else ""
         super().__init__(
-            f"TensorRT's ONNX parser rejected {path}:\n" + "\n".join(lines)
-            + "\nReplace or remove these ops before export, or keep them out of the engine."
-        )
+            f"{trt.info().flavour} cannot parse {source}: node {node!r} ({op}): {reason}{more}; "
+            "replace or remove this op before export, or keep it out of the engine")
 
 
 class BuildFailedError(Unsupported):
-    """TensorRT returned no plan; the message carries the builder's error log."""
+    """TensorRT returned no plan; the message carries the builder's distinct error lines."""
 
 
 class BuildCancelled(Cancelled):
     """The user pressed Ctrl-C during a build; nothing was written."""
 
 
+#: The recorders of the builds running now, innermost last. TensorRT keeps the first builder's logger
+#: for the whole process and ignores later ones, so every logger forwards to the running build's.
+_ACTIVE: list[RecordingLogger] = []
+
+
 class RecordingLogger:
-    """A TensorRT logger that keeps warnings and errors and forwards them to ``logging``."""
+    """A TensorRT logger that keeps warnings and errors and forwards them to ``logging``.
+
+    Whichever ``RecordingLogger`` TensorRT calls, the message goes to the one ``active()`` now.
+    """
 
     def __init__(self) -> None:
         mod = trt.bindings()
@@ -60,9 +95,19 @@ class RecordingLogger:
                 mod.ILogger.__init__(self)
 
             def log(self, severity, msg):
-                owner.record(severity.name if hasattr(severity, "name") else str(severity), msg)
+                target = _ACTIVE[-1] if _ACTIVE else owner
+                target.record(severity.name if hasattr(severity, "name") else str(severity), msg)
 
         self.trt_logger = _Logger()
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[RecordingLogger]:
+        """Route every TensorRT log message to this recorder while the block runs."""
+        _ACTIVE.append(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.remove(self)
 
     def record(self, severity: str, msg: str) -> None:
         if severity in ("INTERNAL_ERROR", "ERROR"):
@@ -93,8 +138,33 @@ def _spec(tensor) -> TensorSpec:
     return TensorSpec(tensor.name, trt.dtype_name(tensor.dtype), tuple(tensor.shape))
 
 
-def parse_network(builder, path: Path, logger: RecordingLogger):
-    """Create a strongly typed network from ``path``; raise OnnxParseError naming failing nodes."""
+def _parser_reason(err) -> str:
+    """The parser's reason; its bare ``false`` (a failed check) becomes the error code and the check's name."""
+    desc = " ".join(tensorrt_reasons([err.desc()]) or [""])
+    code = getattr(err.code(), "name", str(err.code()))
+    if desc.lower() in ("", "false"):
+        return f"{code} ({err.func()})" if err.func() else code
+    return f"{code}: {desc}"
+
+
+def _node_label(path: Path, err) -> str:
+    """The failing node's name, else its first output's, else ``#index`` (the parser often has no name)."""
+    if err.node_name():
+        return err.node_name()
+    try:
+        import onnx
+
+        node = onnx.load(str(path), load_external_data=False).graph.node[err.node()]
+        return node.name or (f"#{err.node()} -> {node.output[0]}" if node.output else f"#{err.node()}")
+    except (IndexError, OSError, ValueError):
+        return f"#{err.node()}"
+
+
+def parse_network(builder, path: Path, logger: RecordingLogger, source: str | None = None):
+    """Create a strongly typed network from ``path``; raise OnnxParseError naming failing nodes.
+
+    ``source`` names the user's model in the message (``path`` may be a temporary file).
+    """
     mod = trt.bindings()
     network = builder.create_network(trt.network_flags())
     parser = mod.OnnxParser(network, logger.trt_logger)
@@ -103,8 +173,9 @@ def parse_network(builder, path: Path, logger: RecordingLogger):
         failures = []
         for i in range(parser.num_errors):
             err = parser.get_error(i)
-            failures.append((err.node_name() or f"#{err.node()}", err.node_operator() or "?", err.desc()))
-        raise OnnxParseError(path, failures or [("?", "?", "; ".join(logger.errors()) or "unknown error")])
+            failures.append((_node_label(path, err), err.node_operator() or "?", _parser_reason(err)))
+        reasons = "; ".join(tensorrt_reasons(logger.errors())) or "unknown error"
+        raise OnnxParseError(source or str(path), failures or [("?", "?", reasons)])
     return network, parser
 
 
@@ -117,7 +188,7 @@ def configure(builder, network, config: CompileConfig, monitor: BuildProgress | 
     if config.workspace_bytes is not None:
         cfg.set_memory_pool_limit(mod.MemoryPoolType.WORKSPACE, config.workspace_bytes)
     inputs = tuple(_spec(network.get_input(i)) for i in range(network.num_inputs))
-    profiles = resolve_profiles(inputs, config.batch, config.shapes_map)
+    profiles = resolve_profiles(inputs, config.batch, config.shapes_map, config.batched_inputs)
     if any(any(d < 0 for d in s.shape) for s in inputs):
         for profile in profiles:
             opt_profile = builder.create_optimization_profile()
@@ -142,12 +213,22 @@ def build_engine(
     name: str,
     progress: bool = True,
     console: Console | None = None,
+    source: str | None = None,
 ) -> BuildResult:
-    """Build ``onnx_path`` into a serialized plan. ``name`` becomes ``network.name`` (determinism)."""
-    mod = trt.bindings()
+    """Build ``onnx_path`` into a serialized plan. ``name`` becomes ``network.name`` (determinism).
+
+    ``source`` names the user's model in error messages (default: ``onnx_path``).
+    """
     logger = RecordingLogger()
+    with logger.active():
+        return _build(Path(onnx_path), config, name, progress, console, source or str(onnx_path), logger)
+
+
+def _build(onnx_path: Path, config: CompileConfig, name: str, progress: bool, console: Console | None,
+           source: str, logger: RecordingLogger) -> BuildResult:
+    mod = trt.bindings()
     builder = mod.Builder(logger.trt_logger)
-    network, _parser = parse_network(builder, Path(onnx_path), logger)
+    network, _parser = parse_network(builder, onnx_path, logger, source)
     network.name = name
     start = time.perf_counter()
     timing = TimingCacheSession(config.timing_cache)
@@ -162,8 +243,8 @@ def build_engine(
         raise BuildCancelled(f"build of {name} cancelled by the user; nothing was written")
     if plan is None:
         raise BuildFailedError(
-            f"TensorRT could not build {name}: " + ("; ".join(logger.errors()) or "no error was logged")
-        )
+            f"{trt.info().flavour} could not build {source}: "
+            + ("; ".join(tensorrt_reasons(logger.errors())) or "no error was logged"))
     outputs = tuple(_spec(network.get_output(i)) for i in range(network.num_outputs))
     info = trt.info()
     builder_info = {

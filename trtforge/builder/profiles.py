@@ -1,5 +1,8 @@
-"""Batch specs → TensorRT optimization profiles (min/opt/max shape per input).
+"""Batch specs → TensorRT optimization profiles (min/opt/max shape per input): the batch rule for graphs.
 
+The batch applies to an input's dim 0 only when that input is batched: named in ``batched_inputs=``,
+or, by default, with a dynamic dim 0. Every fixed dim is built as it is, so a static model builds
+as it is (as trtexec does). ``batch=None`` is the graph's own batch: 1 where dim 0 is dynamic.
 The batch specs themselves (``1``, ``(1, 8, 32)``, ``"1:8:32"``) are parsed in ``trtforge.core.batch``.
 
 Example:
@@ -15,12 +18,62 @@ from trtforge.core.batch import BatchProfile, BatchSpecError
 from trtforge.core.specs import TensorSpec
 
 Shapes = Mapping[str, tuple[Sequence[int], Sequence[int], Sequence[int]]]
+#: ``batch=None``: one profile at batch 1 for the dynamic dim 0s.
+DEFAULT_BATCH = (BatchProfile(1, 1, 1),)
+
+
+def batched_specs(inputs: Sequence[TensorSpec], batched: Sequence[str] | None, shapes: Shapes) -> set[str]:
+    """The names of the inputs the batch applies to (``batched`` when given, else dynamic dim 0s)."""
+    names = [s.name for s in inputs]
+    if batched is None:
+        return {s.name for s in inputs if s.shape and s.shape[0] < 0 and s.name not in shapes}
+    unknown = sorted(set(batched) - set(names))
+    if unknown:
+        raise BatchSpecError(f"batched_inputs names unknown input(s) {unknown}; inputs are {', '.join(names)}")
+    for spec in inputs:
+        if spec.name in batched and spec.shape and spec.shape[0] >= 0:
+            raise BatchSpecError(
+                f"input {spec.name!r} is in batched_inputs but its dim 0 is fixed at {spec.shape[0]}; "
+                "leave it out of batched_inputs, or export the model with a dynamic dim 0")
+    return set(batched)
+
+
+def _input_profile(spec: TensorSpec, batch: BatchProfile | None) -> dict[str, list[int]]:
+    """One input's min/opt/max: the batch on dim 0 when batched (``batch`` given), fixed dims as they are."""
+    rest = list(spec.shape[1:]) if batch is not None else list(spec.shape)
+    if any(d < 0 for d in rest):
+        if batch is None and spec.shape[0] < 0 and all(d >= 0 for d in spec.shape[1:]):
+            raise BatchSpecError(
+                f"input {spec.name!r} has a dynamic dim 0 but is not in batched_inputs; add it there, "
+                f"or give its shapes with shapes={{'{spec.name}': (min_shape, opt_shape, max_shape)}}")
+        raise BatchSpecError(
+            f"input {spec.name!r} has dynamic dims beyond the batch: {list(spec.shape)}; "
+            f"give them with shapes={{'{spec.name}': (min_shape, opt_shape, max_shape)}}")
+    if batch is None:
+        return {"min": rest, "opt": list(rest), "max": list(rest)}
+    return {"min": [batch.min, *rest], "opt": [batch.opt, *rest], "max": [batch.max, *rest]}
+
+
+def _check_asked_batch(inputs: Sequence[TensorSpec], batches: Sequence[BatchProfile], batched: set[str]) -> None:
+    """A batch asked for a graph with no batched input must be the graph's own fixed batch."""
+    if batched:
+        return
+    for spec in inputs:
+        if not spec.shape or spec.shape[0] < 0:
+            continue
+        for batch in batches:
+            if not (batch.static and batch.opt == spec.shape[0]):
+                raise BatchSpecError(
+                    f"input {spec.name!r} has a fixed batch {spec.shape[0]} but batch={batch} was asked; "
+                    "leave batch unset to build the model as it is, or export it with a dynamic batch")
+        return
 
 
 def resolve_profiles(
-    inputs: Sequence[TensorSpec], batches: Sequence[BatchProfile], shapes: Shapes | None = None
+    inputs: Sequence[TensorSpec], batches: Sequence[BatchProfile] | None, shapes: Shapes | None = None,
+    batched: Sequence[str] | None = None,
 ) -> tuple[dict[str, dict[str, list[int]]], ...]:
-    """Per profile, per input: min/opt/max shapes. Dim 0 follows the batch profile.
+    """Per profile, per input: min/opt/max shapes. Dim 0 of a batched input follows the batch profile.
 
     Other dynamic dims need ``shapes={name: (min, opt, max)}``; those override the batch rule.
     """
@@ -28,30 +81,19 @@ def resolve_profiles(
     unknown = set(shapes) - {s.name for s in inputs}
     if unknown:
         raise BatchSpecError(f"shapes= names unknown inputs {sorted(unknown)}; inputs are {[s.name for s in inputs]}")
+    members = batched_specs(inputs, batched, shapes)
+    if batches is not None:
+        _check_asked_batch(inputs, batches, members)
     result = []
-    for batch in batches:
+    for batch in batches or DEFAULT_BATCH:
         profile: dict[str, dict[str, list[int]]] = {}
         for spec in inputs:
             if spec.name in shapes:
                 lo, mid, hi = (list(map(int, s)) for s in shapes[spec.name])
                 profile[spec.name] = {"min": lo, "opt": mid, "max": hi}
-                continue
-            if not spec.shape:
+            elif not spec.shape:
                 profile[spec.name] = {"min": [], "opt": [], "max": []}
-                continue
-            rest = list(spec.shape[1:])
-            if any(d < 0 for d in rest):
-                raise BatchSpecError(
-                    f"input {spec.name!r} has dynamic dims beyond the batch: {list(spec.shape)}; "
-                    f"give them with shapes={{'{spec.name}': (min_shape, opt_shape, max_shape)}}"
-                )
-            if spec.shape[0] >= 0 and not (batch.static and batch.opt == spec.shape[0]):
-                raise BatchSpecError(
-                    f"input {spec.name!r} has a fixed batch {spec.shape[0]} but batch={batch} was asked; "
-                    "export the model with a dynamic batch (dynamic_batch=True) or ask for that batch"
-                )
-            profile[spec.name] = {
-                "min": [batch.min, *rest], "opt": [batch.opt, *rest], "max": [batch.max, *rest],
-            }
+            else:
+                profile[spec.name] = _input_profile(spec, batch if spec.name in members else None)
         result.append(profile)
     return tuple(result)

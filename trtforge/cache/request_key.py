@@ -3,7 +3,7 @@
 It maps to the engine key in the engine cache, so a repeated ``compile`` skips export, passes
 and build. It covers everything capture and the passes read: for a module, the source files of
 every module class in it, its structure (``repr``), its state_dict bytes, the example inputs' names,
-shapes and dtypes; for an ONNX file, its bytes and those of its external data files; plus every
+shapes and dtypes (and, for FP16/BF16, their values: the range probe runs on them); for an ONNX file, its bytes and those of its external data files; plus every
 compile option that reaches the engine, and the versions of torch, onnx, onnx-ir, onnxscript,
 TensorRT and trtforge. Requests it cannot hash (int8 with calibration data) get no request key;
 they still hit at the engine key, after capture and quantization.
@@ -109,6 +109,20 @@ def module_fingerprint(model: Any, example_inputs: Any) -> dict[str, Any]:
     }
 
 
+def example_values_sha256(example_inputs: Any) -> str | None:
+    """sha256 over the example inputs' values (the FP16/BF16 range probe runs on them), or None without any."""
+    if example_inputs is None:
+        return None
+    items = sorted(example_inputs.items()) if isinstance(example_inputs, dict) else (
+        list(enumerate(example_inputs)) if isinstance(example_inputs, (list, tuple)) else [(0, example_inputs)])
+    digest = hashlib.sha256()
+    for key, value in items:
+        array = value.detach().cpu().numpy() if hasattr(value, "detach") else value
+        digest.update(f"{key}|{getattr(array, 'dtype', '')}|{getattr(array, 'shape', '')}|".encode())
+        digest.update(array.tobytes() if hasattr(array, "tobytes") else repr(array).encode())
+    return digest.hexdigest()
+
+
 def request_key(model_or_onnx: Any, example_inputs: Any, config: CompileConfig) -> str:
     """sha256 over what ``compile`` was asked (see the module docstring): the model and every option
     that changes the engine or the graph (``config.key_fields()``, ``config.graph_fields()``)."""
@@ -121,6 +135,7 @@ def request_key(model_or_onnx: Any, example_inputs: Any, config: CompileConfig) 
         "model": model,
         "config": config.key_fields(),
         "graph": config.graph_fields(),
+        "example_values": example_values_sha256(example_inputs) if config.float_dtype else None,
         "libraries": _versions(),
         **toolchain(),
     })

@@ -82,3 +82,28 @@ def parse_batch(spec: Any) -> tuple[BatchProfile, ...]:
             raise BatchSpecError("batch list is empty; give at least one profile")
         return profiles
     return (_one(spec),)
+
+
+def guess_batched(inputs: Sequence[tuple[str, Sequence[int]]], chosen: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The inputs whose dim 0 is the batch, from example shapes: the one batch rule for modules.
+
+    ``chosen`` (``batched_inputs=``) decides when given. Otherwise an input is batched when its
+    dim 0 equals the first input's dim 0; one whose dim 0 differs stays static, scalars too.
+    ONNX files say it themselves: a dynamic dim 0 is the batch (``builder.profiles``).
+
+    Example:
+        >>> guess_batched([("a", (3, 4)), ("b", (4, 3))])
+        ('a',)
+    """
+    names = [name for name, _ in inputs]
+    if chosen is not None:
+        unknown = [c for c in chosen if c not in names]
+        if unknown:
+            raise BatchSpecError(f"batched_inputs names unknown input(s) {unknown}; inputs are {', '.join(names)}")
+        scalars = [name for name, shape in inputs if name in chosen and not len(shape)]
+        if scalars:
+            raise BatchSpecError(f"batched_inputs names scalar input(s) {scalars}, which have no dim 0")
+        return tuple(name for name in names if name in chosen)
+    first = next((shape[0] for _, shape in inputs if len(shape)), None)
+    return tuple(name for name, shape in inputs if len(shape) and shape[0] == first)
+

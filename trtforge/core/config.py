@@ -10,6 +10,8 @@ Example:
     >>> cfg = CompileConfig(precision="fp16", batch="1:8:32", targets=["sm89", "sm86"])
     >>> cfg.batch, cfg.targets
     ((BatchProfile(min=1, opt=8, max=32),), ('sm86', 'sm89'))
+    >>> CompileConfig().batch is None          # the model's own batch (1 where dynamic)
+    True
     >>> cfg.with_overrides(optimization_level=5).optimization_level
     5
 """
@@ -109,6 +111,13 @@ def _mib(value: int | None) -> int | None:
 
 def _tuple(value: Any) -> tuple:
     return tuple(value or ())
+
+
+def _names(value: Any) -> tuple[str, ...] | None:
+    """None stays None (the default rule); a name or names → a tuple of names."""
+    if isinstance(value, str):
+        return (value,)
+    return None if value is None else tuple(str(v) for v in value)
 
 
 def _not(value: bool) -> bool:
@@ -227,9 +236,14 @@ class CompileConfig:
     """
 
     precision: str = option("fp16", help="fp32 | fp16 | bf16 | int8", affects=ENGINE, cli=CliFlag(str))
-    batch: tuple[BatchProfile, ...] = option(
-        (BatchProfile(1, 1, 1),), affects=ENGINE, cli=CliFlag(str, "1"),
-        help="N, min:opt:max, or several: 1:1:1,1:8:32")
+    batch: tuple[BatchProfile, ...] | None = option(
+        None, affects=ENGINE, cli=CliFlag(str | None),
+        help="N, min:opt:max, or several: 1:1:1,1:8:32; for dynamic dim 0s only (default: the model's own "
+             "batch, 1 where dynamic)")
+    batched_inputs: tuple[str, ...] | None = option(
+        None, affects=ENGINE, cli=CliFlag(list[str] | None, None, ("--batched-input",), "batched_input", _names),
+        help="inputs whose dim 0 is the batch (default: an ONNX file's dynamic dim 0s; a module's inputs whose "
+             "dim 0 equals the first input's)")
     targets: tuple[str, ...] = option(
         (), affects=ENGINE, help="compute capability, e.g. sm89 (repeatable)",
         cli=CliFlag(list[str] | None, None, ("--target",), "target", _tuple))
@@ -285,11 +299,12 @@ class CompileConfig:
             raise WrongType(f"preprocessing= takes a dict such as {{'resize': [224, 224]}} or a PreprocessConfig, "
                             f"not {type(self.preprocessing).__name__}")
         normalised = {
-            "precision": precision, "batch": parse_batch(self.batch), "targets": _targets(self.targets),
+            "precision": precision, "batch": None if self.batch is None else parse_batch(self.batch), "targets": _targets(self.targets),
             "shapes": _shapes(self.shapes), "hardware_compatibility": hardware, "quant": quant,
             "name": None if self.name is None else validate_name(self.name),
             "output_dir": Path(self.output_dir), "cache_dir": _path(self.cache_dir),
             "input_names": _names(self.input_names), "output_names": _names(self.output_names),
+            "batched_inputs": _names(self.batched_inputs),
             "notes": (self.notes,) if isinstance(self.notes, str) else tuple(self.notes or ()),
             "preprocessing": None if self.preprocessing is None else PreprocessConfig.of(self.preprocessing),
         }
@@ -323,7 +338,8 @@ class CompileConfig:
     def key_fields(self) -> dict[str, Any]:
         """JSON-able values of the options that change the engine's bytes (cache keys, sidecars)."""
         data = {name: getattr(self, name) for name, opt in options_of(CompileConfig) if opt.affects == ENGINE}
-        data["batch"] = [str(b) for b in self.batch]
+        data["batch"] = None if self.batch is None else [str(b) for b in self.batch]
+        data["batched_inputs"] = None if self.batched_inputs is None else list(self.batched_inputs)
         data["targets"] = list(self.targets)
         data["shapes"] = [[name, [list(s) for s in triple]] for name, triple in self.shapes]
         return data
@@ -406,7 +422,3 @@ def _shapes(shapes: Any) -> tuple[tuple[str, tuple[tuple[int, ...], ...]], ...]:
 
 def _path(value: Any) -> Path | None:
     return None if value is None else Path(value)
-
-
-def _names(value: Any) -> tuple[str, ...] | None:
-    return None if value is None else tuple(str(v) for v in value)

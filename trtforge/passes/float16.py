@@ -12,15 +12,14 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
-import onnx_ir.passes.common as common
 
 from trtforge.core.errors import InvalidArgument
-from trtforge.passes.graph import has_qdq
+from trtforge.passes.graph import has_qdq, infer_shapes
 from trtforge.passes.ops import NORMALIZATION_OPS
 
 FLOAT_TARGETS: dict[str, ir.DataType] = {"float16": ir.DataType.FLOAT16, "bfloat16": ir.DataType.BFLOAT16}
@@ -34,6 +33,13 @@ NORM_REDUCTIONS = frozenset({"ReduceMean", "ReduceSum", "ReduceSumSquare", "Redu
 NORM_FINISHERS = frozenset({"Sqrt", "Reciprocal"})
 #: Ops whose subgraphs or semantics we do not retype.
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+#: Ops whose FP16 results break on ordinary inputs, whatever the probe saw: op → why. (FP16 only.)
+RANGE_FRAGILE_OPS: dict[str, str] = {
+    "ReduceProd": "products overflow FP16 after a few dozen factors",
+    "Mod": "FP16 keeps 11 bits, so a remainder of a large dividend loses most of its digits",
+}
+#: A Div feeding one of these is a floor division: FP16 rounding of the quotient flips the integer.
+ROUNDING_OPS = frozenset({"Floor", "Ceil", "Round"})
 #: (op_type, input index) that ONNX requires to stay float32 whatever the data type.
 FIXED_FP32_INPUTS = frozenset({("Resize", 2), ("Upsample", 1)})
 
@@ -105,7 +111,43 @@ def _rule_normalization(node: ir.Node) -> str | None:
 
 def _rule_control_flow(node: ir.Node) -> str | None:
     if node.op_type in CONTROL_FLOW_OPS:
-        return f"{node.op_type}: subgraphs are left as exported"
+        return f"{node.op_type}: subgraphs are left as exported (outer values they read are cast back to FP32)"
+    return None
+
+
+def _rule_other_domain(node: ir.Node) -> str | None:
+    if node.domain not in ("", "ai.onnx"):
+        return f"{node.op_type}: domain {node.domain!r} defines its own types; left as exported"
+    return None
+
+
+def _rule_type_constraint(node: ir.Node, low: str, opset: int) -> str | None:
+    """Keep a node whose ONNX schema does not admit the low type for its float inputs (e.g. Celu)."""
+    import onnx
+
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return None
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    formals = list(schema.inputs)
+    for index, value in enumerate(node.inputs):
+        if not _is_float32(value) or not formals:
+            continue
+        type_str = formals[min(index, len(formals) - 1)].type_str
+        if type_str in allowed and f"tensor({low})" not in allowed[type_str]:
+            return f"{node.op_type}: opset {opset} admits no {low} for input {index}"
+    return None
+
+
+def _rule_range_fragile(node: ir.Node) -> str | None:
+    if node.op_type in RANGE_FRAGILE_OPS:
+        return f"{node.op_type}: {RANGE_FRAGILE_OPS[node.op_type]}"
+    if node.op_type == "Div" and any(user.op_type in ROUNDING_OPS for out in node.outputs for user, _ in out.uses()):
+        return "Div: a floor division; FP16 rounding of the quotient flips its integer part"
+    producer = node.inputs[0].producer() if node.op_type in ROUNDING_OPS and node.inputs[0] is not None else None
+    if producer is not None and producer.op_type == "Div":
+        return f"{node.op_type}: of a quotient; FP16 rounding flips its integer part"
     return None
 
 
@@ -125,14 +167,22 @@ def _rule_out_of_range_constant(node: ir.Node) -> str | None:
 
 
 NODE_RULES: tuple[Callable[[ir.Node], str | None], ...] = (
+    _rule_other_domain,
     _rule_normalization,
     _rule_control_flow,
+    _rule_range_fragile,
     _rule_out_of_range_constant,
 )
+#: Rules about FP16's range; BF16 has FP32's range and skips them.
+FP16_RANGE_RULES = frozenset({_rule_range_fragile, _rule_out_of_range_constant})
 
 
-def plan_float(model: ir.Model, dtype: str = "float16") -> FloatPlan:
-    """Decide which nodes and initializers stay FP32; nothing in the model changes."""
+def plan_float(model: ir.Model, dtype: str = "float16", keep: Mapping[str, str] | None = None) -> FloatPlan:
+    """Decide which nodes and initializers stay FP32; nothing in the model changes.
+
+    ``keep`` adds nodes to keep (name → reason): the range probe's (``passes.range_probe``), or at
+    refit the sidecar's record of what the build kept.
+    """
     if dtype not in FLOAT_TARGETS:
         raise InvalidArgument(f"unknown float dtype {dtype!r}; choose one of {sorted(FLOAT_TARGETS)}")
     if has_qdq(model):
@@ -142,16 +192,24 @@ def plan_float(model: ir.Model, dtype: str = "float16") -> FloatPlan:
             "with precision='fp32'), or give trtforge the float model."
         )
     graph = model.graph
-    fp32_nodes: dict[str, str] = {}
+    names = {node.name for node in graph}
+    fp32_nodes: dict[str, str] = {name: reason for name, reason in (keep or {}).items() if name in names}
+    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    if opset is not None and dtype == "bfloat16":
+        opset = max(opset, BF16_MIN_OPSET)  # apply_float raises the opset for BF16
     for node in graph:
-        for rule in NODE_RULES:
+        for rule in () if node.name in fp32_nodes else NODE_RULES:
             # BF16 has FP32's range: range rules only matter for FP16.
-            if rule is _rule_out_of_range_constant and dtype == "bfloat16":
+            if rule in FP16_RANGE_RULES and dtype == "bfloat16":
                 continue
             reason = rule(node)
             if reason:
                 fp32_nodes[node.name] = reason
                 break
+        if node.name not in fp32_nodes and opset is not None:
+            reason = _rule_type_constraint(node, dtype, opset)
+            if reason:
+                fp32_nodes[node.name] = reason
         if node.op_type in NORM_REDUCTIONS and node.name not in fp32_nodes:
             path = _downstream_norm_path(node)
             for member in path:
@@ -181,18 +239,21 @@ def _retype_node_attributes(node: ir.Node, low: ir.DataType) -> None:
     if node.op_type == "Cast" and node.attributes.get("to") is not None:
         if node.attributes["to"].value == int(ir.DataType.FLOAT):
             node.attributes["to"] = ir.AttrInt64("to", int(low))
+    if node.op_type == "ConstantOfShape" and node.attributes.get("value") is None:
+        # Without ``value`` it emits FP32 zeros whatever its output is typed; say the low zero.
+        node.attributes["value"] = ir.AttrTensor("value", low_tensor(np.zeros(1, np.float32), low, "value"))
     if node.op_type in ("ConstantOfShape", "Constant"):
         attr = node.attributes.get("value")
         if attr is not None and isinstance(attr.value, ir.TensorProtocol) and attr.value.dtype == ir.DataType.FLOAT:
             arr = attr.value.numpy().astype(np.float32)
-            node.attributes["value"] = ir.AttrTensor("value", _low_tensor(arr, low, attr.value.name))
+            node.attributes["value"] = ir.AttrTensor("value", low_tensor(arr, low, attr.value.name))
     for key in ("dtype",):  # EyeLike, RandomNormal(Like), RandomUniform(Like)
         attr = node.attributes.get(key)
         if attr is not None and attr.value == int(ir.DataType.FLOAT):
             node.attributes[key] = ir.AttrInt64(key, int(low))
 
 
-def _low_tensor(arr: np.ndarray, low: ir.DataType, name: str | None) -> ir.Tensor:
+def low_tensor(arr: np.ndarray, low: ir.DataType, name: str | None) -> ir.Tensor:
     if low == ir.DataType.FLOAT16:
         return ir.tensor(arr.astype(np.float16), name=name)
     import ml_dtypes
@@ -200,17 +261,38 @@ def _low_tensor(arr: np.ndarray, low: ir.DataType, name: str | None) -> ir.Tenso
     return ir.tensor(arr.astype(ml_dtypes.bfloat16), dtype=ir.DataType.BFLOAT16, name=name)
 
 
+def _defined_in(value: ir.Value, graph: ir.Graph) -> bool:
+    """Whether ``value`` is an input, initializer or node output of ``graph`` itself."""
+    producer = value.producer()
+    if producer is not None:
+        return producer.graph is graph
+    return any(v is value for v in graph.inputs) or graph.initializers.get(value.name) is value
+
+
+def _cast_outer_reads(node: ir.Node, graph: ir.Graph, low: ir.DataType,
+                      cast_back: Callable[[ir.Value], ir.Value]) -> None:
+    """A Scan/Loop/If body is left as exported: outer values it reads that became ``low`` are read as FP32."""
+    for attribute in node.attributes.values():
+        bodies = [attribute.value] if attribute.type == ir.AttributeType.GRAPH else (
+            list(attribute.value) if attribute.type == ir.AttributeType.GRAPHS else [])
+        for body in bodies:
+            for inner in ir.traversal.RecursiveGraphIterator(body):
+                for i, value in enumerate(inner.inputs):
+                    if value is not None and value.dtype == low and _defined_in(value, graph):
+                        inner.replace_input_with(i, cast_back(value))
+
+
 def apply_float(model: ir.Model, plan: FloatPlan) -> ir.Model:
     """Apply ``plan`` in place: cast initializers, retype values, insert Casts; I/O stays FP32."""
     low = FLOAT_TARGETS[plan.dtype]
     graph = model.graph
-    if low == ir.DataType.BFLOAT16 and model.opset_imports.get("", 0) < BF16_MIN_OPSET:
+    if low == ir.DataType.BFLOAT16 and "" in model.opset_imports and model.opset_imports[""] < BF16_MIN_OPSET:
         # Opset 22 only widens type constraints (Conv, pooling, ... accept bfloat16); semantics are unchanged.
         model.opset_imports[""] = BF16_MIN_OPSET
     low_inits: set[str] = set()
     for name, value in graph.initializers.items():
         if _is_float32(value) and name not in plan.fp32_initializers and value.const_value is not None:
-            value.const_value = _low_tensor(_const_array(value).astype(np.float32), low, name)
+            value.const_value = low_tensor(_const_array(value).astype(np.float32), low, name)
             value.dtype = low
             low_inits.add(name)
     graph_inputs = {id(v) for v in graph.inputs}
@@ -243,6 +325,8 @@ def apply_float(model: ir.Model, plan: FloatPlan) -> ir.Model:
             want = ir.DataType.FLOAT if (node.op_type, i) in FIXED_FP32_INPUTS else compute
             if value.dtype != want:
                 node.replace_input_with(i, cast_of(value, want, node))
+        if node.op_type in CONTROL_FLOW_OPS:
+            _cast_outer_reads(node, graph, low, lambda value, at=node: cast_of(value, ir.DataType.FLOAT, at))
         if not keep:
             _retype_node_attributes(node, low)
             for out in node.outputs:
@@ -263,12 +347,14 @@ def apply_float(model: ir.Model, plan: FloatPlan) -> ir.Model:
 
 def infer_types(model: ir.Model) -> ir.Model:
     """Fill in every value's dtype (ONNX shape inference), so the pass sees each float edge."""
-    common.ShapeInferencePass()(model)
-    missing = [v.name for n in model.graph for v in n.outputs if v.dtype is None]
+    failure = infer_shapes(model)
+    # An omitted optional output (RNN/GRU/LSTM's Y named '') has no type and needs none.
+    missing = [v.name for n in model.graph for v in n.outputs if v.dtype is None and (v.name or v.uses())]
     if missing:
         raise InvalidArgument(
-            f"cannot infer the dtype of {len(missing)} value(s) (first: {missing[:3]}); "
-            "run onnx.shape_inference or re-export the model with value_info"
+            f"cannot infer the dtype of {len(missing)} value(s) (first: {missing[:3]})"
+            + (f": ONNX shape inference failed ({failure})" if failure else "")
+            + "; re-export the model with value_info for them"
         )
     return model
 

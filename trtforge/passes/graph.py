@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import copy as _copy
+import logging
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -67,6 +68,44 @@ def save_model(model: ir.Model | onnx.ModelProto, path: Path) -> bytes:
     return data
 
 
+#: onnx_ir logs a failed shape inference as a warning with a traceback, then leaves the model as it was.
+SHAPE_INFERENCE_LOGGER = "onnx_ir.passes.common.shape_inference"
+
+
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def infer_shapes(model: ir.Model) -> str | None:
+    """ONNX shape inference in place; the failure's first line (None when it ran), never printed.
+
+    A failure leaves the model unchanged; callers that need the types say so in their own words.
+
+    Example:
+        >>> infer_shapes(model) is None
+        True
+    """
+    logger = logging.getLogger(SHAPE_INFERENCE_LOGGER)
+    kept, propagate = _Kept(), logger.propagate
+    logger.addHandler(kept)
+    logger.propagate = False
+    try:
+        common.ShapeInferencePass()(model)
+    finally:
+        logger.removeHandler(kept)
+        logger.propagate = propagate
+    for record in kept.records:
+        if record.exc_info and record.exc_info[1] is not None:
+            return str(record.exc_info[1]).strip().splitlines()[0]
+        return record.getMessage().splitlines()[0]
+    return None
+
+
 def has_qdq(model: ir.Model) -> bool:
     return any(node.op_type in QDQ_OPS for node in model.graph.all_nodes())
 
@@ -90,7 +129,7 @@ def node_dtype(node: ir.Node) -> str | None:
 def dtype_summary(model: ir.Model) -> dict[str, int]:
     """Node counts per computing dtype (float16, float32, int8 for Q/DQ ...), sorted by name."""
     if any(out.dtype is None for node in model.graph for out in node.outputs):
-        common.ShapeInferencePass()(model)  # e.g. Q/DQ graphs written without value_info
+        infer_shapes(model)  # e.g. Q/DQ graphs written without value_info
     counts: Counter[str] = Counter()
     for node in model.graph.all_nodes():
         if node.op_type == "QuantizeLinear":

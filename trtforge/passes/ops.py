@@ -16,7 +16,7 @@ SHAPE_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"
 #: Normalisations: their reductions overflow or lose precision in FP16.
 NORMALIZATION_OPS = frozenset(
     {"LayerNormalization", "GroupNormalization", "InstanceNormalization", "RMSNormalization",
-     "LpNormalization", "SimplifiedLayerNormalization"}
+     "LpNormalization", "SimplifiedLayerNormalization", "MeanVarianceNormalization"}
 )
 #: Element-wise nonlinearities (an MLP has one between its two projections).
 NONLINEAR_OPS = frozenset({"Relu", "Gelu", "Erf", "Tanh", "Sigmoid", "Clip", "HardSwish", "HardSigmoid",

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import onnx
@@ -50,8 +51,12 @@ def int8_graph(fp32: ir.Model, plan: QuantPlan) -> ir.Model:
     return apply_plan_in_place(ensure_node_names(ensure_opset(fp16, QDQ_OPSET)), plan)
 
 
-def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None) -> Processed:
+def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None,
+            keep: Mapping[str, str] | None = None) -> Processed:
     """The graph to build for ``precision`` from the FP32 ``reference`` (not modified).
+
+    ``keep`` ({node: reason}) are nodes the float pass keeps in FP32 besides its own rules: the
+    range probe's (``passes.range_probe.probe``), or at refit the build's recorded ones.
 
     FP32 returns ``reference`` itself. INT8 needs the plan ``trtforge.quantize`` computed on
     ``reference``; when that plan keeps every layer in FP16 the build is an FP16 one.
@@ -67,5 +72,5 @@ def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None) 
         model = int8_graph(reference, plan)
         return Processed(model, "int8" if has_qdq(model) else "fp16")
     model = infer_types(copy_model(reference))
-    float_plan = plan_float(model, FLOAT_OF_PRECISION[precision])
+    float_plan = plan_float(model, FLOAT_OF_PRECISION[precision], keep)
     return Processed(apply_float(model, float_plan), precision, float_plan)

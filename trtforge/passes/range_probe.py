@@ -1,0 +1,91 @@
+"""The range probe: run the FP32 reference on real inputs and keep in FP32 what would leave the low type's range.
+
+ONNX Runtime runs the reference once per input set with every top-level float tensor as an output;
+each tensor's largest finite magnitude is recorded. A node stays FP32 when one of its float inputs or
+outputs reaches the low type's largest value divided by ``HEADROOM`` (inputs of other sizes and later
+layers may reach further than the probe saw), or when it is a Softmax/LogSoftmax whose input reaches
+``SOFTMAX_INPUT_BOUND`` (FP16 spacing there turns ``exp(x - max)`` into tens of percent of error).
+The result is data for the float pass: ``{node name: reason}``, recorded in the sidecar.
+
+Example:
+    >>> ranges = measure_ranges(reference, [{"x": x}])
+    >>> range_keep(reference, ranges, "float16")
+    {'node_Div_3': 'range probe: |div| reaches 1e+06, over 16376 (float16 max / 4)'}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import onnx_ir as ir
+
+from trtforge.passes.graph import ort_session
+
+#: The low type's largest finite value.
+LOW_MAX: dict[str, float] = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
+#: A probed magnitude must stay below LOW_MAX / HEADROOM for its node to run in the low type.
+HEADROOM = 4.0
+#: FP16 rounds a softmax input of magnitude 32 by up to 1/64: exp() of that is a 1.6 % error.
+SOFTMAX_INPUT_BOUND: dict[str, float] = {"float16": 32.0, "bfloat16": 4.0}
+SOFTMAX_OPS = frozenset({"Softmax", "LogSoftmax"})
+
+
+def _float_values(model: ir.Model) -> list[ir.Value]:
+    return [out for node in model.graph for out in node.outputs
+            if out.name and out.dtype == ir.DataType.FLOAT] + [
+        v for v in model.graph.inputs if v.dtype == ir.DataType.FLOAT]
+
+
+def measure_ranges(model: ir.Model, feeds: Iterable[Mapping[str, np.ndarray]]) -> dict[str, float]:
+    """Largest finite |x| of every top-level float tensor of the FP32 ``model`` over ``feeds``.
+
+    Example:
+        >>> measure_ranges(model, [{"x": np.array([3.0, -5.0], np.float32)}])["x"]
+        5.0
+    """
+    names = [v.name for v in _float_values(model)]
+    if not names:
+        return {}
+    session = ort_session(model, extra_outputs=names, providers=["CPUExecutionProvider"])
+    wanted = [o.name for o in session.get_outputs() if o.name in set(names)]
+    inputs = {i.name for i in session.get_inputs()}
+    ranges: dict[str, float] = {}
+    for feed in feeds:
+        outputs = session.run(wanted, {k: v for k, v in feed.items() if k in inputs})
+        for name, array in zip(wanted, outputs, strict=True):
+            array = np.asarray(array)
+            if array.dtype.kind != "f" or array.size == 0:
+                continue
+            finite = np.abs(array[np.isfinite(array)])
+            if finite.size:
+                ranges[name] = max(ranges.get(name, 0.0), float(finite.max()))
+    return ranges
+
+
+def _node_reason(node: ir.Node, ranges: Mapping[str, float], dtype: str) -> str | None:
+    limit = LOW_MAX[dtype] / HEADROOM
+    for value in [*node.inputs, *node.outputs]:
+        if value is not None and value.name in ranges and ranges[value.name] > limit:
+            return (f"range probe: |{value.name}| reaches {ranges[value.name]:.3g}, over {limit:.6g} "
+                    f"({dtype} max / {HEADROOM:g})")
+    if node.op_type in SOFTMAX_OPS and node.inputs and node.inputs[0] is not None:
+        seen, bound = ranges.get(node.inputs[0].name, 0.0), SOFTMAX_INPUT_BOUND[dtype]
+        if seen > bound:
+            return f"range probe: {node.op_type} input reaches {seen:.3g}, over {bound:g} ({dtype} rounds exp away)"
+    return None
+
+
+def range_keep(model: ir.Model, ranges: Mapping[str, float], dtype: str) -> dict[str, str]:
+    """``{node name: reason}`` for the top-level nodes the probed ``ranges`` keep in FP32."""
+    kept = {}
+    for node in model.graph:
+        reason = _node_reason(node, ranges, dtype)
+        if reason:
+            kept[node.name] = reason
+    return kept
+
+
+def probe(model: ir.Model, feeds: Iterable[Mapping[str, np.ndarray]], dtype: str) -> dict[str, str]:
+    """``range_keep`` of ``measure_ranges``: what the float pass must keep in FP32 for these inputs."""
+    return range_keep(model, measure_ranges(model, feeds), dtype)
