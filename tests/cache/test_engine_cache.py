@@ -44,7 +44,7 @@ def test_changed_weights_are_a_miss(tiny_module, tmp_path):
     first = _compile(tiny_module, tmp_path / "a", tmp_path / "cache")
     with torch.no_grad():
         tiny_module.conv.weight.mul_(2)
-    second = _compile(tiny_module, tmp_path / "a", tmp_path / "cache")
+    second = _compile(tiny_module, tmp_path / "a", tmp_path / "cache", overwrite=True)  # other weights: replace
     assert second.sidecar.builder.cache["hit"] is False
     assert second.sidecar.source.onnx_sha256 != first.sidecar.source.onnx_sha256
 

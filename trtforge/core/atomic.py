@@ -51,3 +51,34 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None
     """Write ``data`` to ``path`` atomically (readers see the old file or the new, never half)."""
     with atomic_writer(path, mode) as handle:
         handle.write(data)
+
+
+@contextlib.contextmanager
+def _staged(path: Path, data: bytes, mode: int | None) -> Iterator[str]:
+    """A finished temp file beside ``path`` holding ``data``; removed on exit unless it was moved."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, default_mode() if mode is None else mode)
+        yield tmp
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def atomic_write_all(files: list[tuple[Path, bytes, int | None]]) -> None:
+    """Write every ``(path, data, mode)`` to a temp file first, then ``os.replace`` them in order.
+
+    A full disk or an interrupt while writing leaves none of the new files (the old ones stay);
+    the moves themselves need no space. Put the file that marks a set complete (a sidecar) last.
+
+    Example:
+        >>> atomic_write_all([(Path("out/m.engine"), plan, None), (Path("out/m.json"), text, None)])
+    """
+    with contextlib.ExitStack() as stack:
+        staged = [(stack.enter_context(_staged(Path(path), data, mode)), Path(path)) for path, data, mode in files]
+        for tmp, path in staged:
+            os.replace(tmp, path)

@@ -26,6 +26,7 @@ from trtforge.core.errors import InvalidArgument
 from trtforge.passes.cleanup import cleanup
 from trtforge.passes.float16 import FloatPlan, apply_float, convert_float, infer_types, plan_float
 from trtforge.passes.graph import QDQ_OPSET, copy_model, ensure_node_names, ensure_opset, has_qdq, load_ir
+from trtforge.passes.keep import keep_matching
 from trtforge.passes.qdq import QuantPlan, apply_plan_in_place
 
 #: precision → the dtype the float pass casts to (None: the graph stays FP32).
@@ -52,11 +53,13 @@ def int8_graph(fp32: ir.Model, plan: QuantPlan) -> ir.Model:
     return apply_plan_in_place(ensure_node_names(ensure_opset(fp16, QDQ_OPSET)), plan)
 
 
-def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None) -> Processed:
+def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None,
+            keep_fp32: tuple[str, ...] = ()) -> Processed:
     """The graph to build for ``precision`` from the FP32 ``reference`` (not modified).
 
     FP32 returns ``reference`` itself. INT8 needs the plan ``trtforge.quantize`` computed on
-    ``reference``; when that plan keeps every layer in FP16 the build is an FP16 one.
+    ``reference``; when that plan keeps every layer in FP16 the build is an FP16 one. ``keep_fp32``:
+    name patterns of nodes the FP16/BF16 pass keeps in FP32 (``passes.keep``).
     """
     if precision not in FLOAT_DTYPES:
         raise InvalidArgument(f"precision={precision!r}; choose one of {', '.join(FLOAT_DTYPES)}")
@@ -69,5 +72,5 @@ def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None) 
         model = int8_graph(reference, plan)
         return Processed(model, "int8" if has_qdq(model) else "fp16")
     model = infer_types(copy_model(reference))
-    float_plan = plan_float(model, FLOAT_DTYPES[precision])
+    float_plan = keep_matching(model, plan_float(model, FLOAT_DTYPES[precision]), keep_fp32)
     return Processed(apply_float(model, float_plan), precision, float_plan)
