@@ -30,13 +30,13 @@ from rich.markup import escape
 
 from trtforge._version import __version__
 from trtforge.artifact import Artifact
-from trtforge.builder.build import BuildResult, build_engine
+from trtforge.builder.build import BuildResult, OnnxParseError, build_engine
 from trtforge.builder.portability import file_suffix
 from trtforge.builder.timing_cache import check_timing_cache_path
 from trtforge.cache.engine_cache import CacheEntry, EngineCache, engine_key
 from trtforge.capture.export import export_onnx, normalize_example_inputs
 from trtforge.capture.onnx_file import load_onnx
-from trtforge.core.atomic import atomic_write_all
+from trtforge.core.atomic import atomic_write_all, folder_lock
 from trtforge.core.config import MAX_NAME_LENGTH, CompileConfig, ConfigError, QuantConfig
 from trtforge.core.errors import FileConflict, MissingFile, NotAFolder, NotPermitted, Unsupported, WrongType
 from trtforge.core.hashing import sha256_file
@@ -118,6 +118,13 @@ def check_destinations(paths: OutputPaths, precisions: Sequence[str]) -> None:
                     f"{other} exists without a trtforge sidecar beside it; refusing to overwrite a file "
                     "trtforge did not write. Move it away or choose another name= or output_dir."
                 )
+
+
+def _display_name(model_or_onnx: Any) -> str:
+    """The model as the user knows it: the file given, or the graph exported from a module's class."""
+    if isinstance(model_or_onnx, (str, Path)):
+        return str(model_or_onnx)
+    return f"the graph exported from {type(model_or_onnx).__name__}"
 
 
 def _source_info(model_or_onnx: Any) -> dict:
@@ -319,9 +326,17 @@ def _lookup_request(stack: contextlib.ExitStack, engine_cache: EngineCache | Non
 
 def write_artifact(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths, built: _Built, *,
                    cached: bool) -> Artifact:
-    """Engine first, then graphs, then the sidecar (atomic, each)."""
+    """Every file staged, then moved in with the sidecar last, under a lock on the folder (checks repeated there)."""
+    with folder_lock(paths.directory):
+        return _write_locked(model_or_onnx, config, paths, built, cached=cached)
+
+
+def _write_locked(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths, built: _Built, *,
+                  cached: bool) -> Artifact:
     record = built.record
     built_precision = record["precision"]["built"]
+    if not config.overwrite:  # again, under the lock: a concurrent build may have written this name meanwhile
+        check_same_build(paths.sidecar(built_precision), config, _source_info(model_or_onnx))
     check_same_model(paths, record["reference_onnx_sha256"], config.overwrite)
     engine_path, onnx_path = paths.engine(built_precision), paths.onnx(built_precision)
     source = {
@@ -412,7 +427,10 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
         staged = tmp / "processed.onnx"
         staged.write_bytes(processed_bytes)
         # 3. Build.
-        result: BuildResult = build_engine(staged, config, name=network_name, progress=progress, console=console)
+        try:
+            result: BuildResult = build_engine(staged, config, name=network_name, progress=progress, console=console)
+        except OnnxParseError as exc:  # name the user's model, not the temp file the parser read
+            raise OnnxParseError(_display_name(model_or_onnx), exc.failures) from None
         notes = []
         if float_plan is not None and float_plan.fp32_nodes:
             notes.append(f"{len(float_plan.fp32_nodes)} node(s) kept in FP32 by the float pass")

@@ -30,13 +30,20 @@ log = logging.getLogger(__name__)
 class OnnxParseError(InvalidArgument):
     """TensorRT's ONNX parser rejected the graph; ``failures`` lists (node, op, message)."""
 
-    def __init__(self, path: Path, failures: list[tuple[str, str, str]]) -> None:
+    def __init__(self, path: Path | str, failures: list[tuple[str, str, str]]) -> None:
         self.failures = failures
-        lines = [f"  node {node!r} ({op}): {msg}" for node, op, msg in failures]
+        lines = [f"  node {node!r} ({op}): {_reason(op, msg)}" for node, op, msg in failures]
         super().__init__(
             f"TensorRT's ONNX parser rejected {path}:\n" + "\n".join(lines)
             + "\nReplace or remove these ops before export, or keep them out of the engine."
         )
+
+
+def _reason(op: str, message: str) -> str:
+    """The parser's reason, or a plain one when it gave only an assertion text such as ``false``."""
+    if message.strip().lower() in ("", "false", "?"):
+        return f"TensorRT has no importer for {op} (the parser gave no reason)"
+    return message
 
 
 class BuildFailedError(Unsupported):

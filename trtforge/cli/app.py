@@ -42,10 +42,12 @@ def one_line(message: str) -> str:
     """``message`` on one line: colour codes dropped, its lines joined with ``; ``.
 
     Example:
-        >>> one_line("parser rejected m.onnx:\n  node 'u' (Unique): no importer")
-        "parser rejected m.onnx:; node 'u' (Unique): no importer"
+        >>> one_line("parser rejected m.onnx:\n  node 'u' (Unique): no importer\nRemove it.")
+        "parser rejected m.onnx: node 'u' (Unique): no importer; Remove it."
     """
-    return "; ".join(line.strip() for line in plain(message).splitlines() if line.strip())
+    lines = [line.strip() for line in plain(message).splitlines() if line.strip()]
+    return "".join(line + ("" if i == len(lines) - 1 else " " if line.endswith(":") else "; ")
+                   for i, line in enumerate(lines))
 
 
 def say_error(message: str) -> None:

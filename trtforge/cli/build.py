@@ -71,12 +71,13 @@ def config_from_cli(values: dict[str, Any]) -> CompileConfig:
 
 def build(model: Path, calib: Path | None = None, **values: Any) -> None:
     """Build an engine + sidecar from an ONNX file."""
-    from trtforge.pipeline import compile as compile_model
-
     if calib is not None and values["precision"].lower() != "int8":
         raise ConfigError(f"--calib is used only by --precision int8 (this build is {values['precision']}); "
                           "drop --calib, or add --precision int8")
-    art = compile_model(model, config=config_from_cli(values), calibration_data=calib)
+    config = config_from_cli(values)  # bad options are refused before torch and onnx load
+    from trtforge.pipeline import compile as compile_model
+
+    art = compile_model(model, config=config, calibration_data=calib)
     console.print(built_line(art))
 
 

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trtforge.cli.app import app, console, guarded
+from trtforge.core.errors import InvalidArgument
 
 cache_app = typer.Typer(no_args_is_help=True, help="The engine cache: ls | prune | clear.")
 app.add_typer(cache_app, name="cache")
@@ -62,6 +63,9 @@ def cache_prune(
     """Remove old entries and evict down to the size limit; tidy half-written leftovers."""
     from trtforge.cache.engine_cache import EngineCache
 
+    for flag, value in (("--max-mb", max_mb), ("--older-than-days", older_than_days)):
+        if value is not None and value < 0:
+            raise InvalidArgument(f"{flag} {value:g}: give 0 or more")
     cache = EngineCache(cache_dir)
     removed = cache.prune(max_bytes=int(max_mb * 1e6) if max_mb is not None else None,
                           older_than_s=older_than_days * 86400 if older_than_days is not None else None)
