@@ -165,6 +165,7 @@ def lite0_sidecar(tmp_path_factory, lite0) -> Path:
         outputs=(TensorSpec("logits", "float32", (-1, 1000)),),
         profiles=(LITE0_PROFILE,), precision={"built": "fp16"}, builder={"flavour": "tensorrt_rtx"},
         source={"kind": "torch", "onnx_file": onnx_path.name, "reference_onnx_file": onnx_path.name,
+                "onnx_sha256": sha256_file(onnx_path), "reference_onnx_sha256": sha256_file(onnx_path),
                 "factory": "trtforge.zoo:efficientnet_lite0"},
         preprocessing=dict(LITE0_PREPROCESSING),
     )

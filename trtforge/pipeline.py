@@ -36,17 +36,21 @@ from trtforge.builder.timing_cache import check_timing_cache_path
 from trtforge.cache.engine_cache import CacheEntry, EngineCache, engine_key
 from trtforge.capture.export import export_onnx, normalize_example_inputs
 from trtforge.capture.onnx_file import load_onnx
-from trtforge.core.atomic import atomic_write_bytes
-from trtforge.core.config import CompileConfig, ConfigError, QuantConfig
-from trtforge.core.errors import FileConflict, MissingFile, NotAFolder, NotPermitted, WrongType
+from trtforge.core.atomic import atomic_write_all, folder_lock
+from trtforge.core.config import MAX_NAME_LENGTH, CompileConfig, ConfigError, QuantConfig
+from trtforge.core.errors import FileConflict, MissingFile, NotAFolder, NotPermitted, Unsupported, WrongType
 from trtforge.core.hashing import sha256_file
-from trtforge.core.sidecar import Sidecar, check_writable, is_trtforge_sidecar, write_sidecar
+from trtforge.core.sidecar import Sidecar, check_writable, is_trtforge_sidecar, sidecar_bytes
 from trtforge.core.specs import TensorSpec
 from trtforge.passes.graph import dtype_summary, proto_bytes
 from trtforge.passes.process import Processed, process, reference_graph
 from trtforge.passes.range_probe import probe
 
 log = logging.getLogger(__name__)
+
+
+class AccuracyBudgetMissed(Unsupported):
+    """``strict_accuracy=True`` and the INT8 graph missed its error budget on the held-back samples."""
 
 
 @dataclass(frozen=True)
@@ -73,12 +77,19 @@ class OutputPaths:
 
 
 def default_name(model_or_onnx: Any) -> str:
+    """A valid file-name stem from the file's stem or the module's class (``_best.onnx`` → ``best``).
+
+    Example:
+        >>> default_name(Path("_best.onnx")), default_name(Path("[x].onnx"))
+        ('best', 'x')
+    """
     if isinstance(model_or_onnx, (str, Path)):
         stem = Path(model_or_onnx).stem
     else:
         stem = getattr(model_or_onnx, "trtforge_name", None) or type(model_or_onnx).__name__
         stem = re.sub(r"(?<!^)(?=[A-Z])", "_", stem).lower()
-    return re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "model"
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", stem).lstrip("._-")[:MAX_NAME_LENGTH].rstrip("._-")
+    return stem or "model"
 
 
 def prepare_output_dir(directory: Path) -> Path:
@@ -178,12 +189,29 @@ def compile(  # noqa: A001 - the public verb users expect
             built = _capture_and_build(model_or_onnx, example_inputs, config, tmp=tmp,
                                        calibration_data=calibration_data, engine_cache=engine_cache, console=console)
             if request is not None:
-                engine_cache.remember_request(request, built.key)
+                try:
+                    engine_cache.remember_request(request, built.key)
+                except OSError as exc:
+                    warn_cache(engine_cache, exc)
+        check_budget(built.record.get("quantization"), config)
         if built.hit:
             log.info("cache hit: %s (%s…)", config.name, built.key[:12])
             if config.progress:
                 console.print(f"[green]cache hit[/] {escape(config.name)} ({built.key[:12]}…)")
         return write_artifact(model_or_onnx, config, paths, built, cached=engine_cache is not None)
+
+
+def check_budget(report: Mapping[str, Any] | None, config: CompileConfig) -> None:
+    """A missed INT8 error budget: a warning line, or (``strict_accuracy=True``) a refusal before writing."""
+    budget = (report or {}).get("error_budget")
+    if not isinstance(budget, Mapping) or budget.get("holds", True):
+        return
+    measured = ", ".join(f"{x.get('measured', float('nan')):.4g}" for x in budget.get("limits", ()))
+    message = (f"the INT8 build misses its error budget ({budget.get('description')}: measured {measured}); "
+               "loosen it (error_budget= / --error-budget), try placement='auto' (--placement auto), or build fp16")
+    if config.strict_accuracy:
+        raise AccuracyBudgetMissed(message + "; nothing was written (strict_accuracy)")
+    log.warning(message)
 
 
 def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | None, calibration_data: Any,
@@ -193,6 +221,9 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
     config.check_toolchain()
     if config.timing_cache is not None:
         config = replace(config, timing_cache=check_timing_cache_path(config.timing_cache))
+    if config.precision != "int8" and calibration_data is not None:
+        raise ConfigError(f"calibration_data= is used only by precision='int8' (this build is {config.precision!r}); "
+                          "drop it, or ask for precision='int8'")
     if config.precision == "int8" and calibration_data is None:
         raise ConfigError(
             "precision='int8' needs calibration_data= (an image folder, a .npy file, an array, "
@@ -206,6 +237,9 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
     _check_model(model_or_onnx, example_inputs)
     paths = OutputPaths(prepare_output_dir(config.output_dir), name, config.precision, file_suffix(config))
     check_destinations(paths, config.possible_precisions)
+    if not config.overwrite:
+        for precision in config.possible_precisions:
+            check_same_build(paths.sidecar(precision), config, _source_info(model_or_onnx))
     reference = paths.reference_onnx()
     if reference.exists() and not any(is_trtforge_sidecar(p) for p in paths.directory.glob(f"{name}_*.json")):
         raise FileConflict(
@@ -213,6 +247,45 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
             "file trtforge did not write. Move it away or choose another name=."
         )
     return config, paths
+
+
+def differing_options(sidecar: Path, config: CompileConfig, source: Mapping[str, Any]) -> list[str]:
+    """The options (and source facts) in which the trtforge build at ``sidecar`` differs from this one."""
+    try:
+        old = json.loads(sidecar.read_text())
+    except (OSError, ValueError):
+        return []
+    recorded = (old.get("builder") or {}).get("config") or {}
+    new = json.loads(json.dumps(config.key_fields(), default=str))
+    differ = [f"{key} {recorded.get(key)!r} → {new.get(key)!r}" for key in sorted(set(recorded) | set(new))
+              if key in recorded and recorded.get(key) != new.get(key)]
+    old_source = old.get("source") or {}
+    for key in ("kind", "module", "factory"):
+        if key in source and key in old_source and old_source[key] != source[key]:
+            differ.append(f"source {key} {old_source[key]!r} → {source[key]!r}")
+    return differ
+
+
+def check_same_build(sidecar: Path, config: CompileConfig, source: Mapping[str, Any]) -> None:
+    """Refuse to replace a different trtforge build of the same name (unless ``overwrite=True``)."""
+    if not is_trtforge_sidecar(sidecar):
+        return
+    differ = differing_options(sidecar, config, source)
+    if differ:
+        raise FileConflict(
+            f"{sidecar} holds a different trtforge build of {config.name!r} ({'; '.join(differ)}); refusing to "
+            "replace it. Choose another name (--name / name=) or output folder, or pass --overwrite (overwrite=True)")
+
+
+def check_same_model(paths: OutputPaths, reference_sha256: str, overwrite: bool) -> None:
+    """Refuse to replace the reference graph of another model written under the same name."""
+    reference = paths.reference_onnx()
+    if overwrite or not reference.is_file() or sha256_file(reference) == reference_sha256:
+        return
+    raise FileConflict(
+        f"{reference} holds another model's graph (its sha256 differs: other weights or another network under "
+        f"the same name {paths.name!r}); refusing to replace it. Choose another name (--name / name=) or output "
+        "folder, or pass --overwrite (overwrite=True)")
 
 
 def _check_model(model_or_onnx: Any, example_inputs: Any) -> None:
@@ -251,14 +324,19 @@ def _lookup_request(stack: contextlib.ExitStack, engine_cache: EngineCache | Non
 
 def write_artifact(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths, built: _Built, *,
                    cached: bool) -> Artifact:
-    """Engine first, then graphs, then the sidecar (atomic, each)."""
+    """Every file staged, then moved in with the sidecar last, under a lock on the folder (checks repeated there)."""
+    with folder_lock(paths.directory):
+        return _write_locked(model_or_onnx, config, paths, built, cached=cached)
+
+
+def _write_locked(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths, built: _Built, *,
+                  cached: bool) -> Artifact:
     record = built.record
     built_precision = record["precision"]["built"]
-    engine_path = paths.engine(built_precision)
-    atomic_write_bytes(engine_path, built.plan)
-    onnx_path = paths.onnx(built_precision)
-    atomic_write_bytes(onnx_path, built.processed_onnx)
-    atomic_write_bytes(paths.reference_onnx(), built.reference_onnx)
+    if not config.overwrite:  # again, under the lock: a concurrent build may have written this name meanwhile
+        check_same_build(paths.sidecar(built_precision), config, _source_info(model_or_onnx))
+    check_same_model(paths, record["reference_onnx_sha256"], config.overwrite)
+    engine_path, onnx_path = paths.engine(built_precision), paths.onnx(built_precision)
     source = {
         **_source_info(model_or_onnx),
         "onnx_file": onnx_path.name,
@@ -271,7 +349,7 @@ def write_artifact(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths
         name=config.name,
         engine_file=engine_path.name,
         engine_size=len(built.plan),
-        engine_sha256=sha256_file(engine_path),
+        engine_sha256=hashlib.sha256(built.plan).hexdigest(),
         inputs=tuple(TensorSpec.from_dict(d) for d in record["inputs"]),
         outputs=tuple(TensorSpec.from_dict(d) for d in record["outputs"]),
         profiles=tuple(record["profiles"]),
@@ -282,7 +360,12 @@ def write_artifact(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths
         notes=(*config.notes, *record["notes"]),
         quantization=record["quantization"],
     )
-    sidecar_path = write_sidecar(paths.sidecar(built_precision), sidecar)
+    sidecar_path = paths.sidecar(built_precision)
+    check_writable(sidecar_path)
+    # Every file is staged first and the sidecar moved in last: a full disk or Ctrl-C leaves none.
+    atomic_write_all([(engine_path, built.plan, None), (onnx_path, built.processed_onnx, None),
+                      (paths.reference_onnx(), built.reference_onnx, None),
+                      (sidecar_path, sidecar_bytes(sidecar), None)])
     return Artifact(engine_path=engine_path, sidecar_path=sidecar_path, onnx_path=onnx_path,
                     reference_onnx_path=paths.reference_onnx(), sidecar=Sidecar.from_dict(sidecar.to_dict(), sidecar_path))
 
@@ -367,7 +450,7 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
         keep = probe(reference, feeds, config.float_dtype) if feeds and config.float_dtype else {}
         if config.precision == "bf16":
             keep.update(flavour_keep(reference, config, keep))
-        return process(reference, config.precision, keep=keep or None), None
+        return process(reference, config.precision, keep=keep or None, keep_fp32=config.keep_fp32), None
     from trtforge.quantize.quantizer import quantize_model
 
     result = quantize_model(reference, calibration_data, config.quant if config.quant is not None else QuantConfig(),
@@ -424,11 +507,28 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
         built = _Built(key=key, plan=result.plan, processed_onnx=processed_bytes, reference_onnx=reference_bytes,
                        record=json.loads(json.dumps(record)))
         if engine_cache is not None:
-            engine_cache.put(key, built.files(), {
+            store_in_cache(engine_cache, key, built, {
                 "model": name, "precision": built_precision, "targets": list(config.targets),
                 "options": file_suffix(config).lstrip("_"), "engine_size": len(result.plan),
             })
         return built
+
+
+def store_in_cache(engine_cache: EngineCache, key: str, built: _Built, meta: dict) -> bool:
+    """Store a finished build; a cache that cannot store (full disk, no permission) warns, never fails the build."""
+    try:
+        engine_cache.put(key, built.files(), meta)
+    except OSError as exc:
+        warn_cache(engine_cache, exc)
+        return False
+    return True
+
+
+def warn_cache(engine_cache: EngineCache, exc: OSError) -> None:
+    """One warning line: the engine cache could not store this build (the engine is still delivered)."""
+    message = (f"the engine cache {engine_cache.directory} could not store this build ({exc.strerror or exc}); "
+               "the engine is written all the same. Free space there or pass --no-cache / cache=False")
+    log.warning(message)
 
 
 def build_matrix(

@@ -126,9 +126,10 @@ def load_new_weights(weights: Path, sidecar: Any) -> dict[str, np.ndarray]:
     weights = Path(weights)
     if not weights.is_file():
         raise MissingFile(f"weights file {weights} does not exist; pass a new .onnx or a state_dict .pt")
-    base = sidecar.path.parent
-    processed_file = base / (sidecar.source.onnx_file or "")
-    reference_file = base / (sidecar.source.reference_onnx_file or "")
+    src = sidecar.source
+    processed_file = sidecar.file(src.onnx_file, "source.onnx_file") if src.onnx_file else sidecar.folder / "?"
+    reference_file = (sidecar.file(src.reference_onnx_file, "source.reference_onnx_file")
+                      if src.reference_onnx_file else sidecar.folder / "?")
     if not processed_file.is_file():
         raise MissingFile(
             f"{processed_file} (the graph {sidecar.engine_file} was built from) is missing; refit needs it "

@@ -34,4 +34,4 @@ def test_four_processes_one_build_identical_engines(tmp_path):
     assert len({r["sha256"] for r in results}) == 1
     engines = [(tmp_path / f"out{i}" / "tiny_net_fp16.engine").read_bytes() for i in range(4)]
     assert all(e == engines[0] for e in engines)
-    assert len(list((tmp_path / "cache" / "entries").glob("*.zst"))) == 1
+    assert len(list((tmp_path / "cache" / "entries").glob("*.json"))) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 from tiny_model import EXAMPLE_SHAPE
 
 import trtforge.pipeline as pipeline
-from trtforge.cache.engine_cache import EngineCache, pack, unpack
+from trtforge.cache.engine_cache import EngineCache
 from trtforge.core import trt
 from trtforge.core.sidecar import read_sidecar
 
@@ -44,7 +45,7 @@ def test_changed_weights_are_a_miss(tiny_module, tmp_path):
     first = _compile(tiny_module, tmp_path / "a", tmp_path / "cache")
     with torch.no_grad():
         tiny_module.conv.weight.mul_(2)
-    second = _compile(tiny_module, tmp_path / "a", tmp_path / "cache")
+    second = _compile(tiny_module, tmp_path / "a", tmp_path / "cache", overwrite=True)  # other weights: replace
     assert second.sidecar.builder.cache["hit"] is False
     assert second.sidecar.source.onnx_sha256 != first.sidecar.source.onnx_sha256
 
@@ -54,7 +55,8 @@ def test_damaged_entry_is_deleted_warned_and_rebuilt(tiny_onnx, tmp_path, caplog
     first = _compile(tiny_onnx, tmp_path / "a", tmp_path / "cache")
     key = first.sidecar.builder.cache["key"]
     cache = EngineCache(tmp_path / "cache")
-    blob = cache.blob_path(key)
+    engine_sha = json.loads(cache.meta_path(key).read_text())["files"]["engine"]["sha256"]
+    blob = cache.blob_path(engine_sha)  # the engine's bytes, stored once by their sha256
     data = bytearray(blob.read_bytes())
     if damage == "flip":
         data[len(data) // 2] ^= 0xFF
@@ -63,19 +65,11 @@ def test_damaged_entry_is_deleted_warned_and_rebuilt(tiny_onnx, tmp_path, caplog
         blob.write_bytes(bytes(data[: len(data) // 3]))
     elif damage == "json":
         cache.meta_path(key).write_text("{not json")
-    else:  # a member whose bytes no longer match its recorded sha256 (blob hash rewritten to match)
-        import hashlib
-        import json
-
+    else:  # a blob that decompresses cleanly into other bytes than its recorded sha256
         import zstandard
 
-        files = unpack(zstandard.ZstdDecompressor().decompress(bytes(data)))
-        files["engine"] = files["engine"][:-1] + b"\0"
-        new_blob = zstandard.ZstdCompressor().compress(pack(files))
-        blob.write_bytes(new_blob)
-        meta = json.loads(cache.meta_path(key).read_text())
-        meta.update(size=len(new_blob), sha256=hashlib.sha256(new_blob).hexdigest())
-        cache.meta_path(key).write_text(json.dumps(meta))
+        engine = zstandard.ZstdDecompressor().decompress(bytes(data))
+        blob.write_bytes(zstandard.ZstdCompressor().compress(engine[:-1] + b"\0"))
     with caplog.at_level(logging.WARNING):
         second = _compile(tiny_onnx, tmp_path / "b", tmp_path / "cache")
     assert any("rebuilding" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
@@ -102,11 +96,12 @@ def test_cache_off_and_env_override(tiny_onnx, tmp_path, monkeypatch):
     assert art.sidecar.builder.cache == {"enabled": False}
     monkeypatch.setenv("TRTFORGE_CACHE_DIR", str(tmp_path / "from_env"))
     art = _compile(tiny_onnx, tmp_path / "a", None)
-    assert (tmp_path / "from_env" / "entries" / f"{art.sidecar.builder.cache['key']}.zst").is_file()
+    assert (tmp_path / "from_env" / "entries" / f"{art.sidecar.builder.cache['key']}.json").is_file()
 
 
 def _put(cache, key, size):
-    return cache.put(key, {"engine": bytes(range(256)) * (size // 256)}, {"model": key, "precision": "fp32"})
+    """An entry of ``size`` bytes of its own (identical bytes would be stored once, and shared)."""
+    return cache.put(key, {"engine": key.encode() + bytes(range(256)) * (size // 256)}, {"model": key, "precision": "fp32"})
 
 
 def test_lru_eviction_keeps_recently_used_entries(tmp_path):
@@ -128,7 +123,7 @@ def test_prune_and_clear(tmp_path):
     cache = EngineCache(tmp_path)
     _put(cache, "a" * 64, 1024)
     _put(cache, "b" * 64, 1024)
-    cache.blob_path("c" * 64).write_bytes(b"orphan")  # a crash between the .zst and its .json
+    cache.blob_path("c" * 64).write_bytes(b"orphan")  # a crash between a blob and its entry's .json
     cache.remember_request("r" * 64, "gone")
     assert cache.prune(max_bytes=10**9) == []
     assert not cache.blob_path("c" * 64).exists() and cache.lookup_request("r" * 64) is None
@@ -161,3 +156,21 @@ def test_unwritable_cache_folder_is_refused_before_export(tiny_module, tmp_path,
         _compile(tiny_module, tmp_path / "o", tmp_path / "file")
     with pytest.raises(PermissionError, match="cannot be created.*cache=False"):
         _compile(tiny_module, tmp_path / "o", tmp_path / "file" / "sub")
+
+
+def test_each_distinct_file_is_stored_once(tiny_onnx, tmp_path):
+    """issue 15: every entry held its own copy of the reference ONNX (21 builds of a 21 MB model: 687 MB)."""
+    arts = [_compile(tiny_onnx, tmp_path / f"o{level}", tmp_path / "cache", optimization_level=level)
+            for level in (1, 2, 3)]
+    arts.append(_compile(tiny_onnx, tmp_path / "fp32", tmp_path / "cache", precision="fp32"))
+    cache = EngineCache(tmp_path / "cache")
+    records = [json.loads(cache.meta_path(a.sidecar.builder.cache["key"]).read_text()) for a in arts]
+    members = [info["sha256"] for r in records for info in r["files"].values()]
+    blobs = sorted(p.stem for p in (tmp_path / "cache" / "blobs").glob("*.zst"))
+    assert blobs == sorted(set(members))  # one blob per distinct file, none unnamed
+    reference = {r["files"]["reference.onnx"]["sha256"] for r in records}
+    assert len(reference) == 1 and len(members) == 16 and len(blobs) <= 10
+    assert cache.total_bytes() == sum(p.stat().st_size for p in (tmp_path / "cache" / "blobs").iterdir())
+    cache.remove(arts[0].sidecar.builder.cache["key"])  # the shared reference stays for the others
+    assert cache.blob_path(next(iter(reference))).is_file()
+    assert _compile(tiny_onnx, tmp_path / "again", tmp_path / "cache", optimization_level=2).sidecar.builder.cache["hit"]

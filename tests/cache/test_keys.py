@@ -83,6 +83,7 @@ GRAPH_CHANGES: dict[str, object] = {
     "input_names": ("images",),
     "output_names": ("logits",),
     "quant": QuantConfig(calibrator="entropy"),
+    "keep_fp32": ("conv",),
 }
 #: Options that do not affect the engine: no key may read them.
 NOT_AFFECTING: dict[str, object] = {
@@ -93,6 +94,8 @@ NOT_AFFECTING: dict[str, object] = {
     "cache_dir": Path("/tmp/trtforge-other-cache"),
     "timing_cache": Path("/tmp/trtforge-timing.cache"),
     "notes": ("a note",),
+    "overwrite": True,
+    "strict_accuracy": True,
 }
 
 
@@ -175,7 +178,7 @@ def test_output_dir_preprocessing_and_notes_do_not_change_the_key(tiny_onnx, tmp
     assert second.sidecar.notes == ("second",) and second.sidecar.preprocessing == PreprocessConfig((8, 8), mean=(0.5, 0.5, 0.5))
     assert second.engine_path.read_bytes() == first.engine_path.read_bytes()
     third = compile_model(tiny_onnx, output_dir=tmp_path / "a", cache_dir=tmp_path / "cache", progress=False,
-                          optimization_level=2)
+                          optimization_level=2, overwrite=True)  # another build of "tiny" in "a": replace it
     assert third.sidecar.builder.cache["hit"] is False
     assert third.sidecar.builder.cache["key"] != first.sidecar.builder.cache["key"]
 

@@ -86,10 +86,16 @@ def test_output_dir_not_writable(tiny_onnx, tmp_path, no_build):
         trtforge.compile(tiny_onnx, output_dir="/proc/trtforge_out")
 
 
-@pytest.mark.parametrize("name", ["sub/model", "..\\model", ""])
+@pytest.mark.parametrize("name", ["sub/model", "..\\model"])
 def test_name_with_path_separator(tiny_onnx, tmp_path, no_build, name):
     with pytest.raises(ValueError, match="path separator"):
         trtforge.compile(tiny_onnx, name=name, output_dir=tmp_path)
+
+
+def test_empty_name_says_empty(tiny_onnx, tmp_path, no_build):
+    """issue 15: ``--name ''`` reported "path separator"."""
+    with pytest.raises(ValueError, match="is empty"):
+        trtforge.compile(tiny_onnx, name="", output_dir=tmp_path)
 
 
 def test_int8_without_calibration_data(tiny_onnx, tmp_path, no_build):

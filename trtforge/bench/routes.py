@@ -117,9 +117,7 @@ def sidecar_bench_model(path: str | Path) -> BenchModel:
     from trtforge.core.sidecar import read_sidecar
     from trtforge.runtime.load import load
 
-    sidecar = read_sidecar(Path(path))
-    if not sidecar.preprocessing:
-        raise InvalidArgument(f"{path}: the sidecar has no preprocessing record; the end-to-end timing needs one")
+    sidecar = read_sidecar(Path(path))  # no preprocessing record: model-only rows (no end-to-end timing)
     task = "detection" if len(sidecar.outputs) >= 2 else "classification"
 
     def open_route(route: str, device: Any) -> Engine:
@@ -180,6 +178,12 @@ class BenchResult:
     def add(self, model: str, route: str, batch: int, kind: str, stats: LatencyStats, **extra: Any) -> None:
         self.rows.append({"model": model, "route": route, "batch": batch, "kind": kind, **stats.as_dict(), **extra})
 
+    def add_failure(self, model: str, route: str, error: BaseException) -> None:
+        """A route that failed: one row saying why; the rows measured before it stay."""
+        message = " ".join(str(error).split()) or type(error).__name__
+        self.rows.append({"model": model, "route": route, "batch": None, "kind": "failed",
+                          "error": f"{type(error).__name__}: {message}"})
+
     def _median(self, model: str, route: str, batch: int, kind: str) -> float | None:
         for row in self.rows:
             if (row["model"], row["route"], row["batch"], row["kind"]) == (model, route, batch, kind):
@@ -223,6 +227,7 @@ class BenchResult:
 
     def table(self):
         """A rich table: one line per model × route × batch."""
+        from rich.markup import escape
         from rich.table import Table
 
         table = Table(title=f"trtforge routes on {self.machine.get('gpu') or 'CPU'}")
@@ -252,6 +257,9 @@ class BenchResult:
                 table.add_row(row["model"], row["route"], str(row["batch"]),
                               f"{row['median_ms']:.3f} / {row['p90_ms']:.3f} / {row['p99_ms']:.3f}", "", "", "", "", "",
                               "", "preprocessing only")
+            elif row["kind"] == "failed":
+                table.add_row(escape(row["model"]), escape(row["route"]), "-", "", "", "", "", "", "", "",
+                              escape(f"FAILED: {row['error']}"))
         return table
 
     def save_plot(self, path: str | Path) -> Path:
@@ -327,37 +335,55 @@ def run_route_bench(
     say = on_progress or (lambda _msg: None)
     labels = route_labels or {}
     for bench_model in models:
-        spec = bench_model.inputs[0]
-        references = _references(bench_model, batches, device)
+        references = _references(bench_model, batches, device, say)
         for route in routes:
-            say(f"{bench_model.name} / {route}: opening")
-            engine = bench_model.open(route, device)
-            label = labels.get(route, route)
             try:
-                for batch in batches:
-                    x = example_input(spec, batch, engine.device)
-                    first_call_s = _check_against_reference(bench_model, engine, route, label, x, references[batch],
-                                                            result)
-                    say(f"{bench_model.name} / {route} / b{batch}: model only and end to end, side by side "
-                        f"(first call {first_call_s:.1f}s)")
-                    fuse = compile_preprocessing if route == "cuda_graph" else False
-                    _time_model_and_predictor(bench_model, engine, label, x, image, result, fuse=fuse,
-                                              warmup=warmup, repeats=repeats)
-                    if on_row is not None:
-                        on_row(result)
-            finally:
-                engine.close()
-                _free(device)
+                _bench_route(bench_model, route, labels.get(route, route), batches, device, image, references,
+                             result, say=say, on_row=on_row, compile_preprocessing=compile_preprocessing,
+                             warmup=warmup, repeats=repeats)
+            except Exception as exc:  # noqa: BLE001 - a failing route is a row of the report, not the end of the run
+                say(f"{bench_model.name} / {route}: failed ({type(exc).__name__}: {exc})")
+                result.add_failure(bench_model.name, labels.get(route, route), exc)
     return result
 
 
-def _references(bench_model: BenchModel, batches: Sequence[int], device: torch.device) -> dict[int, dict]:
-    """Eager FP32 outputs per batch (ONNX Runtime's when no PyTorch model is behind the engine)."""
+def _bench_route(bench_model: BenchModel, route: str, label: str, batches: Sequence[int], device: torch.device,
+                 image: np.ndarray, references: dict[int, dict] | None, result: BenchResult, *,
+                 say: Callable[[str], None], on_row: Callable[[BenchResult], None] | None,
+                 compile_preprocessing: bool | None, warmup: int, repeats: int) -> None:
+    """One route of one model: every batch, checked against the reference, then timed."""
+    say(f"{bench_model.name} / {route}: opening")
+    engine = bench_model.open(route, device)
+    try:
+        for batch in batches:
+            x = example_input(bench_model.inputs[0], batch, engine.device)
+            first_call_s = (_check_against_reference(bench_model, engine, route, label, x, references[batch], result)
+                            if references is not None else 0.0)
+            say(f"{bench_model.name} / {route} / b{batch}: model only and end to end, side by side "
+                f"(first call {first_call_s:.1f}s)")
+            fuse = compile_preprocessing if route == "cuda_graph" else False
+            _time_model_and_predictor(bench_model, engine, label, x, image, result, fuse=fuse,
+                                      warmup=warmup, repeats=repeats)
+            if on_row is not None:
+                on_row(result)
+    finally:
+        engine.close()
+        _free(device)
+
+
+def _references(bench_model: BenchModel, batches: Sequence[int], device: torch.device,
+                say: Callable[[str], None] = lambda _msg: None) -> dict[int, dict] | None:
+    """Eager FP32 outputs per batch (ONNX Runtime's when no PyTorch model is behind the engine); None
+    (rows without checks) when neither route opens."""
     spec = bench_model.inputs[0]
     try:
         reference_engine = bench_model.open("eager", device)
     except ValueError:  # no PyTorch model behind this engine: ONNX Runtime is the reference
-        reference_engine = bench_model.open("onnxruntime", device)
+        try:
+            reference_engine = bench_model.open("onnxruntime", device)
+        except (ValueError, OSError, ImportError) as exc:
+            say(f"{bench_model.name}: no reference route opens ({exc}); timing without accuracy checks")
+            return None
     references = {}
     with reference_engine as eager:
         for batch in batches:
@@ -389,6 +415,11 @@ def _time_model_and_predictor(bench_model: BenchModel, engine: Engine, label: st
                               repeats: int) -> None:
     """The model alone and the predictor end to end (pageable, pinned, on-device frames), interleaved."""
     batch = int(x.shape[0])
+    if not bench_model.preprocessing:  # no preprocessing record: the model alone
+        stats = measure_interleaved({"model": lambda x=x, e=engine: e(x)}, engine.device, warmup=warmup,
+                                    repeats=repeats, batch=batch)
+        result.add(bench_model.name, label, batch, "model", stats["model"], interleaved=True)
+        return
     with Predictor(engine, bench_model.preprocessing, task=bench_model.task,
                    compile_preprocessing=fuse) as predictor:
         calls = {"model": lambda x=x, e=engine: e(x), "end_to_end": lambda f=[image] * batch: predictor(f)}

@@ -2,8 +2,10 @@
 
 Layout under the cache folder (default ``~/.cache/trtforge/engines``, or ``$TRTFORGE_CACHE_DIR``)::
 
-    entries/<key>.zst     engine + processed ONNX + reference ONNX + build record, zstd-compressed
-    entries/<key>.json    the entry's sidecar: model, precision, sizes, sha256 of the .zst; its
+    blobs/<sha256>.zst    one file's bytes, zstd-compressed, named by the sha256 of the bytes: each
+                          distinct file (an engine, a processed or reference ONNX, a build record) is
+                          stored once, however many entries share it
+    entries/<key>.json    the entry's record: model, precision, its members (name → size, sha256); its
                           modification time is the entry's last use (LRU eviction)
     requests/<rkey>.json  a cheap request key → the engine key (lets a hit skip export and passes)
     locks/<key>.lock      one builder per key across processes
@@ -15,9 +17,9 @@ structure and state_dict bytes, the example input shapes, the ONNX file's bytes,
 that matters, and the library versions); it maps to the engine key, so a hit reads one small JSON
 and one compressed entry and never exports or runs passes.
 
-Entries are written atomically (the ``.zst`` first, then its ``.json``); a reader checks the
-``.zst``'s sha256 and each member's sha256, and a corrupt or truncated entry is deleted with a
-warning and rebuilt. When the folder grows past ``max_bytes`` the least recently used entries go.
+Entries are written atomically (the blobs first, then the entry's ``.json``); a reader checks each
+member's sha256, and a corrupt or truncated entry is deleted with a warning and rebuilt. When the
+blobs grow past ``max_bytes`` the least recently used entries go, and blobs no entry names with them.
 
 Example:
     >>> cache = EngineCache()                       # ~/.cache/trtforge/engines
@@ -34,7 +36,6 @@ import hashlib
 import json
 import logging
 import os
-import struct
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -56,9 +57,8 @@ ENV_CACHE_DIR = "TRTFORGE_CACHE_DIR"
 ENV_CACHE_MAX_BYTES = "TRTFORGE_CACHE_MAX_BYTES"
 DEFAULT_CACHE_DIR = Path("~/.cache/trtforge/engines")
 DEFAULT_MAX_BYTES = 20 * (1 << 30)
-#: Bumped when the entry layout changes; part of every key.
-ENTRY_FORMAT = 1
-MAGIC = b"TRTFCE1\n"
+#: Bumped when the entry layout changes; part of every key. 2: content-addressed blobs.
+ENTRY_FORMAT = 2
 GENERATOR = "trtforge-engine-cache"
 ZSTD_LEVEL = 3
 #: How long a process waits for another one building the same key.
@@ -110,38 +110,6 @@ def engine_key(processed_onnx: bytes, config: CompileConfig, *, network_name: st
     })
 
 
-# -- the entry container -----------------------------------------------------------------------
-def pack(files: Mapping[str, bytes]) -> bytes:
-    """``MAGIC`` then, per member in name order: u16 name length, name, u64 size, bytes."""
-    out = [MAGIC]
-    for name in sorted(files):
-        raw = name.encode()
-        out += [struct.pack("<H", len(raw)), raw, struct.pack("<Q", len(files[name])), files[name]]
-    return b"".join(out)
-
-
-def unpack(data: bytes) -> dict[str, bytes]:
-    if not data.startswith(MAGIC):
-        raise CacheEntryCorrupt("entry does not start with the trtforge cache header")
-    files: dict[str, bytes] = {}
-    pos = len(MAGIC)
-    while pos < len(data):
-        if pos + 2 > len(data):
-            raise CacheEntryCorrupt("entry is truncated")
-        (n,) = struct.unpack_from("<H", data, pos)
-        name = data[pos + 2: pos + 2 + n].decode()
-        pos += 2 + n
-        if pos + 8 > len(data):
-            raise CacheEntryCorrupt("entry is truncated")
-        (size,) = struct.unpack_from("<Q", data, pos)
-        pos += 8
-        if pos + size > len(data):
-            raise CacheEntryCorrupt("entry is truncated")
-        files[name] = data[pos: pos + size]
-        pos += size
-    return files
-
-
 @dataclass(frozen=True)
 class CacheEntry:
     """One entry read back and verified: its members' bytes and its sidecar."""
@@ -175,7 +143,7 @@ class EngineCache:
         if self.directory.exists() and not self.directory.is_dir():
             raise NotAFolder(f"cache_dir {self.directory} is a file; pass a folder")
         try:
-            for sub in ("entries", "requests", "locks"):
+            for sub in ("entries", "blobs", "requests", "locks"):
                 (self.directory / sub).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise NotPermitted(
@@ -184,8 +152,9 @@ class EngineCache:
             ) from exc
 
     # -- paths -----------------------------------------------------------------------------
-    def blob_path(self, key: str) -> Path:
-        return self.directory / "entries" / f"{key}.zst"
+    def blob_path(self, sha256: str) -> Path:
+        """Where the bytes whose sha256 is ``sha256`` are stored, compressed."""
+        return self.directory / "blobs" / f"{sha256}.zst"
 
     def meta_path(self, key: str) -> Path:
         return self.directory / "entries" / f"{key}.json"
@@ -226,8 +195,19 @@ class EngineCache:
     # -- entries ---------------------------------------------------------------------------
     def _discard(self, key: str, why: str) -> None:
         log.warning("engine cache entry %s… is %s; deleting it and rebuilding", key[:12], why)
-        self.blob_path(key).unlink(missing_ok=True)
         self.meta_path(key).unlink(missing_ok=True)
+
+    def _read_member(self, name: str, info: Mapping[str, Any]) -> bytes:
+        """One member's bytes from its blob, checked against its recorded sha256."""
+        try:
+            data = zstandard.ZstdDecompressor().decompress(self.blob_path(info["sha256"]).read_bytes())
+        except FileNotFoundError as exc:
+            raise CacheEntryCorrupt(f"missing its member {name}") from exc
+        except zstandard.ZstdError as exc:
+            raise CacheEntryCorrupt(f"corrupt or truncated (member {name}: {exc})") from exc
+        if len(data) != info.get("size") or hashlib.sha256(data).hexdigest() != info["sha256"]:
+            raise CacheEntryCorrupt(f"corrupt (member {name} does not match its sha256)")
+        return data
 
     def get(self, key: str) -> CacheEntry | None:
         """The verified entry for ``key`` (and its last use updated), or None on a miss."""
@@ -239,86 +219,132 @@ class EngineCache:
         except (OSError, ValueError):
             self._discard(key, "unreadable (its .json is not valid JSON)")
             return None
+        members = meta.get("files") if isinstance(meta, dict) else None
         try:
-            blob = self.blob_path(key).read_bytes()
-        except FileNotFoundError:
-            self._discard(key, "missing its compressed file")
-            return None
-        try:
-            if hashlib.sha256(blob).hexdigest() != meta.get("sha256") or len(blob) != meta.get("size"):
-                raise CacheEntryCorrupt("corrupt or truncated (sha256 mismatch)")
-            files = unpack(zstandard.ZstdDecompressor().decompress(blob))
-            for name, info in meta.get("files", {}).items():
-                if name not in files or hashlib.sha256(files[name]).hexdigest() != info["sha256"]:
-                    raise CacheEntryCorrupt(f"corrupt (member {name} does not match its sha256)")
-        except (CacheEntryCorrupt, zstandard.ZstdError) as exc:
+            if not isinstance(members, dict) or not members:
+                raise CacheEntryCorrupt("a record without members")
+            files = {name: self._read_member(name, info) for name, info in members.items()}
+        except (CacheEntryCorrupt, KeyError, TypeError) as exc:
+            for info in members.values() if isinstance(members, dict) else ():
+                if isinstance(info, dict) and isinstance(info.get("sha256"), str):
+                    self._drop_blob_if_bad(info)
             self._discard(key, str(exc))
             return None
         with contextlib.suppress(FileNotFoundError):
             os.utime(meta_path)  # last use, for LRU
         return CacheEntry(key=key, files=files, meta=meta)
 
+    def _drop_blob_if_bad(self, info: Mapping[str, Any]) -> None:
+        """Delete a blob whose bytes do not match its name (other entries would fail on it too)."""
+        with contextlib.suppress(CacheEntryCorrupt):
+            self._read_member("?", info)
+            return
+        self.blob_path(info["sha256"]).unlink(missing_ok=True)
+
     def put(self, key: str, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> CacheEntry:
-        """Compress and store ``files`` under ``key`` atomically, then evict down to ``max_bytes``."""
-        blob = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).compress(pack(files))
-        record = {
-            **meta,
-            "generator": GENERATOR,
-            "key": key,
-            "size": len(blob),
-            "raw_size": sum(len(v) for v in files.values()),
-            "sha256": hashlib.sha256(blob).hexdigest(),
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "files": {name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-                      for name, data in sorted(files.items())},
-            **toolchain(),
-        }
-        atomic_write_bytes(self.blob_path(key), blob)
-        atomic_write_bytes(self.meta_path(key), (json.dumps(record, indent=2) + "\n").encode())
+        """Store each member once (by its sha256), then the entry's record; then evict down to ``max_bytes``."""
+        members = {name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                   for name, data in sorted(files.items())}
+        written: list[Path] = []
+        try:
+            for name, info in members.items():
+                blob = self.blob_path(info["sha256"])
+                if not blob.exists():  # already stored by another entry: each distinct file once
+                    compressed = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).compress(files[name])
+                    atomic_write_bytes(blob, compressed)
+                    written.append(blob)
+                info["stored"] = blob.stat().st_size
+            record = {
+                **meta, "generator": GENERATOR, "key": key,
+                "size": sum(info["stored"] for info in members.values()),
+                "raw_size": sum(info["size"] for info in members.values()),
+                "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "files": members, **toolchain(),
+            }
+            atomic_write_bytes(self.meta_path(key), (json.dumps(record, indent=2) + "\n").encode())
+        except BaseException:  # full disk, Ctrl-C: no blob that no entry names is left behind
+            for blob in written:
+                blob.unlink(missing_ok=True)
+            raise
         self.evict(keep=key)
         return CacheEntry(key=key, files=dict(files), meta=record)
 
     # -- listing and housekeeping ----------------------------------------------------------
-    def entries(self) -> list[EntryInfo]:
-        """Every readable entry, most recently used first."""
+    def _records(self) -> list[tuple[Path, dict]]:
+        """Every readable entry record written by this cache."""
         found = []
         for meta_path in (self.directory / "entries").glob("*.json"):
             try:
                 meta = json.loads(meta_path.read_text())
-                last_use = meta_path.stat().st_mtime
             except (OSError, ValueError):
                 continue
-            if not isinstance(meta, dict) or meta.get("generator") != GENERATOR:
-                continue
-            found.append(EntryInfo(
-                key=meta_path.stem, model=str(meta.get("model", "?")), precision=str(meta.get("precision", "?")),
-                targets=",".join(meta.get("targets") or ["portable"]), size=int(meta.get("size", 0)),
-                last_use=last_use, created=str(meta.get("created", "?")),
-            ))
+            if isinstance(meta, dict) and meta.get("generator") == GENERATOR and isinstance(meta.get("files"), dict):
+                found.append((meta_path, meta))
+        return found
+
+    def entries(self) -> list[EntryInfo]:
+        """Every readable entry, most recently used first (size: its members' compressed bytes)."""
+        found = []
+        for meta_path, meta in self._records():
+            with contextlib.suppress(OSError):
+                found.append(EntryInfo(
+                    key=meta_path.stem, model=str(meta.get("model", "?")), precision=str(meta.get("precision", "?")),
+                    targets=",".join(meta.get("targets") or ["portable"]), size=int(meta.get("size", 0)),
+                    last_use=meta_path.stat().st_mtime, created=str(meta.get("created", "?")),
+                ))
         return sorted(found, key=lambda e: e.last_use, reverse=True)
 
+    def _blob_sizes(self) -> dict[str, int]:
+        """sha256 → compressed size of every stored blob."""
+        sizes = {}
+        for blob in (self.directory / "blobs").glob("*.zst"):
+            with contextlib.suppress(OSError):
+                sizes[blob.stem] = blob.stat().st_size
+        return sizes
+
+    def _members_of(self) -> dict[str, set[str]]:
+        """entry key → the sha256 of its members."""
+        return {path.stem: {info.get("sha256") for info in meta["files"].values() if isinstance(info, dict)}
+                for path, meta in self._records()}
+
     def total_bytes(self) -> int:
-        return sum(e.size for e in self.entries())
+        """What the blobs take on disk (each distinct file counted once)."""
+        return sum(self._blob_sizes().values())
 
     def remove(self, key: str) -> None:
+        """Delete an entry's record, and the blobs no other entry names."""
         self.meta_path(key).unlink(missing_ok=True)
-        self.blob_path(key).unlink(missing_ok=True)
+        self.collect_garbage()
+
+    def collect_garbage(self) -> int:
+        """Delete blobs that no entry names (a removed entry, a crash before the record landed); their count."""
+        named = set().union(*self._members_of().values())
+        orphans = [sha for sha in self._blob_sizes() if sha not in named]
+        for sha in orphans:
+            self.blob_path(sha).unlink(missing_ok=True)
+        for legacy in (self.directory / "entries").glob("*.zst"):  # entry format 1
+            legacy.unlink(missing_ok=True)
+        return len(orphans)
 
     def evict(self, keep: str | None = None, max_bytes: int | None = None) -> list[EntryInfo]:
-        """Delete least recently used entries until the total is at most ``max_bytes``."""
+        """Delete least recently used entries (and their unshared blobs) until the blobs fit ``max_bytes``."""
         limit = self.max_bytes if max_bytes is None else max_bytes
-        entries = self.entries()
-        total = sum(e.size for e in entries)
+        sizes, members = self._blob_sizes(), self._members_of()
+        total = sum(sizes.values())
         removed = []
-        for entry in reversed(entries):  # oldest use first
+        for entry in reversed(self.entries()):  # oldest use first
             if total <= limit:
                 break
             if entry.key == keep:
                 continue
-            self.remove(entry.key)
-            total -= entry.size
+            mine = members.pop(entry.key, set())
+            shared = set().union(*members.values())
+            total -= sum(sizes.get(sha, 0) for sha in mine - shared)
+            self.meta_path(entry.key).unlink(missing_ok=True)
             removed.append(entry)
             log.info("engine cache: evicted %s… (%s, %d bytes)", entry.key[:12], entry.model, entry.size)
+        if removed:
+            self.collect_garbage()
         return removed
 
     def prune(self, max_bytes: int | None = None, older_than_s: float | None = None) -> list[EntryInfo]:
@@ -328,13 +354,11 @@ class EngineCache:
             cutoff = time.time() - older_than_s
             for entry in self.entries():
                 if entry.last_use < cutoff:
-                    self.remove(entry.key)
+                    self.meta_path(entry.key).unlink(missing_ok=True)
                     removed.append(entry)
         removed += self.evict(max_bytes=max_bytes)
+        self.collect_garbage()
         live = {e.key for e in self.entries()}
-        for blob in (self.directory / "entries").glob("*.zst"):
-            if blob.stem not in live:
-                blob.unlink(missing_ok=True)  # a .zst whose .json never landed (a crash mid-put)
         for request in (self.directory / "requests").glob("*.json"):
             target = self.lookup_request(request.stem)
             if target not in live:
@@ -362,7 +386,7 @@ class EngineCache:
     def clear(self) -> int:
         """Remove every entry, request record and idle lock file; return how many entries went."""
         count = len(self.entries())
-        for folder in ("entries", "requests"):
+        for folder in ("entries", "blobs", "requests"):
             for path in (self.directory / folder).iterdir():
                 if path.is_file():
                     path.unlink(missing_ok=True)

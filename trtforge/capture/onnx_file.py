@@ -34,7 +34,20 @@ def load_onnx(path: Path) -> onnx.ModelProto:
         ) from exc
     if not proto.graph.node and not proto.graph.output:
         raise NotOnnxError(f"{path} parsed but holds no graph; is it really an ONNX model?")
+    check_graph(proto, path)
     return proto
+
+
+def check_graph(proto: onnx.ModelProto, path: Path) -> None:
+    """Refuse a graph the ONNX checker rejects (an undefined input, nodes out of order), naming the reason."""
+    try:
+        if proto.ByteSize() < onnx.checker.MAXIMUM_PROTOBUF:
+            onnx.checker.check_model(proto)
+        else:
+            onnx.checker.check_model(str(path))
+    except onnx.checker.ValidationError as exc:
+        reason = " ".join(str(exc).split())[:300]
+        raise NotOnnxError(f"{path} is not a valid ONNX graph ({reason}); fix or re-export the model") from exc
 
 
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:

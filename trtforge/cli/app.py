@@ -16,9 +16,11 @@ Example:
 from __future__ import annotations
 
 import functools
+import logging
+import sys
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -26,7 +28,9 @@ from rich.markup import escape
 
 from trtforge.core.errors import UserError, plain
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="PyTorch/ONNX → TensorRT engines, run fast.")
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="PyTorch/ONNX → TensorRT engines, run fast.",
+                  rich_markup_mode=None,
+                  context_settings={"max_content_width": 80})
 console = Console(width=None if Console().is_terminal else 160, emoji=False)
 err_console = Console(stderr=True, emoji=False, highlight=False)
 
@@ -34,9 +38,26 @@ EXIT_FAILED, EXIT_USER_ERROR, EXIT_CANCELLED = 1, 2, 130
 BUG_LINE = "this is a bug in trtforge, not in your input: please report it with the traceback above"
 
 
+def one_line(message: str) -> str:
+    """``message`` on one line: colour codes dropped, its lines joined with ``; ``.
+
+    Example:
+        >>> one_line("parser rejected m.onnx:\n  node 'u' (Unique): no importer\nRemove it.")
+        "parser rejected m.onnx: node 'u' (Unique): no importer; Remove it."
+    """
+    lines = [line.strip() for line in plain(message).splitlines() if line.strip()]
+    return "".join(line + ("" if i == len(lines) - 1 else " " if line.endswith(":") else "; ")
+                   for i, line in enumerate(lines))
+
+
 def say_error(message: str) -> None:
     """One ``error: ...`` line on stderr; the message is escaped, so ``[...]`` and ``:x:`` print as they are."""
-    err_console.print(f"[bold red]error:[/] {escape(plain(message))}", soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(one_line(message))}", soft_wrap=True)
+
+
+def say_warning(message: str) -> None:
+    """One ``warning: ...`` line on stderr, escaped like ``say_error``."""
+    err_console.print(f"[yellow]warning:[/] {escape(one_line(message))}", soft_wrap=True)
 
 
 def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -53,7 +74,7 @@ def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
             say_error(str(exc))
             raise typer.Exit(EXIT_USER_ERROR) from exc
         except KeyboardInterrupt as exc:
-            err_console.print(f"[yellow]cancelled:[/] {escape(str(exc) or 'interrupted')}")
+            err_console.print(f"[yellow]cancelled:[/] {escape(one_line(str(exc)) or 'interrupted')}", soft_wrap=True)
             raise typer.Exit(EXIT_CANCELLED) from exc
         except OSError as exc:
             if exc.errno is None:
@@ -72,6 +93,39 @@ def _bug(exc: BaseException) -> typer.Exit:
     say_error(f"{type(exc).__name__}: {exc}")
     err_console.print(f"[bold red]{escape(BUG_LINE)}[/]", soft_wrap=True)
     return typer.Exit(EXIT_FAILED)
+
+
+class StderrHandler(logging.StreamHandler):
+    """Log lines to whatever ``sys.stderr`` is now (test runners swap it), as ``warning: ...``."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.setLevel(level)
+        self.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+    def format(self, record: logging.LogRecord) -> str:
+        return one_line(super().format(record).replace(record.levelname, record.levelname.lower(), 1))
+
+
+@app.callback()
+def verbosity(
+    verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="more log lines (-vv: debug)")] = 0,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="errors only, no warnings")] = False,
+) -> None:
+    """PyTorch/ONNX → TensorRT engines, run fast."""
+    level = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    logger = logging.getLogger("trtforge")
+    logger.handlers[:] = [StderrHandler(level)]
+    if verbose:
+        logger.setLevel(level)
 
 
 def main() -> None:  # pragma: no cover - console entry

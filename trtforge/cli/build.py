@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from trtforge.cli.app import app, console, guarded
-from trtforge.core.config import CliFlag, CompileConfig, QuantConfig, cli_default, options_of
+from trtforge.core.config import CliFlag, CompileConfig, ConfigError, QuantConfig, cli_default, options_of
 
 
 @dataclass(frozen=True)
@@ -70,11 +71,23 @@ def config_from_cli(values: dict[str, Any]) -> CompileConfig:
 
 def build(model: Path, calib: Path | None = None, **values: Any) -> None:
     """Build an engine + sidecar from an ONNX file."""
+    if calib is not None and values["precision"].lower() != "int8":
+        raise ConfigError(f"--calib is used only by --precision int8 (this build is {values['precision']}); "
+                          "drop --calib, or add --precision int8")
+    config = config_from_cli(values)  # bad options are refused before torch and onnx load
     from trtforge.pipeline import compile as compile_model
 
-    art = compile_model(model, config=config_from_cli(values), calibration_data=calib)
-    console.print(f"[green]built[/] {art.engine_path} ({art.sidecar.engine_size / 1e6:.1f} MB, "
-                  f"{art.sidecar.builder.build_seconds or 0:.1f} s) + {art.sidecar_path.name}")
+    art = compile_model(model, config=config, calibration_data=calib)
+    console.print(built_line(art))
+
+
+def built_line(art: Any) -> str:
+    """What one build wrote: ``built`` with its build time, or ``cache hit`` (no build ran)."""
+    size = f"{art.sidecar.engine_size / 1e6:.1f} MB"
+    files = f"{escape(str(art.engine_path))} ({size}) + {escape(art.sidecar_path.name)}"
+    if (art.sidecar.builder.cache or {}).get("hit"):
+        return f"[green]cache hit[/]: wrote {files}; no build ran"
+    return f"[green]built[/] {files} in {art.sidecar.builder.build_seconds or 0:.1f} s"
 
 
 def _signature() -> inspect.Signature:

@@ -11,14 +11,26 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from trtforge.cli.app import app, console, guarded
+from trtforge.core.errors import InvalidArgument
 
 cache_app = typer.Typer(no_args_is_help=True, help="The engine cache: ls | prune | clear.")
 app.add_typer(cache_app, name="cache")
 CacheDirOption = Annotated[Path | None, typer.Option("--cache-dir", help="default: $TRTFORGE_CACHE_DIR or "
                                                      "~/.cache/trtforge/engines")]
+
+
+def megabytes(size: int) -> str:
+    """A byte count in MB (10^6), the one unit ``cache ls`` and ``cache prune`` use.
+
+    Example:
+        >>> megabytes(14_900_000), megabytes(20 * 2**30)
+        ('14.9 MB', '21474.8 MB')
+    """
+    return f"{size / 1e6:.1f} MB"
 
 
 @cache_app.command("ls")
@@ -31,13 +43,13 @@ def cache_ls(cache_dir: CacheDirOption = None) -> None:
 
     cache = EngineCache(cache_dir)
     entries = cache.entries()
-    table = Table(title=f"engine cache {cache.directory}  ({sum(e.size for e in entries) / 1e6:.1f} MB of "
-                  f"{cache.max_bytes / 1e9:.1f} GB)")
+    table = Table(title=escape(f"engine cache {cache.directory}  ({megabytes(sum(e.size for e in entries))} of "
+                               f"{megabytes(cache.max_bytes)} limit)"))
     for col in ("key", "model", "precision", "targets", "MB", "last use"):
         table.add_column(col)
     for e in entries:
         when = dt.datetime.fromtimestamp(e.last_use).isoformat(sep=" ", timespec="seconds")
-        table.add_row(e.key[:16], e.model, e.precision, e.targets, f"{e.size / 1e6:.2f}", when)
+        table.add_row(e.key[:16], escape(e.model), escape(e.precision), escape(e.targets), f"{e.size / 1e6:.2f}", when)
     console.print(table)
 
 
@@ -51,11 +63,14 @@ def cache_prune(
     """Remove old entries and evict down to the size limit; tidy half-written leftovers."""
     from trtforge.cache.engine_cache import EngineCache
 
+    for flag, value in (("--max-mb", max_mb), ("--older-than-days", older_than_days)):
+        if value is not None and value < 0:
+            raise InvalidArgument(f"{flag} {value:g}: give 0 or more")
     cache = EngineCache(cache_dir)
     removed = cache.prune(max_bytes=int(max_mb * 1e6) if max_mb is not None else None,
                           older_than_s=older_than_days * 86400 if older_than_days is not None else None)
     console.print(f"pruned {len(removed)} entr{'y' if len(removed) == 1 else 'ies'} "
-                  f"({sum(e.size for e in removed) / 1e6:.1f} MB) from {cache.directory}")
+                  f"({megabytes(sum(e.size for e in removed))}) from {escape(str(cache.directory))}")
 
 
 @cache_app.command("clear")
@@ -65,4 +80,4 @@ def cache_clear(cache_dir: CacheDirOption = None) -> None:
     from trtforge.cache.engine_cache import EngineCache
 
     cache = EngineCache(cache_dir)
-    console.print(f"cleared {cache.clear()} entries from {cache.directory}")
+    console.print(f"cleared {cache.clear()} entries from {escape(str(cache.directory))}")

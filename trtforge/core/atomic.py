@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -51,3 +53,69 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None
     """Write ``data`` to ``path`` atomically (readers see the old file or the new, never half)."""
     with atomic_writer(path, mode) as handle:
         handle.write(data)
+
+
+@contextlib.contextmanager
+def _staged(path: Path, data: bytes, mode: int | None) -> Iterator[str]:
+    """A finished temp file beside ``path`` holding ``data``; removed on exit unless it was moved."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, default_mode() if mode is None else mode)
+        yield tmp
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def atomic_write_all(files: list[tuple[Path, bytes, int | None]]) -> None:
+    """Write every ``(path, data, mode)`` to a temp file first, then ``os.replace`` them in order.
+
+    A full disk or an interrupt while writing leaves none of the new files (the old ones stay);
+    the moves themselves need no space. Put the file that marks a set complete (a sidecar) last.
+
+    Example:
+        >>> atomic_write_all([(Path("out/m.engine"), plan, None), (Path("out/m.json"), text, None)])
+    """
+    with contextlib.ExitStack() as stack:
+        staged = [(stack.enter_context(_staged(Path(path), data, mode)), Path(path)) for path, data, mode in files]
+        with signals_deferred():  # Ctrl-C between two moves would leave a set half-replaced
+            for tmp, path in staged:
+                os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back for a few fast steps (in the main thread); they arrive right after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def folder_lock(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``directory`` itself (``flock`` on its descriptor; no lock file is left).
+
+    Two builds writing one name into one folder take turns, so the second sees what the first wrote.
+
+    Example:
+        >>> with folder_lock(Path("out")):
+        ...     atomic_write_all(files)
+    """
+    import fcntl
+
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock

@@ -21,6 +21,10 @@ class BatchSpecError(InvalidArgument):
     """A batch spec that cannot describe a TensorRT profile."""
 
 
+#: TensorRT dims are signed 32-bit integers.
+MAX_BATCH = 2**31 - 1
+
+
 @dataclass(frozen=True)
 class BatchProfile:
     """One optimization profile's batch range."""
@@ -33,6 +37,9 @@ class BatchProfile:
         for label, value in (("min", self.min), ("opt", self.opt), ("max", self.max)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise BatchSpecError(f"batch {label}={value!r} must be a positive integer (got {self})")
+            if value > MAX_BATCH:
+                raise BatchSpecError(f"batch {label}={value} is larger than TensorRT's dims allow ({MAX_BATCH}); "
+                                     "give a batch that fits the GPU, e.g. 1:8:32")
         if not self.min <= self.opt <= self.max:
             raise BatchSpecError(
                 f"batch profile needs min <= opt <= max, got min={self.min} opt={self.opt} max={self.max}; "
@@ -71,7 +78,16 @@ def _one(spec: Any) -> BatchProfile:
 
 
 def parse_batch(spec: Any) -> tuple[BatchProfile, ...]:
-    """Normalise any accepted batch spec into a tuple of profiles (one per TensorRT profile)."""
+    """Normalise any accepted batch spec into a tuple of profiles (one per TensorRT profile); no profile twice."""
+    profiles = _profiles(spec)
+    repeated = sorted({str(p) for p in profiles if profiles.count(p) > 1})
+    if repeated:
+        raise BatchSpecError(f"batch profile {', '.join(repeated)} is given twice; give each profile once, "
+                             "e.g. 1:1:1,1:8:32")
+    return profiles
+
+
+def _profiles(spec: Any) -> tuple[BatchProfile, ...]:
     if isinstance(spec, str) and "," in spec:
         return tuple(_one(part) for part in spec.split(",") if part.strip())
     if isinstance(spec, Sequence) and not isinstance(spec, str) and spec and not all(

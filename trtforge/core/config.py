@@ -41,6 +41,9 @@ CALIBRATORS: tuple[str, ...] = ("max", "percentile", "entropy", "mse")
 PLACEMENTS: tuple[str, ...] = ("default", "auto")
 TASKS: tuple[str, ...] = ("auto", "classification", "embedding", "other")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: Longest name: the files add up to ~60 characters (precision, targets, ``.tmp`` prefixes) to it,
+#: and most file systems stop at 255.
+MAX_NAME_LENGTH = 120
 
 #: What an option changes. ENGINE: the engine's bytes for a given graph (the engine key reads it).
 #: GRAPH: the processed graph (the engine key hashes the graph; the request key reads the option).
@@ -106,7 +109,13 @@ def cli_default(cls: type, name: str) -> Any:
 
 
 def _mib(value: int | None) -> int | None:
-    return value * (1 << 20) if value else None
+    """``--workspace-mb`` → bytes; 0 or less is refused (leave the flag out for no limit)."""
+    if value is None:
+        return None
+    if value <= 0:
+        raise ConfigError(f"--workspace-mb {value}: give a positive size in MiB, e.g. 1024, or leave the flag "
+                          "out for no limit")
+    return value * (1 << 20)
 
 
 def _tuple(value: Any) -> tuple:
@@ -124,13 +133,38 @@ def _not(value: bool) -> bool:
     return not value
 
 
+def parse_shapes(specs: list[str] | None) -> tuple[tuple[str, tuple[tuple[int, ...], ...]], ...]:
+    """``--shapes NAME:MIN:OPT:MAX`` (dims joined by ``x``), repeatable → the ``shapes`` field.
+
+    Example:
+        >>> parse_shapes(["x:1x3x32x32:1x3x640x640:1x3x1280x1280"])[0][1][1]
+        (1, 3, 640, 640)
+    """
+    out = []
+    for spec in specs or ():
+        parts = spec.rsplit(":", 3)
+        if len(parts) != 4 or not parts[0]:
+            raise ConfigError(f"--shapes {spec!r}: write NAME:MIN:OPT:MAX with dims joined by x, "
+                              "e.g. x:1x3x32x32:1x3x640x640:1x3x1280x1280")
+        try:
+            triple = tuple(tuple(int(d) for d in shape.split("x")) for shape in parts[1:])
+        except ValueError as exc:
+            raise ConfigError(f"--shapes {spec!r}: dims must be integers joined by x, e.g. 1x3x640x640") from exc
+        out.append((parts[0], triple))
+    return tuple(out)
+
+
 def read_preprocessing_json(path: Path | None) -> dict | None:
     """A preprocessing dict from a JSON file: a plain dict or a sidecar's ``preprocessing`` block."""
     if path is None:
         return None
     if not Path(path).is_file():
         raise MissingFile(f"preprocessing file {path} does not exist; pass a JSON file (or a sidecar)")
-    data = json.loads(Path(path).read_text())
+    try:
+        data = json.loads(Path(path).read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"preprocessing file {path} is not valid JSON ({exc}); pass a JSON object such as "
+                          "{\"resize\": [224, 224], \"mean\": [...]} or a trtforge sidecar") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a JSON object such as {{\"resize\": [224, 224], \"mean\": [...]}}")
     return data.get("preprocessing", data)
@@ -148,12 +182,20 @@ def validate_patterns(patterns: tuple[str, ...], what: str) -> None:
 
 def validate_name(name: str) -> str:
     """A plain file-name stem for the engine, sidecar and graphs."""
-    if not name or "/" in name or "\\" in name:
+    if not name:
+        raise ConfigError("name '' is empty; give a file-name stem such as 'lite0', or leave it out for the model's")
+    if "/" in name or "\\" in name:
         raise ConfigError(f"name {name!r} must be a plain file-name stem without a path separator; "
                           "put the folder in output_dir=")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ConfigError(f"name {name[:20]}… is {len(name)} characters long; file systems allow about 255 per file "
+                          f"name and trtforge adds suffixes, so use at most {MAX_NAME_LENGTH}")
     if not NAME_PATTERN.fullmatch(name):
         raise ConfigError(f"name {name!r}: use letters, digits, '.', '_' and '-' (starting with a letter or digit)")
     return name
+
+
+DEFAULT_BATCH = (BatchProfile(1, 1, 1),)
 
 
 @dataclass(frozen=True)
@@ -185,8 +227,10 @@ class QuantConfig:
     include: tuple[str, ...] = option((), help="int8: force layers matching this regex/op type to INT8",
                                       affects=GRAPH, cli=CliFlag(list[str] | None, None, to_field=_tuple))
     max_images: int = option(128, help="calibration samples used at most", affects=GRAPH)
-    holdout: float = option(0.2, help="share of samples held back for the accuracy report", affects=GRAPH)
-    batch_size: int = option(8, help="calibration batch size (when the graph's batch is dynamic)", affects=GRAPH)
+    holdout: float = option(0.2, help="share of samples held back for the accuracy report", affects=GRAPH,
+                            cli=CliFlag(float, name="holdout", help="int8: share of samples held back, e.g. 0.2"))
+    batch_size: int = option(8, help="calibration batch size (when the graph's batch is dynamic)", affects=GRAPH,
+                             cli=CliFlag(int, name="calib_batch_size", help="int8: calibration batch size"))
     num_bins: int = option(2048, help="histogram bins of the entropy/percentile/mse calibrators", affects=GRAPH)
     cache_dir: Path | None = option(None, help="calibration cache folder", affects=OUTPUT)
     task: str = option("auto", help="classification | embedding | other: the metrics and default budget",
@@ -199,6 +243,8 @@ class QuantConfig:
             raise ConfigError(f"placement={self.placement!r}; choose 'default' (rules) or 'auto' (measured)")
         if self.smoothquant is not None and not 0.0 <= self.smoothquant <= 1.0:
             raise ConfigError(f"smoothquant alpha={self.smoothquant} must lie in [0, 1] (0.5 is usual), or None")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ConfigError(f"batch_size={self.batch_size!r}: the calibration batch size must be a positive integer")
         if not 0.0 < self.holdout < 1.0:
             raise ConfigError(f"holdout={self.holdout} must lie in (0, 1), e.g. 0.2")
         if self.task not in TASKS:
@@ -262,7 +308,8 @@ class CompileConfig:
                                          help="JSON preprocessing (or a sidecar), for --calib images"),
         help="image preprocessing for the sidecar (and int8 image calibration; the graph shows its effect)")
     progress: bool = option(True, help="progress bars", affects=OUTPUT,
-                            cli=CliFlag(bool, False, name="quiet", to_field=_not, help="no progress bars"))
+                            cli=CliFlag(bool, False, ("-q", "--quiet"), name="quiet", to_field=_not,
+                                        help="no progress bars"))
     cache: bool = option(True, help="use the engine cache", affects=OUTPUT, cli=CliFlag(bool))
     cache_dir: Path | None = option(None, help="engine cache folder", affects=OUTPUT, cli=CliFlag(Path | None))
     timing_cache: Path | None = option(None, help="timing cache file (full TensorRT)", affects=OUTPUT,
@@ -275,7 +322,16 @@ class CompileConfig:
     strip_weights: bool = option(False, help="weight-stripped plan (refit before use)", affects=ENGINE,
                                  cli=CliFlag(bool))
     shapes: tuple[tuple[str, tuple[tuple[int, ...], ...]], ...] = option(
-        (), affects=ENGINE, help="{input: (min, opt, max)} shapes for dynamic dims beyond the batch")
+        (), affects=ENGINE, help="{input: (min, opt, max)} shapes for dynamic dims beyond the batch",
+        cli=CliFlag(list[str] | None, None, to_field=parse_shapes,
+                    help="NAME:MIN:OPT:MAX, dims joined by x (repeatable), e.g. x:1x3x32x32:1x3x640x640:1x3x1280x1280"))
+    keep_fp32: tuple[str, ...] = option(
+        (), affects=GRAPH, help="fp16/bf16: keep nodes whose name matches this regex in FP32 (reason recorded)",
+        cli=CliFlag(list[str] | None, None, to_field=_tuple, help="fp16/bf16: keep nodes matching this regex FP32"))
+    overwrite: bool = option(False, affects=OUTPUT, cli=CliFlag(bool),
+                             help="replace a different trtforge build of the same name in output_dir")
+    strict_accuracy: bool = option(False, affects=OUTPUT, cli=CliFlag(bool),
+                                   help="int8: fail (exit 1) when the error budget is missed, instead of a warning")
     input_names: tuple[str, ...] | None = option(None, help="names of the exported inputs", affects=GRAPH)
     output_names: tuple[str, ...] | None = option(None, help="names of the exported outputs", affects=GRAPH)
     notes: tuple[str, ...] = option((), help="free-text notes for the sidecar", affects=OUTPUT)
@@ -306,10 +362,14 @@ class CompileConfig:
             "input_names": _names(self.input_names), "output_names": _names(self.output_names),
             "batched_inputs": _names(self.batched_inputs),
             "notes": (self.notes,) if isinstance(self.notes, str) else tuple(self.notes or ()),
+            "keep_fp32": _tuple((self.keep_fp32,) if isinstance(self.keep_fp32, str) else self.keep_fp32),
             "preprocessing": None if self.preprocessing is None else PreprocessConfig.of(self.preprocessing),
         }
-        for flag in ("version_compatible", "refittable", "strip_weights", "progress", "cache"):
+        validate_patterns(normalised["keep_fp32"], "keep_fp32")
+        for flag in ("version_compatible", "refittable", "strip_weights", "progress", "cache", "overwrite",
+                     "strict_accuracy"):
             normalised[flag] = bool(getattr(self, flag))
+        check_batch_and_shapes(normalised["batch"], normalised["shapes"])
         for key, value in normalised.items():
             object.__setattr__(self, key, value)
 
@@ -348,6 +408,8 @@ class CompileConfig:
         """JSON-able values of the options that change the processed graph (the request key's part)."""
         data: dict[str, Any] = {"input_names": list(self.input_names or []),
                                 "output_names": list(self.output_names or [])}
+        if self.keep_fp32:
+            data["keep_fp32"] = list(self.keep_fp32)
         if self.precision == "int8":
             data["quant"] = {k: v for k, v in self.quant.as_dict().items() if k != "cache_dir"}
         return data
@@ -399,10 +461,11 @@ def portability_refusals(config: CompileConfig) -> tuple[tuple[bool, str], ...]:
 
 
 def _targets(targets: Any) -> tuple[str, ...]:
-    """``"sm89,sm86"`` or a list → sorted unique lower-case names; ``sm80`` before ``sm120``."""
+    """``"sm89,sm86"``, a list (``["sm80,sm86", "sm89"]`` too) → sorted unique lower-case names; ``sm80`` first."""
     if isinstance(targets, str):
-        targets = [t for t in targets.split(",") if t]
-    return tuple(sorted({t.strip().lower() for t in (targets or ())}, key=_target_order))
+        targets = [targets]
+    names = {t.strip().lower() for item in (targets or ()) for t in str(item).split(",") if t.strip()}
+    return tuple(sorted(names, key=_target_order))
 
 
 def _target_order(target: str) -> tuple[int, str]:
@@ -411,13 +474,42 @@ def _target_order(target: str) -> tuple[int, str]:
 
 
 def _shapes(shapes: Any) -> tuple[tuple[str, tuple[tuple[int, ...], ...]], ...]:
-    """``{name: (min, opt, max)}`` (or its normalised tuple form) → sorted nested tuples."""
-    items = shapes.items() if isinstance(shapes, Mapping) else (shapes or ())
-    norm = tuple(sorted((name, tuple(tuple(int(d) for d in s) for s in triple)) for name, triple in items))
+    """``{name: (min, opt, max)}`` (or its normalised tuple form) → sorted nested tuples, checked:
+    three shapes of one rank, every dim at least 1, min <= opt <= max per dim, each input once."""
+    items = list(shapes.items() if isinstance(shapes, Mapping) else (shapes or ()))
+    try:
+        norm = tuple(sorted((str(name), tuple(tuple(int(d) for d in s) for s in triple)) for name, triple in items))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"shapes={shapes!r}: give {{input: (min_shape, opt_shape, max_shape)}} with integer "
+                          "dims, e.g. {'x': ((1, 3, 32, 32), (1, 3, 640, 640), (1, 3, 1280, 1280))}") from exc
+    names = [name for name, _ in norm]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"shapes names an input twice ({sorted(n for n in set(names) if names.count(n) > 1)}); "
+                          "give each input one (min, opt, max)")
     for name, triple in norm:
         if len(triple) != 3:
             raise ConfigError(f"shapes[{name!r}] needs (min, opt, max) shapes, got {len(triple)}")
+        lo, mid, hi = triple
+        if not len(lo) == len(mid) == len(hi):
+            raise ConfigError(f"shapes[{name!r}]: min, opt and max have different ranks {[len(s) for s in triple]}")
+        if any(d < 1 for s in triple for d in s):
+            raise ConfigError(f"shapes[{name!r}] = {triple}: every dim must be at least 1")
+        if not all(a <= b <= c for a, b, c in zip(lo, mid, hi, strict=True)):
+            raise ConfigError(f"shapes[{name!r}] = {triple}: needs min <= opt <= max in every dim")
     return norm
+
+
+def check_batch_and_shapes(batch: tuple[BatchProfile, ...], shapes: tuple) -> None:
+    """Refuse a non-default ``batch`` that ``shapes`` would silently override (its dim 0 differs)."""
+    if not shapes or batch == DEFAULT_BATCH:
+        return
+    for name, (lo, mid, hi) in shapes:
+        for profile in batch:
+            if (lo[:1], mid[:1], hi[:1]) != ((profile.min,), (profile.opt,), (profile.max,)):
+                raise ConfigError(
+                    f"batch={profile} and shapes[{name!r}] (batch dims {lo[:1]}, {mid[:1]}, {hi[:1]}) disagree: "
+                    "shapes sets the whole shape of that input. Put the batch range into its shapes and drop "
+                    "batch, or make them agree")
 
 
 def _path(value: Any) -> Path | None:

@@ -26,7 +26,14 @@ from typing import Any
 
 from trtforge._version import __version__
 from trtforge.core.atomic import atomic_write_bytes
-from trtforge.core.errors import FileConflict, InvalidArgument, MissingFile, WrongType
+from trtforge.core.errors import (
+    FileConflict,
+    InvalidArgument,
+    MissingFile,
+    NotPermitted,
+    Unsupported,
+    WrongType,
+)
 from trtforge.core.hashing import sha256_file
 from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.core.specs import TensorSpec
@@ -37,6 +44,89 @@ GENERATOR = "trtforge"
 
 class EngineHashMismatch(InvalidArgument):
     """The engine's bytes do not match the sha256 recorded in its sidecar."""
+
+
+class MalformedSidecar(InvalidArgument):
+    """A sidecar that lacks a required key, holds a wrong type, or names a file outside its folder."""
+
+
+#: What a sidecar must hold: (path of keys, JSON types, what it is). Checked before any field is read.
+REQUIRED_KEYS: tuple[tuple[tuple[str, ...], tuple[type, ...], str], ...] = (
+    (("name",), (str,), "a string"),
+    (("engine",), (dict,), "an object"),
+    (("engine", "file"), (str,), "a file name"),
+    (("engine", "size"), (int,), "an integer"),
+    (("engine", "sha256"), (str,), "a hex string"),
+    (("inputs",), (list,), "a list"),
+    (("outputs",), (list,), "a list"),
+)
+#: Every key that names a file beside the sidecar.
+FILE_KEYS: tuple[tuple[str, str], ...] = (
+    ("engine", "file"), ("source", "onnx_file"), ("source", "reference_onnx_file"),
+)
+
+
+def _malformed(path: Path | None, what: str) -> MalformedSidecar:
+    return MalformedSidecar(f"sidecar {path or '(in memory)'} {what}; it was edited or damaged. "
+                            "Rebuild the engine with trtforge build (or restore the sidecar)")
+
+
+def check_file_name(name: Any, key: str, path: Path | None = None) -> str:
+    """``name`` if it is a plain file name (no folder, no ``..``), so it stays beside the sidecar.
+
+    Example:
+        >>> check_file_name("m_fp16.engine", "engine.file")
+        'm_fp16.engine'
+    """
+    if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name
+            or "\0" in name):
+        raise NotPermitted(f"sidecar {path or '(in memory)'}: {key} {name!r} is not a plain file name beside the "
+                           "sidecar; trtforge reads only files in the sidecar's folder. Rebuild the engine")
+    return name
+
+
+def check_sidecar_dict(data: Mapping[str, Any], path: Path | None = None) -> None:
+    """Refuse a sidecar dict that a newer trtforge wrote, that lacks a key, or that names a file elsewhere."""
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise _malformed(path, f"has schema_version {version!r}, not an integer")
+    if version > SCHEMA_VERSION:
+        raise Unsupported(f"sidecar {path or '(in memory)'} has schema_version {version}; this trtforge "
+                          f"({__version__}) reads up to {SCHEMA_VERSION}. Upgrade trtforge to read it")
+    for keys, types, what in REQUIRED_KEYS:
+        value: Any = data
+        for key in keys:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if isinstance(value, bool) or not isinstance(value, types):
+            state = "lacks" if value is None else f"has {type(value).__name__} at"
+            raise _malformed(path, f"{state} {'.'.join(keys)} (it must be {what})")
+    for kind in ("inputs", "outputs"):
+        for i, spec in enumerate(data[kind]):
+            if not (isinstance(spec, Mapping) and isinstance(spec.get("name"), str) and isinstance(spec.get("dtype"), str)
+                    and isinstance(spec.get("shape"), list) and all(type(d) is int for d in spec["shape"])):
+                raise _malformed(path, f"has a bad {kind}[{i}] (it needs name, dtype and an integer shape list)")
+    _check_profiles(data.get("profiles"), path)
+    if "/" in data["name"] or "\\" in data["name"] or data["name"] in (".", ".."):
+        raise NotPermitted(f"sidecar {path}: name {data['name']!r} is not a plain name; rebuild the engine")
+    for record, key in FILE_KEYS:
+        block = data.get(record)
+        if isinstance(block, Mapping) and block.get(key) is not None:
+            check_file_name(block[key], f"{record}.{key}", path)
+
+
+def _check_profiles(profiles: Any, path: Path | None) -> None:
+    """Each profile: {input: {"min": [...], "opt": [...], "max": [...]}} with integer dims."""
+    if profiles is None:
+        return
+    if not isinstance(profiles, list):
+        raise _malformed(path, f"has {type(profiles).__name__} at profiles (it must be a list)")
+    for i, profile in enumerate(profiles):
+        ok = isinstance(profile, Mapping) and all(
+            isinstance(ranges, Mapping) and all(
+                isinstance(ranges.get(k), list) and all(type(d) is int for d in ranges[k]) for k in ("min", "opt", "max"))
+            for ranges in profile.values())
+        if not ok:
+            raise _malformed(path, f"has a bad profiles[{i}] (each input needs integer min, opt and max lists)")
 
 
 #: Field metadata: an optional key, written only when it holds a value (older sidecars lack it).
@@ -248,24 +338,55 @@ class Sidecar:
 
     # -- derived ---------------------------------------------------------------------------
     @property
+    def folder(self) -> Path:
+        """The sidecar's folder: every file it names lies here."""
+        return self.path.parent if self.path is not None else Path(".")
+
+    def file(self, name: str, key: str) -> Path:
+        """The file ``name`` (the value of sidecar key ``key``) beside the sidecar; a path elsewhere is refused."""
+        return self.folder / check_file_name(name, key, self.path)
+
+    @property
     def engine_path(self) -> Path:
-        base = self.path.parent if self.path is not None else Path(".")
-        return base / self.engine_file
+        return self.file(self.engine_file, "engine.file")
 
     def verify_engine(self) -> Path:
         """Check the engine's size and sha256 against this sidecar; return its path."""
-        engine = self.engine_path
-        if not engine.is_file():
-            raise MissingFile(f"engine {engine} named by sidecar {self.path} does not exist")
-        size = engine.stat().st_size
-        digest = sha256_file(engine)
-        if size != self.engine_size or digest != self.engine_sha256:
+        return self.verify_file("engine.file", self.engine_file, self.engine_sha256, self.engine_size)
+
+    def verify_source_file(self, which: str) -> Path:
+        """The ``"processed"`` or ``"reference"`` ONNX file beside the sidecar, its recorded sha256 checked.
+
+        Example:
+            >>> sc.verify_source_file("reference")      # before ONNX Runtime loads it
+            PosixPath('out/m_reference_fp32.onnx')
+        """
+        src = self.source
+        name, digest, key = ((src.reference_onnx_file, src.reference_onnx_sha256, "source.reference_onnx_file")
+                             if which == "reference" else (src.onnx_file, src.onnx_sha256, "source.onnx_file"))
+        if not name:
+            raise MissingFile(f"sidecar {self.path} names no {which} ONNX file ({key}); keep the .onnx files "
+                              "trtforge wrote beside the engine, or rebuild it")
+        return self.verify_file(key, name, digest)
+
+    def verify_file(self, key: str, name: str, sha256: str | None, size: int | None = None) -> Path:
+        """The file ``name`` beside the sidecar, refused unless its size and sha256 match the record."""
+        path = self.file(name, key)
+        if not path.is_file():
+            raise MissingFile(f"{path} named by sidecar {self.path} ({key}) does not exist; keep the files "
+                              "trtforge wrote together, or rebuild")
+        if sha256 is None:
+            raise EngineHashMismatch(f"sidecar {self.path} records no sha256 for {key}; trtforge loads only files "
+                                     "whose hash it can check. Rebuild with trtforge build")
+        actual = path.stat().st_size
+        digest = sha256_file(path)
+        if (size is not None and actual != size) or digest != sha256:
+            expected = f" ({size} bytes)" if size is not None else ""
             raise EngineHashMismatch(
-                f"engine {engine} does not match its sidecar {self.path}: sha256 {digest[:12]}… "
-                f"({size} bytes), expected {self.engine_sha256[:12]}… ({self.engine_size} bytes). "
-                "The engine was replaced or corrupted; rebuild it with trtforge build."
+                f"{path} does not match its sidecar {self.path}: sha256 {digest[:12]}… ({actual} bytes), expected "
+                f"{sha256[:12]}…{expected}. The file was replaced or corrupted; rebuild it with trtforge build."
             )
-        return engine
+        return path
 
     # -- (de)serialisation -----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -293,6 +414,8 @@ class Sidecar:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], path: Path | None = None) -> Sidecar:
+        """A sidecar from its JSON object; a malformed, newer or unconfined one is refused (``check_sidecar_dict``)."""
+        check_sidecar_dict(data, path)
         known = {
             "schema_version", "generator", "trtforge_version", "name", "source", "engine",
             "inputs", "outputs", "profiles", "precision", "builder", "preprocessing", "notes",
@@ -345,6 +468,11 @@ def check_writable(path: Path) -> None:
         )
 
 
+def sidecar_bytes(sidecar: Sidecar) -> bytes:
+    """The sidecar as the UTF-8 JSON text trtforge writes (indented, one trailing newline)."""
+    return (json.dumps(sidecar.to_dict(), indent=2, sort_keys=False) + "\n").encode()
+
+
 def write_sidecar(path: Path, sidecar: Sidecar) -> Path:
     """Write ``sidecar`` as JSON at ``path`` atomically, with the engine's permission bits.
 
@@ -356,22 +484,24 @@ def write_sidecar(path: Path, sidecar: Sidecar) -> Path:
     engine = path.parent / sidecar.engine_file
     if engine.exists():
         mode = stat.S_IMODE(os.stat(engine).st_mode)
-    text = json.dumps(sidecar.to_dict(), indent=2, sort_keys=False) + "\n"
-    atomic_write_bytes(path, text.encode(), mode=mode)
+    atomic_write_bytes(path, sidecar_bytes(sidecar), mode=mode)
     return path
 
 
 def read_sidecar(path: Path) -> Sidecar:
     """Read a sidecar; ``path`` may be the ``.json`` or the ``.engine`` beside it."""
     path = Path(path)
+    if path.is_dir() or not path.name:
+        raise InvalidArgument(f"{path} is a folder; pass an engine's .json sidecar or its .engine, "
+                              "e.g. trtforge_out/model_fp16.json")
     if path.suffix != ".json":
         path = path.with_suffix(".json")
     if not path.is_file():
         raise MissingFile(f"no sidecar at {path}; every trtforge engine has a .json beside it")
     try:
         data = json.loads(path.read_text())
-    except ValueError as exc:
-        raise InvalidArgument(f"{path} is not valid JSON: {exc}") from exc
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise InvalidArgument(f"{path} is not valid JSON ({exc}); rebuild the engine or restore its sidecar") from exc
     if not isinstance(data, dict) or data.get("generator") != GENERATOR:
         raise InvalidArgument(f"{path} is not a trtforge sidecar (no \"generator\": \"trtforge\")")
     return Sidecar.from_dict(data, path=path)

@@ -28,6 +28,7 @@ from trtforge.core.errors import InvalidArgument
 from trtforge.passes.cleanup import cleanup
 from trtforge.passes.float16 import FloatPlan, apply_float, convert_float, infer_types, plan_float
 from trtforge.passes.graph import QDQ_OPSET, copy_model, ensure_node_names, ensure_opset, has_qdq, load_ir
+from trtforge.passes.keep import keep_matching
 from trtforge.passes.qdq import QuantPlan, apply_plan_in_place
 
 
@@ -52,14 +53,16 @@ def int8_graph(fp32: ir.Model, plan: QuantPlan) -> ir.Model:
 
 
 def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None,
-            keep: Mapping[str, str] | None = None) -> Processed:
+            keep: Mapping[str, str] | None = None, keep_fp32: tuple[str, ...] = ()) -> Processed:
     """The graph to build for ``precision`` from the FP32 ``reference`` (not modified).
 
     ``keep`` ({node: reason}) are nodes the float pass keeps in FP32 besides its own rules: the
     range probe's (``passes.range_probe.probe``), or at refit the build's recorded ones.
+    ``keep_fp32``: name patterns of nodes the user keeps in FP32 (``passes.keep``).
 
     FP32 returns ``reference`` itself. INT8 needs the plan ``trtforge.quantize`` computed on
-    ``reference``; when that plan keeps every layer in FP16 the build is an FP16 one.
+    ``reference``; when that plan keeps every layer in FP16 the build is an FP16 one. ``keep_fp32``:
+    name patterns of nodes the FP16/BF16 pass keeps in FP32 (``passes.keep``).
     """
     if precision not in FLOAT_OF_PRECISION:
         raise InvalidArgument(f"precision={precision!r}; choose one of {', '.join(FLOAT_OF_PRECISION)}")
@@ -72,5 +75,5 @@ def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None,
         model = int8_graph(reference, plan)
         return Processed(model, "int8" if has_qdq(model) else "fp16")
     model = infer_types(copy_model(reference))
-    float_plan = plan_float(model, FLOAT_OF_PRECISION[precision], keep)
+    float_plan = keep_matching(model, plan_float(model, FLOAT_OF_PRECISION[precision], keep), keep_fp32)
     return Processed(apply_float(model, float_plan), precision, float_plan)

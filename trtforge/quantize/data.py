@@ -20,13 +20,18 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import logging
+import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from PIL import UnidentifiedImageError
 
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import ImageLike, PreprocessConfig, preprocess_images
+
+log = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm"})
 InputSpec = tuple[str, np.dtype, tuple]  # (name, dtype, shape with None for dynamic dims)
@@ -79,6 +84,10 @@ def _check_array(name: str, arr: np.ndarray, spec: InputSpec) -> np.ndarray:
             )
         if arr.dtype.kind != "f":
             raise CalibrationDataError(f"calibration input {name!r} has dtype {arr.dtype}; pass float32 arrays")
+        if arr.dtype.itemsize > dtype.itemsize:
+            log.warning("calibration input %r is %s; the model takes %s, so it is cast (values beyond %s's "
+                        "range or precision change). Pass %s arrays to silence this", name, arr.dtype, dtype,
+                        dtype, dtype)
         arr = arr.astype(dtype, copy=False)
     elif dtype.kind in "iu":
         if arr.dtype.kind not in "iu":
@@ -144,11 +153,8 @@ def load_calibration(
         path = Path(source)
         if path.is_dir():
             return _load_image_dir(path, specs, preprocessing, max_images)
-        if path.suffix == ".npy" and path.is_file():
-            source = np.load(path, allow_pickle=False)
-        elif path.suffix == ".npz" and path.is_file():  # multi-input: one array per input name
-            with np.load(path, allow_pickle=False) as archive:
-                source = {k: archive[k] for k in archive.files}
+        if path.suffix in (".npy", ".npz") and path.is_file():
+            source = _load_arrays(path)
         elif not path.exists():
             raise CalibrationDataError(f"calibration data {path} does not exist; pass an image directory or a .npy file")
         else:
@@ -184,6 +190,31 @@ def load_calibration(
     )
 
 
+def _load_arrays(path: Path) -> np.ndarray | dict[str, np.ndarray]:
+    """A ``.npy`` array or a ``.npz``'s arrays (one per input name); a file numpy cannot read is refused."""
+    try:
+        if path.suffix == ".npy":
+            return np.load(path, allow_pickle=False)
+        with np.load(path, allow_pickle=False) as archive:  # multi-input: one array per input name
+            return {k: archive[k] for k in archive.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise CalibrationDataError(
+            f"calibration data {path} is not a readable {path.suffix} array file ({exc}); save arrays with "
+            "np.save(path, x) (np.savez(path, **inputs) for several inputs), without pickled objects"
+        ) from exc
+
+
+def _preprocess_file(file: Path, config: PreprocessConfig) -> np.ndarray:
+    """One calibration image, preprocessed; a file that is no readable image is refused by name."""
+    try:
+        return preprocess_image(file, config)
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise CalibrationDataError(
+            f"calibration image {file} cannot be read as an image ({exc}); remove it from the folder or "
+            "replace it with a JPEG/PNG"
+        ) from exc
+
+
 def _load_image_dir(path: Path, specs, preprocessing, max_images: int) -> list[dict[str, np.ndarray]]:
     if len(specs) != 1:
         raise CalibrationDataError(
@@ -202,7 +233,7 @@ def _load_image_dir(path: Path, specs, preprocessing, max_images: int) -> list[d
         )
     config = PreprocessConfig.of(preprocessing)
     name = specs[0][0]
-    return [{name: _check_array(name, preprocess_image(file, config), specs[0])} for file in files]
+    return [{name: _check_array(name, _preprocess_file(file, config), specs[0])} for file in files]
 
 
 def check_count(samples: Sequence[dict], batch_size: int, held_back: int) -> None:

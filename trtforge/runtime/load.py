@@ -52,16 +52,12 @@ def model_from_factory(factory: str, trust_factory: bool = False) -> Any:
 
 
 def _onnx_file(sidecar: Sidecar, which: str) -> Path:
+    """The sidecar's ONNX file for the onnxruntime route, its sha256 checked before anything loads it."""
     if which not in ("reference", "processed"):
         raise InvalidArgument(f"onnx={which!r}: choose 'reference' (the FP32 graph) or 'processed'")
-    source = sidecar.source
-    name = (source.reference_onnx_file if which == "reference" else None) or source.onnx_file
-    if not name:
-        raise InvalidArgument(
-            f"sidecar {sidecar.path} names no ONNX file (source.onnx_file); the onnxruntime route needs one. "
-            "Keep the .onnx files trtforge wrote beside the engine"
-        )
-    return sidecar.path.parent / name
+    if which == "reference" and not sidecar.source.reference_onnx_file:
+        which = "processed"
+    return sidecar.verify_source_file(which)
 
 
 def load(

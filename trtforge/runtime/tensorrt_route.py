@@ -49,7 +49,14 @@ from typing import Any
 import torch
 
 from trtforge.core import trt as trt_shim
-from trtforge.core.errors import InternalError, InvalidArgument, NotPermitted, Unsupported, WrongType
+from trtforge.core.errors import (
+    InternalError,
+    InvalidArgument,
+    MissingDependency,
+    NotPermitted,
+    Unsupported,
+    WrongType,
+)
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime.cuda_graph import GraphCache
@@ -124,6 +131,10 @@ class TensorRTEngine(EngineBase):
         trt = bindings if bindings is not None else trt_shim.bindings()
         self._trt = trt
         self._device = torch.device(device) if device is not None else torch.device("cuda")
+        if self._device.type == "cuda" and not torch.cuda.is_available():
+            raise MissingDependency(
+                f"the TensorRT route runs {engine_path.name} on a CUDA GPU, and this machine has none that torch "
+                "can use (torch.cuda.is_available() is False); use route='onnxruntime' or route='eager' here")
         if self._device.type == "cuda" and self._device.index is None:
             self._device = torch.device("cuda", torch.cuda.current_device())
         if self._device.type != "cuda" and bindings is None:  # injected bindings choose their memory

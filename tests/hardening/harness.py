@@ -1,0 +1,89 @@
+"""Drive the trtforge CLI as a subprocess, as a user would, and check what it leaves behind.
+
+``run_cli`` runs ``python -m trtforge.cli ARGS`` with this checkout on ``PYTHONPATH`` and its own engine
+cache. ``sigint_at`` names a function ("module:qualname"): the command then runs under
+``sigint_at.py``, which sends the process a real SIGINT when that function is first entered (a
+profiler hook in the test harness; production code is untouched).
+
+Example:
+    >>> proc = run_cli(["build", "tiny.onnx", "--batch", "a:b:c"], cache_dir=tmp / "cache")
+    >>> proc.returncode, error_lines(proc.stderr)
+    (2, ["error: batch 'a:b:c': write N or min:opt:max with integers, e.g. 1:8:32"])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SIGINT_AT = Path(__file__).with_name("sigint_at.py")
+#: Ctrl-C's exit code (128 + SIGINT), as every shell tool uses it.
+EXIT_CANCELLED = 130
+
+
+def cli_env(cache_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"PYTHONPATH": str(ROOT), "TRTFORGE_CACHE_DIR": str(cache_dir), "COLUMNS": "200",
+                "PYTHONWARNINGS": "ignore::DeprecationWarning"})
+    return env
+
+
+def run_cli(argv: Sequence[str], *, cache_dir: Path, cwd: Path | None = None, sigint_at: str | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m trtforge.cli *argv`` (or under ``sigint_at.py``), its output captured as text."""
+    head = [sys.executable, str(SIGINT_AT), sigint_at] if sigint_at else [sys.executable, "-m", "trtforge.cli"]
+    return subprocess.run([*head, *map(str, argv)], capture_output=True, text=True, timeout=timeout,
+                          env=cli_env(cache_dir), cwd=cwd or ROOT, check=False)
+
+
+def error_lines(stderr: str) -> list[str]:
+    """The non-empty lines on stderr."""
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+def snapshot(folder: Path, skip: Sequence[str] = ()) -> dict[str, str]:
+    """Every file under ``folder`` (relative path → sha256), so a run that must change nothing can be checked."""
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if any(rel == s or rel.startswith(s + "/") for s in skip):
+            continue
+        if path.is_file() and not path.is_symlink():
+            found[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+@contextlib.contextmanager
+def small_tmpfs(mountpoint: Path, size: str = "2m") -> Iterator[Path]:
+    """A size-limited tmpfs at ``mountpoint`` (root only); unmounted afterwards."""
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mountpoint)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise OSError(f"cannot mount a tmpfs at {mountpoint}: {done.stderr.strip()}")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True, check=False)
+
+
+def can_mount_tmpfs(where: Path) -> bool:
+    try:
+        with small_tmpfs(where / "probe", "64k"):
+            return True
+    except OSError:
+        return False
+
+
+def fill(folder: Path, leave_bytes: int = 64 * 1024) -> Path:
+    """Fill the file system of ``folder`` up to ``leave_bytes`` free; returns the filler file (delete it to free)."""
+    filler = folder / "filler.bin"
+    free = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+    filler.write_bytes(b"\0" * max(free - leave_bytes, 0))
+    return filler

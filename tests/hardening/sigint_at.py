@@ -1,0 +1,34 @@
+"""Test harness: run the trtforge CLI and interrupt it with a real SIGINT at a chosen function.
+
+Usage: ``python sigint_at.py MODULE:QUALNAME trtforge-args...``. A profiler hook (``sys.setprofile``)
+watches calls; when ``QUALNAME`` in ``MODULE`` is first entered the process sends itself SIGINT, as a
+user's Ctrl-C would arrive at that stage. Production code is not changed; only this process is watched.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+
+
+def main() -> None:
+    module, _, qualname = sys.argv[1].partition(":")
+    sys.argv = ["trtforge", *sys.argv[2:]]
+    fired = False
+
+    def hook(frame, event, _arg):  # noqa: ANN001, ANN202 - the profiler protocol
+        nonlocal fired
+        if (not fired and event == "call" and frame.f_code.co_qualname == qualname
+                and frame.f_globals.get("__name__") == module):
+            fired = True
+            sys.setprofile(None)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    sys.setprofile(hook)
+    runpy.run_module("trtforge.cli", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()

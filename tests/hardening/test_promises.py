@@ -1,0 +1,222 @@
+"""Promises that are not a refusal: a cache that cannot store warns, concurrent builds, hash checks before
+loading, honest reports, and the options users expect. Each test failed before issue 15's fixes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from harness import can_mount_tmpfs, cli_env, error_lines, fill, run_cli, small_tmpfs, snapshot
+
+import trtforge
+from trtforge.core.config import CompileConfig, ConfigError, QuantConfig
+from trtforge.core.errors import MissingDependency
+from trtforge.core.sidecar import EngineHashMismatch, read_sidecar
+from trtforge.pipeline import AccuracyBudgetMissed, default_name
+
+needs_trt = pytest.mark.needs_trt
+
+
+@needs_trt
+def test_a_full_cache_warns_and_still_delivers_the_engine(hardening_inputs, tmp_path):
+    if not can_mount_tmpfs(tmp_path):
+        pytest.skip("no tmpfs can be mounted here (needs root)")
+    model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
+    with small_tmpfs(tmp_path / "disk", "2m") as disk:
+        fill(disk, leave_bytes=96 * 1024)  # the entry (~0.3 MB compressed) does not fit
+        proc = run_cli(["build", model, "-o", tmp_path / "out", "-q", "--batch", "1:2:3"], cache_dir=disk / "cache")
+        lines = error_lines(proc.stderr)
+        assert proc.returncode == 0, proc.stderr
+        assert len(lines) == 1 and lines[0].startswith("warning: the engine cache") and "No space left" in lines[0]
+        assert read_sidecar(tmp_path / "out" / "tiny_fp16.json").verify_engine().is_file()
+        left = [p.name for p in (disk / "cache").rglob("*") if p.is_file() and p.suffix in (".zst", ".tmp")]
+        assert left == []  # no entry without its record, no temp file
+
+
+@needs_trt
+def test_concurrent_builds_of_one_command_both_succeed(hardening_inputs, tmp_path):
+    model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
+    argv = [sys.executable, "-m", "trtforge.cli", "build", str(model), "-o", str(tmp_path / "out"), "-q",
+            "--batch", "1:2:5"]
+    env = cli_env(tmp_path / "cache")
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = [(p.wait(300), p.stderr.read()) for p in procs]
+    assert [rc for rc, _ in results] == [0, 0], results
+    assert read_sidecar(tmp_path / "out" / "tiny_fp16.json").verify_engine()
+
+
+@needs_trt
+def test_concurrent_builds_of_one_name_with_other_options_never_both_win(hardening_inputs, tmp_path):
+    model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
+    env = cli_env(tmp_path / "cache")
+    procs = [subprocess.Popen([sys.executable, "-m", "trtforge.cli", "build", str(model), "-o", str(tmp_path / "out"),
+                               "-q", "--batch", batch], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for batch in ("1:2:6", "1:3:7")]
+    results = sorted((p.wait(300), p.stderr.read()) for p in procs)
+    assert [rc for rc, _ in results] == [0, 2], results
+    assert "holds a different trtforge build" in results[1][1]
+    sidecar = read_sidecar(tmp_path / "out" / "tiny_fp16.json")
+    sidecar.verify_engine()  # the winner's engine and sidecar belong together
+
+
+@needs_trt
+def test_onnxruntime_route_checks_the_reference_sha256(hardening_inputs, tmp_path):
+    art = Path(shutil.copytree(hardening_inputs["art"], tmp_path / "art"))
+    x = np.zeros((1, 3, 16, 16), np.float32)
+    with trtforge.load(art / "tiny_fp16.json", route="onnxruntime") as engine:
+        assert engine(x)["y"].shape == (1, 4)
+    reference = art / "tiny_reference_fp32.onnx"
+    import onnx
+
+    proto = onnx.load(str(reference))
+    proto.graph.initializer[0].raw_data = bytes(len(proto.graph.initializer[0].raw_data))  # altered weights
+    reference.write_bytes(proto.SerializeToString())
+    with pytest.raises(EngineHashMismatch, match="tiny_reference_fp32.onnx does not match its sidecar"):
+        trtforge.load(art / "tiny_fp16.json", route="onnxruntime")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+@needs_trt
+def test_tensorrt_route_without_cuda_says_so(hardening_inputs):
+    with pytest.raises(MissingDependency, match="CUDA GPU, and this machine has none"):
+        trtforge.load(hardening_inputs["art"] / "tiny_fp16.json")
+
+
+def test_cache_ls_prints_names_as_they_are_in_one_unit(tmp_path):
+    entries = tmp_path / "cache" / "entries"
+    entries.mkdir(parents=True)
+    meta = {"generator": "trtforge-engine-cache", "model": "[red]x:thumbs_down:", "precision": "fp16",
+            "targets": [], "size": 14_900_000, "created": "2026-01-01"}
+    (entries / ("a" * 64 + ".json")).write_text(json.dumps(meta))
+    proc = run_cli(["cache", "ls", "--cache-dir", tmp_path / "cache"], cache_dir=tmp_path / "cache")
+    assert proc.returncode == 0, proc.stderr
+    assert "[red]x:thumbs_down:" in proc.stdout
+    assert "(14.9 MB of 21474.8 MB limit)" in proc.stdout and "GB" not in proc.stdout
+
+
+@needs_trt
+def test_a_cache_hit_says_so(hardening_inputs, tmp_path):
+    model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
+    argv = ["build", model, "-o", tmp_path / "out", "-q"]
+    first = run_cli(argv, cache_dir=tmp_path / "cache")
+    second = run_cli(argv, cache_dir=tmp_path / "cache")
+    assert first.returncode == second.returncode == 0
+    assert first.stdout.startswith("built ") and " in " in first.stdout
+    assert second.stdout.startswith("cache hit: wrote") and "no build ran" in second.stdout
+
+
+def test_help_fits_80_columns_without_cutting_option_names():
+    for argv in (["--help"], ["build", "--help"], ["cache", "ls", "--help"], ["bench", "--help"]):
+        proc = subprocess.run([sys.executable, "-m", "trtforge.cli", *argv], capture_output=True, text=True,
+                              env={**cli_env(Path("/tmp")), "COLUMNS": "200"}, check=True)
+        assert max(len(line) for line in proc.stdout.splitlines()) <= 80, proc.stdout
+        assert "…" not in proc.stdout
+    for flag in ("--hardware-compatibility", "--no-bias-correction", "--version-compatible", "--shapes",
+                 "--keep-fp32", "--overwrite", "--strict-accuracy", "--holdout", "--calib-batch-size"):
+        assert flag in subprocess.run([sys.executable, "-m", "trtforge.cli", "build", "--help"], capture_output=True,
+                                      text=True, env=cli_env(Path("/tmp")), check=True).stdout
+
+
+def test_names_and_lists_users_type():
+    assert default_name(Path("_best.onnx")) == "best" and default_name(Path("[x].onnx")) == "x"
+    assert CompileConfig(targets=["sm86,sm80", "sm89"]).targets == ("sm80", "sm86", "sm89")
+    assert CompileConfig(shapes={"x": ((1, 3, 8, 8), (1, 3, 16, 16), (1, 3, 32, 32))}).shapes_map["x"][2] == (1, 3, 32, 32)
+
+
+@pytest.mark.parametrize(("shapes", "message"), [
+    ({"x": ((1, 3, 32, 32), (1, 3, 16, 16), (1, 3, 8, 8))}, "min <= opt <= max"),
+    ({"x": ((1, 3, 8), (1, 3, 16, 16), (1, 3, 32, 32))}, "different ranks"),
+    ({"x": ((0, 3, 8, 8), (1, 3, 16, 16), (1, 3, 32, 32))}, "at least 1"),
+])
+def test_python_shapes_are_checked_when_the_config_is_made(shapes, message):
+    with pytest.raises(ConfigError, match=message):
+        CompileConfig(shapes=shapes)
+
+
+def test_batch_that_shapes_would_override_is_refused():
+    shapes = {"x": ((1, 3, 8, 8), (1, 3, 16, 16), (1, 3, 32, 32))}
+    with pytest.raises(ConfigError, match="batch=1:8:32 and shapes\\['x'\\]"):
+        CompileConfig(batch=(1, 8, 32), shapes=shapes)
+    assert CompileConfig(batch=(1, 1, 1), shapes=shapes).batch[0].max == 1
+
+
+@needs_trt
+def test_shapes_flag_builds_dynamic_spatial_dims(tmp_path):
+    model = tmp_path / "spatial.onnx"
+    torch.manual_seed(0)
+    from tiny_model import TinyNet
+
+    torch.onnx.export(TinyNet().eval(), (torch.zeros(1, 3, 16, 16),), str(model), dynamo=False, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}}, opset_version=20)
+    proc = run_cli(["build", model, "-o", tmp_path / "out", "-q", "--shapes", "x:1x3x8x8:2x3x16x16:4x3x32x32"],
+                   cache_dir=tmp_path / "cache")
+    assert proc.returncode == 0, proc.stderr
+    profile = read_sidecar(tmp_path / "out" / "spatial_fp16.json").profiles[0]["x"]
+    assert profile == {"min": [1, 3, 8, 8], "opt": [2, 3, 16, 16], "max": [4, 3, 32, 32]}
+
+
+@needs_trt
+def test_keep_fp32_keeps_the_named_nodes_with_the_reason(hardening_inputs, tmp_path):
+    art = trtforge.compile(hardening_inputs["tiny"], output_dir=tmp_path, keep_fp32=["Conv"], progress=False,
+                           cache_dir=tmp_path / "cache")
+    kept = art.sidecar.precision.fp32_nodes
+    assert any("Conv" in name for name in kept), kept
+    assert all("keep_fp32 pattern 'Conv'" in reason for name, reason in kept.items() if "Conv" in name)
+    assert art.sidecar.precision.node_dtypes  # and the graph still builds
+
+
+@needs_trt
+def test_missed_int8_budget_warns_and_strict_accuracy_refuses(hardening_inputs, tmp_path, caplog):
+    data = np.load(hardening_inputs["calib"])
+    quant = QuantConfig(task="other", error_budget=1e-9)  # relative L2 of 1e-9: no INT8 graph meets it
+    common = {"precision": "int8", "calibration_data": data, "quant": quant, "progress": False,
+              "cache_dir": tmp_path / "cache"}
+    with caplog.at_level(logging.WARNING, logger="trtforge"):
+        trtforge.compile(hardening_inputs["tiny"], output_dir=tmp_path / "a", **common)
+    assert any("misses its error budget" in r.getMessage() for r in caplog.records)
+    with pytest.raises(AccuracyBudgetMissed, match="nothing was written"):
+        trtforge.compile(hardening_inputs["tiny"], output_dir=tmp_path / "b", strict_accuracy=True, **common)
+    assert not (tmp_path / "b").exists() or snapshot(tmp_path / "b") == {}
+
+
+@needs_trt
+def test_float64_calibration_data_is_not_taken_silently(hardening_inputs, tmp_path, caplog):
+    data = np.load(hardening_inputs["calib"]).astype(np.float64)
+    with caplog.at_level(logging.WARNING, logger="trtforge"):
+        trtforge.compile(hardening_inputs["tiny"], precision="int8", calibration_data=data, output_dir=tmp_path,
+                         progress=False, cache_dir=tmp_path / "cache")
+    assert any("is float64; the model takes float32" in r.getMessage() for r in caplog.records)
+
+
+@needs_trt
+def test_verbosity_flags(hardening_inputs, tmp_path):
+    model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
+    argv = ["build", model, "-o", tmp_path / "out", "-q"]
+    run_cli(argv, cache_dir=tmp_path / "cache")
+    loud = run_cli(["-v", *argv], cache_dir=tmp_path / "cache")
+    assert re.search(r"^info: cache hit: tiny", loud.stderr, re.M), loud.stderr
+    quiet = run_cli(["-q", *argv], cache_dir=tmp_path / "cache")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+@needs_trt
+def test_bench_without_preprocessing_and_with_a_failing_route(hardening_inputs, tmp_path):
+    art = Path(shutil.copytree(hardening_inputs["art"], tmp_path / "art"))
+    assert read_sidecar(art / "tiny_fp16.json").preprocessing is None
+    out = tmp_path / "bench.json"
+    proc = run_cli(["bench", art / "tiny_fp16.json", "--route", "onnxruntime", "--route", "tensorrt", "--batch", "1",
+                    "--warmup", "1", "--repeats", "3", "--device", "cpu", "--json", out], cache_dir=tmp_path / "c")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["route"], r["kind"]) for r in rows] == [("onnxruntime", "model"), ("tensorrt", "failed")]
+    assert "CUDA" in rows[1]["error"]
+    assert "FAILED" in proc.stdout
