@@ -10,6 +10,7 @@ from trtforge.cli import (  # noqa: F401 - each registers its command
     bench,
     build,
     cache,
+    check,
     demo,
     doctor,
     inspect,
