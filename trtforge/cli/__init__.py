@@ -11,6 +11,7 @@ from trtforge.cli import (  # noqa: F401 - each registers its command
     build,
     cache,
     check,
+    compare,
     demo,
     doctor,
     inspect,
