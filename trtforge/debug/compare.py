@@ -105,10 +105,9 @@ def open_side(text: str, stack: contextlib.ExitStack, route: str = "tensorrt", d
             saved = {k: data[k] for k in data.files}
         return Side(text, lambda batches, names: saved, outputs=tuple(saved))
     if path.suffix == ".onnx":
+        from trtforge.debug.layerwise import graph_precision
         from trtforge.passes.graph import load_ir
         from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
-
-        from trtforge.debug.layerwise import graph_precision
 
         return _engine_side(text, OnnxRuntimeEngine(path, device), stack, graph=path,
                             precision=graph_precision(load_ir(path)))

@@ -20,7 +20,8 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common
 
 from trtforge.core.errors import InvalidArgument
-from trtforge.passes.graph import attr as attribute, has_qdq
+from trtforge.passes.graph import attr as attribute
+from trtforge.passes.graph import has_qdq
 from trtforge.passes.ops import NORMALIZATION_OPS
 
 FLOAT_TARGETS: dict[str, ir.DataType] = {"float16": ir.DataType.FLOAT16, "bfloat16": ir.DataType.BFLOAT16}
