@@ -53,7 +53,9 @@ def print_check(report) -> None:
         table.add_row(escape(o.name), f"{o.rel_l2:.3e}", f"{o.max_abs:.3e}", f"{o.cosine:.6f}",
                       "-" if o.top1 is None else f"{o.top1:.3f}")
     console.print(table)
-    console.print(f"first call {t.first_call_ms:.1f} ms, steady state {t.steady_ms:.3f} ms/batch, "
+    cached = ("" if t.first_call_cached_ms is None
+              else f" ({t.first_call_cached_ms:.1f} ms with the JIT runtime cache a first load stored)")
+    console.print(f"first call {t.first_call_ms:.1f} ms{cached}, steady state {t.steady_ms:.3f} ms/batch, "
                   f"{t.memory_kind} {t.memory_mib:.0f}")
     sign = "≤" if j.metric == "rel_l2" else "≥"
     if report.passed:

@@ -17,14 +17,17 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import resource
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from trtforge.cache.runtime_cache import RuntimeCacheStore
 from trtforge.core.errors import Unsupported
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.debug.inputs import batch_size, load_npz, make_inputs, split_batches
@@ -43,12 +46,17 @@ class CannotRunHere(Unsupported):
 
 @dataclass(frozen=True)
 class Timing:
-    """First call (ms), steady-state median (ms) and memory: device MiB taken (CUDA) or peak RSS MiB (CPU)."""
+    """First call (ms), steady-state median (ms) and memory: device MiB taken (CUDA) or peak RSS MiB (CPU).
+
+    ``first_call_cached_ms``: the first call of a second load that found the JIT runtime cache the
+    first load stored (TensorRT route on TensorRT-RTX); None where the flavour has no runtime cache.
+    """
 
     first_call_ms: float
     steady_ms: float
     memory_mib: float
     memory_kind: str
+    first_call_cached_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,17 @@ def _ensure_runnable(sidecar: Sidecar) -> None:
         raise CannotRunHere(f"--route tensorrt: {sidecar.name} {verdict.line}")
 
 
+def timed_first_call(engine: Any, batch: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
+    """(outputs, milliseconds) of one synchronized call: on a fresh engine, the first call's cost."""
+    import torch
+
+    start = time.perf_counter()
+    outputs = to_numpy(engine(**batch))  # the copy to the host synchronizes
+    if torch.device(engine.device).type == "cuda":
+        torch.cuda.synchronize(engine.device)
+    return outputs, (time.perf_counter() - start) * 1000.0
+
+
 def timed_run(engine: Any, batches: list[dict[str, np.ndarray]], repeats: int = 20) -> tuple[dict, Timing]:
     """Run every batch, timing the first call and the steady state (on the first batch), with memory."""
     import torch
@@ -119,11 +138,7 @@ def timed_run(engine: Any, batches: list[dict[str, np.ndarray]], repeats: int = 
     device = torch.device(engine.device)
     cuda = device.type == "cuda"
     free_before = torch.cuda.mem_get_info(device)[0] if cuda else 0
-    start = time.perf_counter()
-    first = to_numpy(engine(**batches[0]))
-    if cuda:
-        torch.cuda.synchronize(device)
-    first_ms = (time.perf_counter() - start) * 1000.0
+    first, first_ms = timed_first_call(engine, batches[0])
     rest = run_batches(engine, batches[1:]) if len(batches) > 1 else {}
     outputs = {k: np.concatenate([v, rest[k]]) if k in rest else v for k, v in first.items()}
     steady = measure(lambda: engine(**batches[0]), device, warmup=2, repeats=repeats).median_ms
@@ -132,6 +147,14 @@ def timed_run(engine: Any, batches: list[dict[str, np.ndarray]], repeats: int = 
     else:
         memory, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "process peak RSS MiB"
     return outputs, Timing(first_ms, steady, memory, kind)
+
+
+def _first_call_cached(open_engine: Any, batch: dict[str, np.ndarray]) -> float | None:
+    """The first call's time of a fresh load that found a runtime cache; None when it found none."""
+    with open_engine() as engine:
+        if not getattr(engine, "runtime_cache_loaded", False):
+            return None
+        return timed_first_call(engine, batch)[1]
 
 
 def check_artifact(
@@ -158,10 +181,17 @@ def check_artifact(
     with load(sidecar.path, route="onnxruntime") as reference:
         expected = run_batches(reference, batches)
         reference_onnx = reference.onnx_path
-    with load(sidecar.path, route=route, device=device, **load_options, **options) as engine:
-        outputs, timing = timed_run(engine, batches, repeats)
-        precision = ROUTE_PRECISION.get(route) or getattr(engine, "precision", None) or sidecar.precision.built
-        device_name = str(engine.device)
+    with contextlib.ExitStack() as stack:
+        if route == "tensorrt":  # first call without, then with, the runtime cache the first load stores
+            store = RuntimeCacheStore(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtforge-check-")))
+            load_options["runtime_cache"] = store
+        with load(sidecar.path, route=route, device=device, **load_options, **options) as engine:
+            outputs, timing = timed_run(engine, batches, repeats)
+            precision = ROUTE_PRECISION.get(route) or getattr(engine, "precision", None) or sidecar.precision.built
+            device_name = str(engine.device)
+        if route == "tensorrt":
+            timing = replace(timing, first_call_cached_ms=_first_call_cached(
+                lambda: load(sidecar.path, route=route, device=device, **load_options, **options), batches[0]))
     task = artifact_task(sidecar, reference_onnx)
     judgement = judge(expected, outputs, task=task, precision=precision or "fp32", limit=limit)
     hint = None
