@@ -308,7 +308,7 @@ class _Built:
 def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any) -> tuple[Processed, dict | None]:
     """The processed graph for ``config.precision`` (INT8: quantize first, for the plan) and the INT8 report."""
     if config.precision != "int8":
-        return process(reference, config.precision), None
+        return process(reference, config.precision, keep_fp32=config.keep_fp32), None
     from trtforge.quantize.quantizer import quantize_model
 
     preprocessing = dict(config.preprocessing) if config.preprocessing else None

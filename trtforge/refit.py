@@ -87,7 +87,15 @@ def _float_initializers(proto: Any) -> dict[str, np.ndarray]:
     return found
 
 
-def _process_like_build(proto: Any, built_precision: str) -> Any:
+def _kept_fp32(sidecar: Any) -> tuple[str, ...]:
+    """The build's ``keep_fp32`` choices, as exact node-name patterns from the sidecar's ``fp32_nodes``."""
+    import re
+
+    return tuple(f"^{re.escape(name)}$" for name, reason in sidecar.precision.fp32_nodes.items()
+                 if str(reason).startswith("kept in FP32 by keep_fp32"))
+
+
+def _process_like_build(proto: Any, built_precision: str, keep_fp32: tuple[str, ...] = ()) -> Any:
     """The passes the build ran (``trtforge.passes.process``): cleanup, then the float cast for FP16/BF16."""
     from trtforge.passes.graph import to_proto
     from trtforge.passes.process import process, reference_graph
@@ -97,7 +105,7 @@ def _process_like_build(proto: Any, built_precision: str) -> Any:
             f"refit of a {built_precision} engine is not supported: its quantization scales come from "
             "calibration; rebuild it with trtforge build instead"
         )
-    return to_proto(process(reference_graph(proto), built_precision).model)
+    return to_proto(process(reference_graph(proto), built_precision, keep_fp32=keep_fp32).model)
 
 
 def _first_differences(expected: Mapping[str, np.ndarray], given: Mapping[str, np.ndarray]) -> list[str]:
@@ -133,7 +141,7 @@ def load_new_weights(weights: Path, sidecar: Any) -> dict[str, np.ndarray]:
     expected = _float_initializers(onnx.load(str(processed_file)))
     built = sidecar.precision.built or "fp32"
     if weights.suffix == ".onnx":
-        given = _float_initializers(_process_like_build(onnx.load(str(weights)), built))
+        given = _float_initializers(_process_like_build(onnx.load(str(weights)), built, _kept_fp32(sidecar)))
         what = "the new ONNX (after the build's passes)"
     elif weights.suffix in (".pt", ".pth"):
         import torch

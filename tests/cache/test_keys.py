@@ -81,6 +81,7 @@ GRAPH_CHANGES: dict[str, object] = {
     "input_names": ("images",),
     "output_names": ("logits",),
     "quant": QuantConfig(calibrator="entropy"),
+    "keep_fp32": ("_fc",),
 }
 #: Options that do not affect the engine: no key may read them.
 NOT_AFFECTING: dict[str, object] = {

@@ -12,6 +12,7 @@ from trtforge.cli import (  # noqa: F401 - each registers its command
     cache,
     check,
     compare,
+    debug,
     demo,
     doctor,
     inspect,

@@ -261,6 +261,10 @@ class CompileConfig:
                                  cli=CliFlag(bool))
     shapes: tuple[tuple[str, tuple[tuple[int, ...], ...]], ...] = option(
         (), affects=ENGINE, help="{input: (min, opt, max)} shapes for dynamic dims beyond the batch")
+    keep_fp32: tuple[str, ...] = option(
+        (), affects=GRAPH, cli=CliFlag(list[str] | None, None, to_field=_tuple),
+        help="fp16/bf16: keep nodes matching this regex (node name, first output, layer) or op type in FP32 "
+             "(repeatable; trtforge debug precision prints them)")
     input_names: tuple[str, ...] | None = option(None, help="names of the exported inputs", affects=GRAPH)
     output_names: tuple[str, ...] | None = option(None, help="names of the exported outputs", affects=GRAPH)
     notes: tuple[str, ...] = option((), help="free-text notes for the sidecar", affects=OUTPUT)
@@ -291,9 +295,11 @@ class CompileConfig:
             "input_names": _names(self.input_names), "output_names": _names(self.output_names),
             "notes": (self.notes,) if isinstance(self.notes, str) else tuple(self.notes or ()),
             "preprocessing": None if self.preprocessing is None else dict(self.preprocessing),
+            "keep_fp32": (self.keep_fp32,) if isinstance(self.keep_fp32, str) else _tuple(self.keep_fp32),
         }
         for flag in ("version_compatible", "refittable", "strip_weights", "progress", "cache"):
             normalised[flag] = bool(getattr(self, flag))
+        validate_patterns(normalised["keep_fp32"], "keep_fp32")
         for key, value in normalised.items():
             object.__setattr__(self, key, value)
 
@@ -327,6 +333,8 @@ class CompileConfig:
                                 "output_names": list(self.output_names or [])}
         if self.precision == "int8":
             data["quant"] = {k: v for k, v in self.quant.as_dict().items() if k != "cache_dir"}
+        if self.keep_fp32:
+            data["keep_fp32"] = list(self.keep_fp32)
         return data
 
     def check_toolchain(self) -> None:

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,7 +22,7 @@ import onnx_ir.passes.common as common
 
 from trtforge.core.errors import InvalidArgument
 from trtforge.passes.graph import attr as attribute
-from trtforge.passes.graph import has_qdq
+from trtforge.passes.graph import has_qdq, layer_label
 from trtforge.passes.ops import NORMALIZATION_OPS
 
 FLOAT_TARGETS: dict[str, ir.DataType] = {"float16": ir.DataType.FLOAT16, "bfloat16": ir.DataType.BFLOAT16}
@@ -132,8 +133,22 @@ NODE_RULES: tuple[Callable[[ir.Node], str | None], ...] = (
 )
 
 
-def plan_float(model: ir.Model, dtype: str = "float16") -> FloatPlan:
-    """Decide which nodes and initializers stay FP32; nothing in the model changes."""
+def _kept_by_pattern(node: ir.Node, patterns: tuple[str, ...]) -> str | None:
+    """The first of ``patterns`` (op type, or a regex on the node name, first output or layer label) ``node`` matches."""
+    for pattern in patterns:
+        if pattern == node.op_type:
+            return pattern
+        names = (node.name, node.outputs[0].name if node.outputs else "", layer_label(node))
+        if any(re.search(pattern, name or "") for name in names):
+            return pattern
+    return None
+
+
+def plan_float(model: ir.Model, dtype: str = "float16", keep: tuple[str, ...] = ()) -> FloatPlan:
+    """Decide which nodes and initializers stay FP32; nothing in the model changes.
+
+    ``keep``: patterns of nodes to keep in FP32 as well (``CompileConfig.keep_fp32``).
+    """
     if dtype not in FLOAT_TARGETS:
         raise InvalidArgument(f"unknown float dtype {dtype!r}; choose one of {sorted(FLOAT_TARGETS)}")
     if has_qdq(model):
@@ -153,6 +168,9 @@ def plan_float(model: ir.Model, dtype: str = "float16") -> FloatPlan:
             if reason:
                 fp32_nodes[node.name] = reason
                 break
+        pattern = _kept_by_pattern(node, keep) if keep and node.name not in fp32_nodes else None
+        if pattern is not None:
+            fp32_nodes[node.name] = f"kept in FP32 by keep_fp32 pattern {pattern!r}"
         if node.op_type in NORM_REDUCTIONS and node.name not in fp32_nodes:
             path = _downstream_norm_path(node)
             for member in path:

@@ -52,11 +52,13 @@ def int8_graph(fp32: ir.Model, plan: QuantPlan) -> ir.Model:
     return apply_plan_in_place(ensure_node_names(ensure_opset(fp16, QDQ_OPSET)), plan)
 
 
-def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None) -> Processed:
+def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None,
+            keep_fp32: tuple[str, ...] = ()) -> Processed:
     """The graph to build for ``precision`` from the FP32 ``reference`` (not modified).
 
     FP32 returns ``reference`` itself. INT8 needs the plan ``trtforge.quantize`` computed on
-    ``reference``; when that plan keeps every layer in FP16 the build is an FP16 one.
+    ``reference``; when that plan keeps every layer in FP16 the build is an FP16 one. ``keep_fp32``
+    (FP16/BF16): node patterns the float pass keeps in FP32 as well.
     """
     if precision not in FLOAT_DTYPES:
         raise InvalidArgument(f"precision={precision!r}; choose one of {', '.join(FLOAT_DTYPES)}")
@@ -69,5 +71,5 @@ def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None) 
         model = int8_graph(reference, plan)
         return Processed(model, "int8" if has_qdq(model) else "fp16")
     model = infer_types(copy_model(reference))
-    float_plan = plan_float(model, FLOAT_DTYPES[precision])
+    float_plan = plan_float(model, FLOAT_DTYPES[precision], tuple(keep_fp32))
     return Processed(apply_float(model, float_plan), precision, float_plan)
