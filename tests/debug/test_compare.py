@@ -86,3 +86,25 @@ def test_bad_sides_are_one_line(tmp_path):
     assert result.exit_code == 2 and "give a module factory 'package.module:function'" in result.output
     layer = runner.invoke(app, ["compare", "--layerwise", "a.onnx", "b.json"])
     assert layer.exit_code == 2 and "is not an .onnx file" in layer.output
+
+
+def test_layerwise_on_trtforge_int8_qdq_graph_names_the_outlier_layer(tmp_path):
+    from test_bisect import _outlier_net
+
+    from trtforge.core.config import QuantConfig
+    from trtforge.passes.graph import dtype_summary
+    from trtforge.quantize.quantizer import quantize_model
+
+    reference = _outlier_net(tmp_path / "outlier.onnx")
+    rng = np.random.default_rng(5)
+    calib = {"x": rng.normal(0, 1, (40, 4, 8, 8)).astype(np.float32)}
+    result = quantize_model(load_ir(reference), calib, QuantConfig(include=(".*",), bias_correction=False),
+                            progress=False)
+    int8 = tmp_path / "outlier_int8.onnx"
+    save_model(result.model, int8)  # what trtforge hands TensorRT: FP16 graph, Q/DQ with FP16 scales
+    assert "float16" in dtype_summary(load_ir(int8))
+    report = layerwise(reference, int8, samples=8)
+    assert report.precision == "int8" and any("FP32 scales" in note for note in report.notes)
+    assert report.first is not None and report.first.tensor == "c2" and report.first.label == "w2"
+    conv1 = next(row for row in report.layers if row.tensor == "c1")
+    assert conv1.rel_l2 < report.threshold  # the layer before it quantizes well
