@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trtforge.cli.app import EXIT_FAILED, app, console, guarded
+from trtforge.cli.check import DeviceOption, InputsOption, LimitOption, print_judgement, print_verdict
 
 
 @app.command()
@@ -24,10 +25,10 @@ def compare(
     a: Annotated[str, typer.Argument(help="reference: module:function, .onnx, artifact[@route] or outputs .npz")],
     b: Annotated[str, typer.Argument(help="candidate, the same kinds")],
     route: Annotated[str, typer.Option(help="route for an artifact without @route")] = "tensorrt",
-    device: Annotated[str | None, typer.Option(help="e.g. cuda:0 or cpu")] = None,
+    device: DeviceOption = None,
     samples: Annotated[int, typer.Option(help="samples to make when --inputs is not given")] = 16,
-    inputs: Annotated[Path | None, typer.Option(help=".npz with one array per input")] = None,
-    limit: Annotated[float | None, typer.Option(help="override the tolerance of the task's metric")] = None,
+    inputs: InputsOption = None,
+    limit: LimitOption = None,
     save_inputs: Annotated[Path | None, typer.Option(help="write the inputs used to this .npz")] = None,
     save_outputs: Annotated[Path | None, typer.Option(help="write A's outputs to this .npz")] = None,
     layerwise: Annotated[bool, typer.Option(help="A and B are ONNX graphs: error of every shared tensor")] = False,
@@ -43,20 +44,12 @@ def compare(
     result = compare_sides(a, b, route=route, device=device, samples=samples, inputs=inputs, limit=limit)
     j = result.judgement
     count = next(iter(result.inputs.values())).shape[0]
-    table = Table(title=f"{escape(a)}  vs  {escape(b)}  ({count} samples; task {j.task}, tolerances for {j.precision})")
-    for col in ("output", "rel. L2", "max abs", "cosine", "top-1 agree"):
-        table.add_column(col, justify="left" if col == "output" else "right")
-    for o in j.outputs:
-        table.add_row(escape(o.name), f"{o.rel_l2:.3e}", f"{o.max_abs:.3e}", f"{o.cosine:.6f}",
-                      "-" if o.top1 is None else f"{o.top1:.3f}")
-    console.print(table)
+    print_judgement(f"{escape(a)}  vs  {escape(b)}  ({count} samples; task {j.task}, tolerances for {j.precision})", j)
     for path in save_run(result, save_inputs, save_outputs):
         console.print(f"wrote {escape(str(path))}")
+    print_verdict(j)
     if not j.passed:
-        console.print(f"[bold red]FAIL[/]: {escape('; '.join(j.failures))}", soft_wrap=True)
         raise typer.Exit(EXIT_FAILED)
-    sign = "≤" if j.metric == "rel_l2" else "≥"
-    console.print(f"[bold green]PASS[/]: {j.metric} {sign} {j.limit:g} on every output")
 
 
 def _layerwise(reference: Path, candidate: Path, inputs: Path | None, samples: int, threshold: float | None,

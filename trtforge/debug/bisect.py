@@ -95,7 +95,7 @@ def shortest_prefix(order: Sequence[str], holds: Callable[[frozenset[str]], bool
     return frozenset(kept)
 
 
-class _Int8Search:
+class Int8Search:
     """Calibrated once; evaluates "these layers kept in FP16" as the build would place them."""
 
     def __init__(self, model: ir.Model, calibration, config: QuantConfig, preprocessing: Mapping | None) -> None:
@@ -183,7 +183,7 @@ def bisect_int8(
         raise InvalidArgument(f"metric {metric!r}; choose one of {', '.join(METRICS)}")
     config = config or QuantConfig(bias_correction=False)
     model = ensure_node_names(ensure_opset(fresh_ir(fp32), QDQ_OPSET))
-    engine = _Int8Search(model, calibration, config, preprocessing)
+    engine = Int8Search(model, calibration, config, preprocessing)
     ranked = engine.orders()
     found = _bisect(model, engine.outputs, {name: ranked[name] for name in orders}, search, held_out, metric, target)
     kept = sorted(found.pop("kept"))
