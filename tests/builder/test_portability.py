@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import trtforge.pipeline as pipeline
-from trtforge.builder import portability, timing_cache
+from trtforge.builder import build, portability, timing_cache
 from trtforge.core import machine, trt
 from trtforge.core.config import CompileConfig, ConfigError
 from trtforge.core.sidecar import read_sidecar, write_sidecar
@@ -134,7 +134,7 @@ def test_apply_portability_sets_the_real_flag_names():
     assert cfg.flags == {mod.BuilderFlag.REFIT, mod.BuilderFlag.STRIP_PLAN}
 
 
-@pytest.mark.parametrize("name", portability.TRT_API_USED + timing_cache.TRT_API_USED)
+@pytest.mark.parametrize("name", portability.TRT_API_USED + timing_cache.TRT_API_USED + build.PARSER_API_USED)
 def test_build_option_attributes_exist_on_installed_bindings(name):
     obj = trt.bindings()
     for part in name.split("."):

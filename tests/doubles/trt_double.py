@@ -67,11 +67,69 @@ class DataType(enum.Enum):
     HALF = 1
 
 
-class FakeTrtContext:
-    """Records what the route asked for, and runs the double's kernel through raw addresses."""
+class CudaGraphStrategy(enum.Enum):
+    DISABLED = 0
+    WHOLE_GRAPH_CAPTURE = 1
+
+
+class FakeRuntimeCache:
+    """``IRuntimeCache``: the kernels a JIT compiled, by (model, input shape). ``deserialize`` checks the
+    blob and returns False (leaving the cache as it was) for a corrupt one or another engine's."""
+
+    FORMAT = "trt-double-runtime-cache-1"
 
     def __init__(self, engine: FakeTrtEngine) -> None:
         self.engine = engine
+        self.kernels: set[str] = set()
+
+    def serialize(self) -> bytes:
+        return json.dumps({"format": self.FORMAT, "engine": self.engine.model,
+                           "kernels": sorted(self.kernels)}).encode()
+
+    def deserialize(self, blob) -> bool:
+        try:
+            data = json.loads(bytes(memoryview(blob)))
+        except ValueError:
+            return False
+        if not isinstance(data, dict) or data.get("format") != self.FORMAT or data.get("engine") != self.engine.model:
+            return False
+        self.kernels = set(data["kernels"])
+        return True
+
+    def reset(self) -> None:
+        self.kernels.clear()
+
+
+class FakeRuntimeConfig:
+    """``IRuntimeConfig``: the CUDA-graph strategy and the runtime cache its contexts share."""
+
+    def __init__(self, engine: FakeTrtEngine) -> None:
+        self.engine = engine
+        self.cuda_graph_strategy = CudaGraphStrategy.DISABLED
+        self.cache: FakeRuntimeCache | None = None
+
+    def create_runtime_cache(self) -> FakeRuntimeCache:
+        return FakeRuntimeCache(self.engine)
+
+    def set_runtime_cache(self, cache: FakeRuntimeCache) -> bool:
+        self.cache = cache
+        return True
+
+    def get_runtime_cache(self) -> FakeRuntimeCache | None:
+        return self.cache
+
+
+class FakeTrtContext:
+    """Records what the route asked for, and runs the double's kernel through raw addresses.
+
+    A first run per input shape "JIT-compiles" its kernel (``engine.compilations`` counts them)
+    unless the runtime config's cache already holds it; compiled kernels go into that cache.
+    """
+
+    def __init__(self, engine: FakeTrtEngine, runtime_config: FakeRuntimeConfig | None = None) -> None:
+        self.engine = engine
+        self.runtime_config = runtime_config
+        self.compiled: set[str] = set()
         self.profile = 0
         self.input_shapes: dict[str, tuple[int, ...]] = {}
         self.addresses: dict[str, int] = {}
@@ -106,12 +164,21 @@ class FakeTrtContext:
         pointer = ctypes.cast(address, ctypes.POINTER(ctypes.c_float))
         return np.ctypeslib.as_array(pointer, shape=shape)
 
+    def _jit(self, kernel: str) -> None:
+        cache = self.runtime_config.cache if self.runtime_config is not None else None
+        known = cache.kernels if cache is not None else self.compiled
+        if kernel not in known:
+            self.engine.compilations += 1
+            known.add(kernel)
+
     def execute_async_v3(self, stream: int) -> bool:
         self.calls.append(("execute_async_v3", stream))
         names = (self.engine.input_name, *self.engine.output_names)
         if self.engine.input_name not in self.input_shapes or any(n not in self.addresses for n in names):
             return False
-        x = self._view(self.addresses[self.engine.input_name], self.input_shapes[self.engine.input_name])
+        shape = self.input_shapes[self.engine.input_name]
+        self._jit(f"{self.engine.model}:{'x'.join(map(str, shape))}")
+        x = self._view(self.addresses[self.engine.input_name], shape)
         for name, value in _run(self.engine.model, x).items():
             self._view(self.addresses[name], self.get_tensor_shape(name))[...] = value
         return True
@@ -125,6 +192,8 @@ class FakeTrtEngine:
         self.contexts: list[FakeTrtContext] = []
         self.num_optimization_profiles = len(description["profiles"])
         self.num_io_tensors = 1 + len(self.output_names)
+        self.compilations = 0
+        self.runtime_configs: list[FakeRuntimeConfig] = []
 
     def get_tensor_name(self, index: int) -> str:
         return (self.input_name, *self.output_names)[index]
@@ -142,8 +211,13 @@ class FakeTrtEngine:
     def get_tensor_profile_shape(self, name: str, profile: int):
         return tuple(tuple(d) for d in self.description["profiles"][profile][name])
 
-    def create_execution_context(self) -> FakeTrtContext:
-        context = FakeTrtContext(self)
+    def create_runtime_config(self) -> FakeRuntimeConfig:
+        config = FakeRuntimeConfig(self)
+        self.runtime_configs.append(config)
+        return config
+
+    def create_execution_context(self, runtime_config: FakeRuntimeConfig | None = None) -> FakeTrtContext:
+        context = FakeTrtContext(self, runtime_config)
         self.contexts.append(context)
         return context
 

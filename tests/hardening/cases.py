@@ -353,11 +353,13 @@ def _inspect_folder(ctx: Ctx) -> Case:
     return Case(["inspect", "."], USER, r"\. is a folder; pass an engine's \.json", fix=lambda: ["inspect", str(sidecar)])
 
 
-@case("inspect_onnx")
-def _inspect_onnx(ctx: Ctx) -> Case:
-    sidecar = ctx.art()
-    return Case(["inspect", str(ctx.tmp / "art" / "tiny_fp16.onnx")], USER, r"is an ONNX model; trtforge inspect reads",
-                fix=lambda: ["inspect", str(sidecar)])
+@case("inspect_corrupt_onnx")
+def _inspect_corrupt_onnx(ctx: Ctx) -> Case:
+    bad = ctx.tmp / "corrupt.onnx"
+    bad.write_bytes(b"not a protobuf")
+    good = ctx.tmp / "art" / "tiny_fp16.onnx"
+    ctx.art()
+    return Case(["inspect", str(bad)], USER, r"is not a readable ONNX model", fix=lambda: ["inspect", str(good)])
 
 
 @case("cache_prune_negative")

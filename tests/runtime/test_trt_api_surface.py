@@ -12,7 +12,8 @@ pytestmark = pytest.mark.skipif(not trt.available(), reason="no TensorRT binding
 
 # Names the double calls its classes by (the bindings' names on the left).
 DOUBLE_CLASSES = {"Runtime": "FakeTrtRuntime", "ICudaEngine": "FakeTrtEngine",
-                  "IExecutionContext": "FakeTrtContext"}
+                  "IExecutionContext": "FakeTrtContext", "IRuntimeConfig": "FakeRuntimeConfig",
+                  "IRuntimeCache": "FakeRuntimeCache", "CudaGraphStrategy": "CudaGraphStrategy"}
 
 
 @pytest.mark.parametrize("name", TRT_API_USED)
@@ -29,10 +30,12 @@ def test_optional_attributes_exist_on_this_flavour(name):
     trt.resolve(name)
 
 
-@pytest.mark.parametrize("name", [n for n in TRT_API_USED if n.split(".")[0] in DOUBLE_CLASSES and "." in n])
+@pytest.mark.parametrize("name", [n for n in TRT_API_USED + TRT_API_OPTIONAL
+                                  if n.split(".")[0] in DOUBLE_CLASSES and "." in n])
 def test_double_covers_the_same_surface(name):
     # The double exercises the same calls; a name the route adds must be added to the double too.
     cls, attr = name.split(".")
     double = getattr(trt_double, DOUBLE_CLASSES[cls])
-    probe = double.__dict__.get(attr) or attr in double.__init__.__code__.co_names
+    probe = (double.__dict__.get(attr) or attr in getattr(double, "__members__", {})
+             or attr in double.__init__.__code__.co_names)
     assert probe, f"{DOUBLE_CLASSES[cls]} lacks {attr}"

@@ -179,6 +179,33 @@ def parse_network(builder, path: Path, logger: RecordingLogger, source: str | No
     return network, parser
 
 
+#: TensorRT attributes ``parser_refusals`` uses (tests/builder check them against the bindings).
+PARSER_API_USED: tuple[str, ...] = (
+    "OnnxParser.supports_model_v2", "OnnxParser.num_errors", "OnnxParser.get_error",
+    "Builder.create_network",
+)
+
+
+def parser_refusals(model: bytes) -> list[tuple[str, str, str]]:
+    """(node name, op type, reason) for each node the installed ONNX parser refuses; no build runs.
+
+    Example:
+        >>> parser_refusals(Path("custom.onnx").read_bytes())
+        [('my_custom_node', 'FancyUnknownOp', 'creator && "Plugin not found, ..."')]
+    """
+    mod = trt.bindings()
+    logger = RecordingLogger()
+    network = mod.Builder(logger.trt_logger).create_network(trt.network_flags())
+    parser = mod.OnnxParser(network, logger.trt_logger)
+    if parser.supports_model_v2(model):
+        return []
+    refused = []
+    for i in range(parser.num_errors):
+        err = parser.get_error(i)
+        refused.append((err.node_name() or f"#{err.node()}", err.node_operator() or "?", err.desc()))
+    return refused or [("?", "?", "; ".join(logger.errors()) or "the parser refused the model without a reason")]
+
+
 def configure(builder, network, config: CompileConfig, monitor: BuildProgress | None):
     """An ``IBuilderConfig`` carrying profiles, targets, optimisation level and workspace."""
     mod = trt.bindings()

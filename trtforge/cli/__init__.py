@@ -6,7 +6,19 @@ Example:
     $ trtforge demo
 """
 
-from trtforge.cli import bench, build, cache, demo, inspect, quantize, refit  # noqa: F401 - each registers its command
+from trtforge.cli import (  # noqa: F401 - each registers its command
+    bench,
+    build,
+    cache,
+    check,
+    compare,
+    debug,
+    demo,
+    doctor,
+    inspect,
+    quantize,
+    refit,
+)
 from trtforge.cli.app import app, main
 
 __all__ = ["app", "main"]

@@ -1,7 +1,8 @@
-"""``trtforge inspect``: a sidecar as tables, and the engine's sha256 checked against it.
+"""``trtforge inspect``: a sidecar as tables with the engine's sha256 checked, or an ONNX model described.
 
 Example:
     $ trtforge inspect out/efficientnet_lite0_fp16.json
+    $ trtforge inspect model.onnx      # ops, I/O, dtypes, Q/DQ coverage, nodes the parser refuses
 """
 
 from __future__ import annotations
@@ -14,14 +15,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from trtforge.cli.app import app, console, guarded, say_error
-from trtforge.core.errors import Unsupported
-
-
-def refuse_onnx(path: Path) -> None:
-    """``inspect X.onnx`` describes no ONNX model yet: say so instead of showing an engine's sidecar."""
-    if path.suffix.lower() == ".onnx":
-        raise Unsupported(f"{path} is an ONNX model; trtforge inspect reads an engine's sidecar (.json or "
-                          f".engine). Build it first (trtforge build {path}) and inspect the .json it writes")
 
 
 def _shape(shape: Any) -> str:
@@ -30,11 +23,16 @@ def _shape(shape: Any) -> str:
 
 @app.command()
 @guarded
-def inspect(path: Annotated[Path, typer.Argument(help="an .engine or its .json sidecar")]) -> None:
-    """Print a sidecar as tables and check the engine's sha256 against it."""
+def inspect(path: Annotated[Path, typer.Argument(help="an .engine, its .json sidecar, or an .onnx model")]) -> None:
+    """Print a sidecar as tables and check the engine's sha256 against it; or describe an ONNX model.
+
+    Exit 1 when the engine's sha256 does not match, or when the TensorRT parser refuses ONNX nodes.
+    """
     from trtforge.core.sidecar import EngineHashMismatch, read_sidecar
 
-    refuse_onnx(path)
+    if path.suffix.lower() == ".onnx":
+        _inspect_onnx(path)
+        return
     sc = read_sidecar(path)
     try:
         sc.verify_engine()
@@ -99,3 +97,39 @@ def _profile_table(sc: Any) -> Table:
         for name, triple in profile.items():
             prof.add_row(str(i), escape(name), _shape(triple["min"]), _shape(triple["opt"]), _shape(triple["max"]))
     return prof
+
+
+def _inspect_onnx(path: Path) -> None:
+    from trtforge.debug.onnx_inspect import describe_onnx
+
+    info = describe_onnx(path)
+    summary = Table(title=f"{escape(path.name)}  (opset {info.opset}, {info.nodes} nodes)", show_header=False)
+    summary.add_row("ops", ", ".join(f"{op} {n}" for op, n in info.ops.most_common()))
+    summary.add_row("dtypes", ", ".join(f"{k}: {v}" for k, v in info.dtypes.items()))
+    if info.qdq_pairs:
+        summary.add_row("Q/DQ", f"{info.qdq_pairs} QuantizeLinear; INT8 MAC layers {info.int8_mac_layers} of "
+                        f"{info.mac_layers} Conv/MatMul/Gemm")
+    else:
+        summary.add_row("Q/DQ", "none (not quantized)")
+    console.print(summary)
+    io = Table(title="inputs and outputs ('?' or a name: a dynamic dim)")
+    for col in ("", "name", "dtype", "shape"):
+        io.add_column(col)
+    for kind, rows in (("in", info.inputs), ("out", info.outputs)):
+        for name, dtype, dims in rows:
+            io.add_row(kind, escape(name), dtype, "×".join(dims))
+    console.print(io)
+    for note in info.notes:
+        console.print(f"note: {escape(note)}", soft_wrap=True)
+    if info.refused is None:
+        return
+    if not info.refused:
+        console.print(f"[green]{escape(info.parser)} ONNX parser: accepts every node[/] (checked without building)")
+        return
+    refused = Table(title=f"nodes the {escape(info.parser)} ONNX parser refuses (checked without building)")
+    for col in ("node", "op", "why"):
+        refused.add_column(col)
+    for node, op, why in info.refused:
+        refused.add_row(escape(node), escape(op), escape(why))
+    console.print(refused)
+    raise typer.Exit(1)

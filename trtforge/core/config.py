@@ -326,7 +326,8 @@ class CompileConfig:
         cli=CliFlag(list[str] | None, None, to_field=parse_shapes,
                     help="NAME:MIN:OPT:MAX, dims joined by x (repeatable), e.g. x:1x3x32x32:1x3x640x640:1x3x1280x1280"))
     keep_fp32: tuple[str, ...] = option(
-        (), affects=GRAPH, help="fp16/bf16: keep nodes whose name matches this regex in FP32 (reason recorded)",
+        (), affects=GRAPH, help="fp16/bf16: keep nodes matching this regex (node name, first output, layer) or op "
+                                "type in FP32 (repeatable; reason recorded; trtforge debug precision prints them)",
         cli=CliFlag(list[str] | None, None, to_field=_tuple, help="fp16/bf16: keep nodes matching this regex FP32"))
     overwrite: bool = option(False, affects=OUTPUT, cli=CliFlag(bool),
                              help="replace a different trtforge build of the same name in output_dir")
@@ -370,6 +371,7 @@ class CompileConfig:
                      "strict_accuracy"):
             normalised[flag] = bool(getattr(self, flag))
         check_batch_and_shapes(normalised["batch"], normalised["shapes"])
+        validate_patterns(normalised["keep_fp32"], "keep_fp32")
         for key, value in normalised.items():
             object.__setattr__(self, key, value)
 
@@ -412,6 +414,8 @@ class CompileConfig:
             data["keep_fp32"] = list(self.keep_fp32)
         if self.precision == "int8":
             data["quant"] = {k: v for k, v in self.quant.as_dict().items() if k != "cache_dir"}
+        if self.keep_fp32:
+            data["keep_fp32"] = list(self.keep_fp32)
         return data
 
     def check_toolchain(self) -> None:

@@ -145,6 +145,22 @@ def info() -> TrtInfo:
     return _features(bindings())
 
 
+def installed() -> dict[str, TrtInfo | str]:
+    """Every flavour in ``FLAVOURS``: its features when it imports, else the import error (``doctor``).
+
+    Example:
+        >>> trt.installed()
+        {'tensorrt': "No module named 'tensorrt'", 'tensorrt_rtx': TrtInfo(flavour='tensorrt_rtx', ...)}
+    """
+    found: dict[str, TrtInfo | str] = {}
+    for name in FLAVOURS:
+        try:
+            found[name] = _features(importlib.import_module(name))
+        except ImportError as exc:
+            found[name] = str(exc) or type(exc).__name__
+    return found
+
+
 def network_flags() -> int:
     """Creation flags for a strongly typed network on every flavour."""
     mod = bindings()

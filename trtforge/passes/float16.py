@@ -19,6 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from trtforge.core.errors import InvalidArgument
+from trtforge.passes.graph import attr as attr_value
 from trtforge.passes.graph import has_qdq, infer_shapes
 from trtforge.passes.ops import NORMALIZATION_OPS
 
@@ -367,3 +368,37 @@ def convert_float(model: ir.Model, dtype: str = "float16") -> ir.Model:
     """
     infer_types(model)
     return apply_float(model, plan_float(model, dtype))
+
+
+def upcast_float16(model: ir.Model) -> ir.Model:
+    """Every FP16 tensor, cast, constant and Q/DQ scale of ``model`` back to FP32, in place.
+
+    ONNX Runtime's CPU provider mis-evaluates Q/DQ graphs with FP16 scales
+    (``trtforge.core.ort_session``); the upcast graph simulates the same INT8 grid with FP32 scales,
+    as the quantizer's accuracy report does. Layer names stay, so it lines up with the FP32 reference.
+
+    Example:
+        >>> sim = upcast_float16(load_ir(Path("lite0_int8.onnx")))
+        >>> dtype_summary(sim).get("float16", 0)
+        0
+    """
+    half, full = ir.DataType.FLOAT16, ir.DataType.FLOAT
+    for value in model.graph.initializers.values():
+        if value.dtype == half and value.const_value is not None:
+            value.const_value = ir.tensor(value.const_value.numpy().astype(np.float32), name=value.name)
+            value.dtype = full
+    for node in model.graph.all_nodes():
+        if node.op_type == "Cast" and attr_value(node, "to") == int(half):
+            node.attributes["to"] = ir.AttrInt64("to", int(full))
+        tensor = attr_value(node, "value")
+        if node.op_type in ("Constant", "ConstantOfShape") and isinstance(tensor, ir.TensorProtocol) \
+                and tensor.dtype == half:
+            node.attributes["value"] = ir.AttrTensor("value", ir.tensor(tensor.numpy().astype(np.float32),
+                                                                         name=tensor.name))
+        for out in node.outputs:
+            if out.dtype == half:
+                out.dtype = full
+    for value in model.graph.inputs:
+        if value.dtype == half:
+            value.dtype = full
+    return model

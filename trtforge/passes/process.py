@@ -61,8 +61,7 @@ def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None,
     ``keep_fp32``: name patterns of nodes the user keeps in FP32 (``passes.keep``).
 
     FP32 returns ``reference`` itself. INT8 needs the plan ``trtforge.quantize`` computed on
-    ``reference``; when that plan keeps every layer in FP16 the build is an FP16 one. ``keep_fp32``:
-    name patterns of nodes the FP16/BF16 pass keeps in FP32 (``passes.keep``).
+    ``reference``; when that plan keeps every layer in FP16 the build is an FP16 one.
     """
     if precision not in FLOAT_OF_PRECISION:
         raise InvalidArgument(f"precision={precision!r}; choose one of {', '.join(FLOAT_OF_PRECISION)}")

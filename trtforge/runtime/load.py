@@ -71,7 +71,8 @@ def load(
 ) -> Engine:
     """Load the engine at ``path`` (the ``.engine``, its ``.json`` sidecar, or an ``.onnx``).
 
-    Options per route: ``tensorrt``: ``cuda_graph``, ``allow_host_code``; ``compiled``:
+    Options per route: ``tensorrt``: ``cuda_graph``, ``allow_host_code``, ``runtime_cache`` (a
+    ``trtforge.cache.runtime_cache.RuntimeCacheStore``: TensorRT-RTX JIT kernels kept across processes); ``compiled``:
     ``compile_mode``, ``aot_package`` (default: ``<name>_aot_<device>.pt2`` beside the engine, used
     when it exists; ``False``: compile the model instead), ``aot_probe`` (default True: load the
     package in a child process first, see ``aot_probe``); ``onnxruntime``: ``onnx`` ("reference" FP32 graph, default, or "processed").

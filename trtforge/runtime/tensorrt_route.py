@@ -14,6 +14,12 @@ How a call runs:
 - with ``cuda_graph=True`` a call is captured once per binding set (profile, shapes, input
   addresses) and replayed after; it pays off when callers reuse their input buffers (at most 16
   binding sets are kept, least recently used dropped);
+- where the flavour offers ``ICudaEngine.create_runtime_config`` (TensorRT-RTX), every context is
+  created from one runtime config: ``cuda_graph=True`` sets its ``cuda_graph_strategy`` to
+  ``WHOLE_GRAPH_CAPTURE`` (the runtime captures and replays itself, instead of our capture), and
+  ``runtime_cache=`` (a ``trtforge.cache.runtime_cache.RuntimeCacheStore``) loads the kernels its
+  JIT compiled in an earlier process and stores them again on ``close()``, so a second process skips
+  the compilation; everything found by hasattr;
 - ``capturable_forward`` (the ``CapturableEngine`` protocol) binds tensors the caller already
   holds in the engine's input format and enqueues on the current stream, with no copy or check
   that would break a capture: the predictor captures preprocessing, the engine and decoding as
@@ -44,7 +50,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -78,8 +84,21 @@ TRT_API_USED: tuple[str, ...] = (
     "IExecutionContext.execute_async_v3",
 )
 
-#: Used only when present (found by hasattr on the object): flavours differ here.
-TRT_API_OPTIONAL: tuple[str, ...] = ("Runtime.engine_host_code_allowed",)
+#: Used only when present (found by hasattr on the object): flavours differ here. TensorRT-RTX
+#: creates contexts from a runtime config, which carries the JIT runtime cache and the CUDA-graph strategy.
+TRT_API_OPTIONAL: tuple[str, ...] = (
+    "Runtime.engine_host_code_allowed", "ICudaEngine.create_runtime_config",
+    "IRuntimeConfig.create_runtime_cache", "IRuntimeConfig.set_runtime_cache", "IRuntimeConfig.cuda_graph_strategy",
+    "IRuntimeCache.serialize", "IRuntimeCache.deserialize", "CudaGraphStrategy.WHOLE_GRAPH_CAPTURE",
+)
+
+
+class RuntimeCacheStore(Protocol):
+    """Where the route keeps JIT runtime-cache blobs (``trtforge.cache.runtime_cache.RuntimeCacheStore``)."""
+
+    def load(self, engine_sha256: str, gpu: str, flavour: str) -> bytes | None: ...
+
+    def save(self, blob: bytes, engine_sha256: str, gpu: str, flavour: str) -> Any: ...
 
 class HostCodeRefused(NotPermitted):
     """The engine embeds host code and the caller did not allow it."""
@@ -119,6 +138,7 @@ class TensorRTEngine(EngineBase):
         allow_host_code: bool = False,
         bindings: ModuleType | None = None,
         sidecar: Sidecar | None = None,
+        runtime_cache: RuntimeCacheStore | None = None,
     ) -> None:
         self.sidecar = sidecar if sidecar is not None else read_sidecar(Path(path))
         engine_path = self.sidecar.verify_engine()  # refuse changed bytes before deserializing
@@ -159,6 +179,48 @@ class TensorRTEngine(EngineBase):
         self.inputs, self.outputs = self._read_io()
         self.profiles = self._read_profiles()
         self._contexts: dict[int, _ContextState] = {}
+        self._configure_runtime(cuda_graph, runtime_cache)
+
+    # -- TensorRT-RTX runtime config -----------------------------------------------------------
+    def _configure_runtime(self, cuda_graph: bool, store: RuntimeCacheStore | None) -> None:
+        """Where the flavour offers ``create_runtime_config`` (TensorRT-RTX): one config for every
+        context, with the runtime's own CUDA-graph strategy for ``cuda_graph=True`` and the JIT
+        runtime cache from ``store``. Found by hasattr; other flavours keep plain contexts."""
+        self._runtime_config = self._runtime_cache = self._store = None
+        self.native_cuda_graph = self.runtime_cache_loaded = False
+        create = getattr(self._engine, "create_runtime_config", None)
+        if create is None:
+            return
+        config = create()
+        strategy = getattr(self._trt, "CudaGraphStrategy", None)
+        if cuda_graph and strategy is not None and hasattr(config, "cuda_graph_strategy"):
+            config.cuda_graph_strategy = strategy.WHOLE_GRAPH_CAPTURE  # the runtime captures and replays
+            self.native_cuda_graph = True
+        if store is not None and hasattr(config, "create_runtime_cache"):
+            cache = config.create_runtime_cache()
+            blob = store.load(**self.runtime_cache_facts())
+            # deserialize checks the blob against this engine, GPU and release; False leaves it empty.
+            self.runtime_cache_loaded = bool(blob) and bool(cache.deserialize(blob))
+            config.set_runtime_cache(cache)
+            self._runtime_cache, self._store = cache, store
+        self._runtime_config = config
+
+    def runtime_cache_facts(self) -> dict[str, str]:
+        """What a runtime-cache blob depends on: this engine's sha256, the GPU, the flavour and version."""
+        if self._device.type == "cuda":
+            major, minor = torch.cuda.get_device_capability(self._device)
+            gpu = f"{torch.cuda.get_device_name(self._device)} sm{major}{minor}"
+        else:
+            gpu = str(self._device)
+        flavour = f"{self._trt.__name__} {getattr(self._trt, '__version__', 'unknown')}"
+        return {"engine_sha256": self.sidecar.engine_sha256, "gpu": gpu, "flavour": flavour}
+
+    def save_runtime_cache(self) -> bool:
+        """Store the kernels the runtime compiled so far (``close()`` does this); True when stored."""
+        if self._runtime_cache is None or self._store is None:
+            return False
+        blob = bytes(memoryview(self._runtime_cache.serialize()))
+        return bool(blob) and self._store.save(blob, **self.runtime_cache_facts()) is not None
 
     # -- reading the engine ---------------------------------------------------------------
     def _read_io(self) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
@@ -204,7 +266,10 @@ class TensorRTEngine(EngineBase):
         state = self._contexts.get(profile)
         if state is not None:
             return state
-        context = self._engine.create_execution_context()
+        if self._runtime_config is not None:
+            context = self._engine.create_execution_context(self._runtime_config)
+        else:
+            context = self._engine.create_execution_context()
         if context is None:
             raise Unsupported("TensorRT could not create an execution context (out of GPU memory?); "
                               "free GPU memory or load fewer engines")
@@ -227,7 +292,7 @@ class TensorRTEngine(EngineBase):
             buffer = torch.empty(shape, dtype=torch_dtype(spec.dtype), device=self._device)
             context.set_tensor_address(spec.name, buffer.data_ptr())
             state.buffers[spec.name] = buffer
-        if self.cuda_graph:
+        if self.cuda_graph and not self.native_cuda_graph:  # the runtime's own strategy replays otherwise
             state.graphs = GraphCache(self._device)
         self._contexts[profile] = state
         return state
@@ -308,13 +373,16 @@ class TensorRTEngine(EngineBase):
             raise TensorRTRuntimeError("TensorRT execute_async_v3 failed; the log above says why")
 
     def close(self) -> None:
-        """Free contexts, graphs, output buffers and the engine (idempotent)."""
+        """Store the runtime cache; free contexts, graphs, output buffers and the engine (idempotent)."""
         with self._lock:
+            if self._engine is not None:
+                self.save_runtime_cache()
             for state in self._contexts.values():
                 if state.graphs is not None:
                     state.graphs.clear()
                 state.buffers.clear()
             self._contexts.clear()
+            self._runtime_config = self._runtime_cache = None
             self._engine = None
             self._runtime = None
             self._closed = True

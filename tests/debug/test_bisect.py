@@ -1,0 +1,138 @@
+"""Precision bisection: the fewest layers to keep in higher precision, and the build flags that reproduce it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from typer.testing import CliRunner
+
+from trtforge.cli import app
+from trtforge.debug.bisect import bisect_float, shortest_prefix
+from trtforge.debug.inputs import split_batches
+from trtforge.passes.graph import load_ir
+from trtforge.passes.process import process
+from trtforge.quantize.report import run_model
+
+runner = CliRunner()
+
+
+def _rounding_model(path):
+    """y = (x * 1.0002 - x) * 1000 + 0.5: FP16 rounds the constant 1.0002 to 1.0, and y to 0.5.
+
+    ONNX Runtime's CPU provider computes FP16 nodes in FP32 where it lacks FP16 kernels, so what
+    shows there is FP16 weights and constants; this one breaks the output and no float-pass rule
+    sees it (1.0002 is inside FP16's range), so the bisection must find the node that uses it.
+    """
+    consts = [numpy_helper.from_array(np.array(v, np.float32), n)
+              for n, v in (("c", 1.0002), ("k", 1000.0), ("half", 0.5))]
+    nodes = [helper.make_node("Mul", ["x", "c"], ["h1"], name="scale"),
+             helper.make_node("Sub", ["h1", "x"], ["h2"], name="diff"),
+             helper.make_node("Mul", ["h2", "k"], ["h3"], name="gain"),
+             helper.make_node("Add", ["h3", "half"], ["y"], name="offset")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])], consts)
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    return path
+
+
+def _batches(seed: int, n: int = 64):
+    rng = np.random.default_rng(seed)
+    return split_batches({"x": rng.uniform(0.8, 1.2, (n, 8)).astype(np.float32)}, 16)
+
+
+def test_shortest_prefix_worked_example():
+    calls = []
+
+    def holds(kept):
+        calls.append(kept)
+        return {"b"} <= kept
+
+    assert shortest_prefix(["a", "b", "c", "d"], holds) == {"b"}
+    assert shortest_prefix(["a", "b"], lambda kept: True) == frozenset()
+
+
+def test_fp16_bisection_finds_the_rounding_node_and_the_build_keeps_it(tmp_path):
+    path = _rounding_model(tmp_path / "rounding.onnx")
+    model = load_ir(path)
+    plain = run_model(process(load_ir(path), "fp16").model, _batches(1))[0]
+    np.testing.assert_allclose(plain, 0.5)  # FP16 as the float pass makes it: the x-term is gone
+    result = bisect_float(model, _batches(1), _batches(2), "rel_l2", 1e-2)
+    assert result.kept == ("scale",) and result.reached
+    assert result.baseline > 0.1 and result.held_out_value < 1e-2
+    flags = shlex.split(result.build_flags)
+    assert flags == ["--precision", "fp16", "--keep-fp32", "^scale$"]
+    out = tmp_path / "out"
+    built = runner.invoke(app, ["build", str(path), *flags, "--batch", "1:4:16", "-o", str(out), "--quiet"])
+    assert built.exit_code == 0, built.output
+    sidecar = json.loads(next(out.glob("*.json")).read_text())
+    assert "keep_fp32" in sidecar["precision"]["fp32_nodes"]["scale"]
+
+
+def test_debug_precision_command_fp16(tmp_path):
+    path = _rounding_model(tmp_path / "rounding.onnx")
+    data = tmp_path / "x.npy"
+    np.save(data, np.random.default_rng(0).uniform(0.8, 1.2, (96, 8)).astype(np.float32))
+    result = runner.invoke(app, ["debug", "precision", str(path), "--precision", "fp16", "--metric", "rel_l2",
+                                 "--target", "0.01", "--data", str(data), "--samples", "32", "--held-out", "32"])
+    assert result.exit_code == 0, result.output
+    assert "--keep-fp32 '^scale$'" in result.output
+    bad = runner.invoke(app, ["debug", "precision", str(path), "--metric", "accuracy"])
+    assert bad.exit_code == 2 and "--metric accuracy" in bad.output
+
+
+@pytest.mark.parametrize("value", ["[unclosed"])
+def test_keep_fp32_patterns_are_checked(value):
+    from trtforge.core.config import CompileConfig, ConfigError
+
+    with pytest.raises(ConfigError, match="keep_fp32 pattern"):
+        CompileConfig(keep_fp32=(value,))
+
+
+def _outlier_net(path):
+    """conv1 → ×[1000, 1, …] per channel → conv2 → relu → conv3. conv2's input has one huge channel (its
+    weights undo the gain), so its per-tensor INT8 scale wipes out the other seven channels: the one
+    layer the INT8 bisection must keep."""
+    rng = np.random.default_rng(0)
+    weights = {f"w{i}": rng.normal(0, 0.3, (8, 4 if i == 1 else 8, 3, 3)).astype(np.float32) for i in (1, 2, 3)}
+    weights["w2"][:, 0] /= 1000.0  # the outlier channel contributes as much as the others to conv2's output
+    gain = np.ones((1, 8, 1, 1), np.float32)
+    gain[0, 0] = 1000.0
+    inits = [numpy_helper.from_array(v, k) for k, v in weights.items()] + [numpy_helper.from_array(gain, "gain")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["c1", "gain"], ["g"], name="outlier"),
+             helper.make_node("Conv", ["g", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w3"], ["y"], name="conv3", pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8, 8, 8])], inits)
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString())
+    return path
+
+
+def test_int8_bisection_keeps_the_layer_with_the_outlier_input_and_the_flags_reproduce_it(tmp_path):
+    from trtforge.core.config import QuantConfig
+    from trtforge.debug.bisect import bisect_int8
+    from trtforge.passes.graph import ensure_node_names
+    from trtforge.quantize import placement
+
+    rng = np.random.default_rng(3)
+    x = {"x": rng.normal(0, 1, (48, 4, 8, 8)).astype(np.float32)}
+    search = split_batches({"x": rng.normal(0, 1, (32, 4, 8, 8)).astype(np.float32)}, 8)
+    held = split_batches({"x": rng.normal(0, 1, (32, 4, 8, 8)).astype(np.float32)}, 8)
+    model = load_ir(_outlier_net(tmp_path / "outlier.onnx"))
+    result = bisect_int8(model, search, held, "rel_l2", 0.05, x)
+    assert result.baseline > 0.05  # every layer in INT8 misses the target
+    assert result.kept == ("w2",) and result.reached  # conv2, labelled by its weight and result.held_out_value <= 0.05
+    assert result.candidates == 3 and result.order in ("sensitivity", "graph")
+    # The printed flags, as trtforge build parses them, place exactly that.
+    flags = shlex.split(result.build_flags)
+    excludes = [flags[i + 1] for i, f in enumerate(flags) if f == "--exclude"]
+    includes = [flags[i + 1] for i, f in enumerate(flags) if f == "--include"]
+    decisions = placement.decide(placement.analyse(ensure_node_names(load_ir(tmp_path / "outlier.onnx"))),
+                                 excludes, includes)
+    assert {o for o, why in decisions.items() if why} == {"c2"}
+    assert QuantConfig(exclude=tuple(excludes), include=tuple(includes)).exclude == ("^w2$",)

@@ -1,0 +1,49 @@
+"""``trtforge inspect MODEL.onnx``: ops, I/O with dynamic dims, dtypes, Q/DQ coverage, parser refusals."""
+
+from __future__ import annotations
+
+import pytest
+from onnx import TensorProto, helper
+from typer.testing import CliRunner
+
+from trtforge.cli import app
+from trtforge.core import trt
+from trtforge.debug.onnx_inspect import describe_onnx
+
+runner = CliRunner()
+needs_trt = pytest.mark.skipif(not trt.available(), reason="no TensorRT bindings installed")
+
+
+def _custom_op_model(path):
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["h"], name="ok_relu"),
+         helper.make_node("FancyUnknownOp", ["h"], ["z"], name="my_custom_node", domain="com.example"),
+         helper.make_node("Relu", ["z"], ["y"], name="after")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("com.example", 1)])
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+@needs_trt
+def test_a_node_the_parser_refuses_is_named(tmp_path):
+    path = _custom_op_model(tmp_path / "custom.onnx")
+    info = describe_onnx(path)
+    assert [r[:2] for r in info.refused] == [("my_custom_node", "FancyUnknownOp")]
+    result = runner.invoke(app, ["inspect", str(path)])
+    assert result.exit_code == 1, result.output
+    assert "my_custom_node" in result.output and "FancyUnknownOp" in result.output
+    assert "batch×4" in result.output  # the dynamic dim keeps its name
+
+
+@needs_trt
+def test_lite0_fp32_and_its_int8_graph(lite0_onnx, tmp_path):
+    info = describe_onnx(lite0_onnx)
+    assert info.refused == [] and info.ops["Conv"] == 49 and info.qdq_pairs == 0
+    assert info.inputs[0][0] == "images" and info.inputs[0][2][1:] == ("3", "224", "224")
+    assert info.inputs[0][2][0] not in ("1", "3")  # the exported batch dim is dynamic
+    result = runner.invoke(app, ["inspect", str(lite0_onnx)])
+    assert result.exit_code == 0, result.output
+    assert "accepts every node" in result.output and "Conv 49" in result.output and "not quantized" in result.output

@@ -1,0 +1,81 @@
+"""``trtforge check ARTIFACT``: does the engine give the reference's answers on this machine? Exit 0 or 1.
+
+Example:
+    $ trtforge check out/efficientnet_lite0_fp16.json --route tensorrt --samples 64
+    $ trtforge check out/efficientnet_lite0_fp16.json --route onnxruntime --inputs inputs.npz
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from trtforge.cli.app import EXIT_FAILED, app, console, guarded, say_error
+
+#: Options ``check`` and ``compare`` share.
+DeviceOption = Annotated[str | None, typer.Option(help="e.g. cuda:0 or cpu (default: the route's)")]
+InputsOption = Annotated[Path | None, typer.Option(help=".npz with one array per input, instead of --samples")]
+LimitOption = Annotated[float | None, typer.Option(help="override the tolerance of the task's metric")]
+
+
+@app.command()
+@guarded
+def check(
+    artifact: Annotated[Path, typer.Argument(help="an .engine or its .json sidecar")],
+    route: Annotated[str, typer.Option(help="tensorrt | eager | fp16 | cuda_graph | compiled | onnxruntime")] = "tensorrt",
+    device: DeviceOption = None,
+    samples: Annotated[int, typer.Option(help="samples made from the sidecar (photo crops for image models)")] = 32,
+    inputs: InputsOption = None,
+    limit: LimitOption = None,
+    repeats: Annotated[int, typer.Option(help="timed calls for the steady-state latency")] = 20,
+) -> None:
+    """Run ARTIFACT through --route and compare it with its FP32 reference ONNX in ONNX Runtime."""
+    from trtforge.debug.check import CannotRunHere, check_artifact
+
+    try:
+        report = check_artifact(artifact, route=route, device=device, samples=samples, inputs=inputs, limit=limit,
+                                repeats=repeats)
+    except CannotRunHere as exc:
+        say_error(str(exc))
+        raise typer.Exit(EXIT_FAILED) from exc
+    print_check(report)
+    if not report.passed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def print_judgement(title: str, j) -> None:
+    """Every output's metrics as a table (``check`` and ``compare``)."""
+    table = Table(title=title)
+    for col in ("output", "rel. L2", "max abs", "cosine", "top-1 agree"):
+        table.add_column(col, justify="left" if col == "output" else "right")
+    for o in j.outputs:
+        table.add_row(escape(o.name), f"{o.rel_l2:.3e}", f"{o.max_abs:.3e}", f"{o.cosine:.6f}",
+                      "-" if o.top1 is None else f"{o.top1:.3f}")
+    console.print(table)
+
+
+def print_verdict(j) -> None:
+    """PASS with the limit, or FAIL with each output that missed it."""
+    if j.passed:
+        sign = "≤" if j.metric == "rel_l2" else "≥"
+        console.print(f"[bold green]PASS[/]: {j.metric} {sign} {j.limit:g} on every output")
+    else:
+        console.print(f"[bold red]FAIL[/]: {escape('; '.join(j.failures))}", soft_wrap=True)
+
+
+def print_check(report) -> None:
+    """The report as a table, the timings, the verdict line and, on failure, the next step."""
+    j, t = report.judgement, report.timing
+    print_judgement(f"check {escape(report.name)}: route {report.route} on {report.device} vs ONNX Runtime FP32 "
+                    f"({report.samples} samples, batch {report.batch}; task {j.task}, tolerances for {j.precision})", j)
+    cached = ("" if t.first_call_cached_ms is None
+              else f" ({t.first_call_cached_ms:.1f} ms with the JIT runtime cache a first load stored)")
+    console.print(f"first call {t.first_call_ms:.1f} ms{cached}, steady state {t.steady_ms:.3f} ms/batch, "
+                  f"{t.memory_kind} {t.memory_mib:.0f}")
+    print_verdict(j)
+    if not report.passed:
+        console.print(f"next: {escape(report.hint or '')}", soft_wrap=True)

@@ -1,0 +1,265 @@
+"""Precision bisection: the fewest layers to keep in higher precision so that a metric meets its target.
+
+Polygraphy's ``debug precision`` approach, on trtforge's own graphs in ONNX Runtime: order the
+layers, then bisect for the shortest prefix of that order whose layers, kept in higher precision,
+bring the metric to its target; then try each kept layer back (least harmful first) and leave it
+out when the target still holds. Two orders are searched and the smaller set wins:
+
+- ``graph``: the layers in graph order (Polygraphy's);
+- ``sensitivity`` (INT8): the ranking the quantizer's placement computes (``quantize.sensitivity.rank_groups``:
+  each layer alone in INT8, most harmful first).
+
+INT8 keeps layers in FP16: the plan is exactly what ``trtforge build --precision int8 --include '.*'
+--exclude PATTERN ...`` computes (``placement.decide``), simulated with FP32 scales. The search runs
+on one set of samples, against the one-sided 95 % confidence bound of the metric (as INT8 auto
+placement does), and the result is measured again on held-out samples.
+
+Example:
+    >>> result = bisect_int8(fp32, search, held_out, "top1_agreement", 0.95, calibration)
+    >>> result.kept, result.held_out_value
+    (('/_blocks.1/_depthwise_conv/Conv', '/_conv_stem/Conv'), 0.961)
+    >>> result.build_flags
+    "--precision int8 --include '.*' --exclude '^/_blocks\\.1/_depthwise_conv/Conv$' ..."
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+
+from trtforge.core.budget import METRICS, ErrorBudget
+from trtforge.core.config import FLOAT_OF_PRECISION, QuantConfig
+from trtforge.core.errors import InvalidArgument
+
+Batches = list[dict[str, np.ndarray]]
+#: The orders searched (see the module docstring).
+ORDERS: tuple[str, ...] = ("sensitivity", "graph")
+
+
+@dataclass(frozen=True)
+class BisectResult:
+    """The layers to keep, the metric on the search and held-out samples, and how to build it."""
+
+    precision: str
+    metric: str
+    target: float
+    kept: tuple[str, ...]
+    search_value: float
+    held_out_value: float
+    baseline: float  # nothing kept: every candidate layer in the lower precision
+    candidates: int
+    evaluations: int
+    order: str
+    reached: bool  # on the search samples; ``held_out_value`` says whether it carries over
+    build_flags: str
+
+
+def _pattern(label: str) -> str:
+    return f"^{re.escape(label)}$"
+
+
+def int8_build_flags(labels: Sequence[str], calibrator: str) -> str:
+    """The ``trtforge build`` flags whose placement keeps exactly ``labels`` in FP16 (all else INT8)."""
+    parts = ["--precision", "int8", "--calibrator", calibrator, "--no-bias-correction", "--include", ".*"]
+    for label in labels:
+        parts += ["--exclude", _pattern(label)]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def shortest_prefix(order: Sequence[str], holds: Callable[[frozenset[str]], bool]) -> frozenset[str]:
+    """The shortest prefix of ``order`` for which ``holds`` (bisection), then each member tried back out.
+
+    ``holds`` must hold for the whole of ``order``. Example (worked): with ``holds = {"b"} <= kept``
+    and order ``a b c d``, the bisection finds ``{a, b}`` and pruning leaves ``{b}``.
+    """
+    if holds(frozenset()):
+        return frozenset()
+    lo, hi = 0, len(order)  # fails at lo, holds at hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if holds(frozenset(order[:mid])):
+            hi = mid
+        else:
+            lo = mid
+    kept = set(order[:hi])
+    for name in reversed(order[:hi]):  # least harmful (latest) first
+        trial = frozenset(kept - {name})
+        if holds(trial):
+            kept = set(trial)
+    return frozenset(kept)
+
+
+class Int8Search:
+    """Calibrated once; evaluates "these layers kept in FP16" as the build would place them."""
+
+    def __init__(self, model: ir.Model, calibration, config: QuantConfig, preprocessing: Mapping | None) -> None:
+        from trtforge.quantize import placement
+        from trtforge.quantize.calibration import build_full_plan, calibrate_model, split_samples
+
+        self.model, self.config = model, config
+        self.data = split_samples(model, calibration, config, dict(preprocessing) if preprocessing else None)
+        self.analysis = placement.analyse(model)
+        if not self.analysis.candidates:
+            raise InvalidArgument("the graph has no Conv/MatMul/Gemm layer to quantize; nothing to bisect")
+        amax, shapes = calibrate_model(model, self.analysis, self.data.calib_batches, config)
+        self.full = build_full_plan(model, self.analysis, amax, shapes, config.calibrator)
+        self.labels = {c.output: c.label for c in self.analysis.candidates}
+
+    def plan(self, kept_labels: frozenset[str]):
+        from trtforge.quantize import placement
+        from trtforge.quantize.calibration import plan_from_decisions
+
+        decisions = placement.decide(self.analysis, [_pattern(lab) for lab in sorted(kept_labels)], (".*",))
+        return plan_from_decisions(self.full, decisions)
+
+    def outputs(self, kept_labels: frozenset[str], batches: Batches) -> list[np.ndarray]:
+        from trtforge.passes.qdq import apply_plan
+        from trtforge.quantize.report import run_model
+
+        plan = self.plan(kept_labels)
+        return run_model(apply_plan(self.model, plan) if plan.layers else self.model, batches)
+
+    def orders(self) -> dict[str, list[str]]:
+        from trtforge.quantize.sensitivity import rank_groups
+
+        ranking = rank_groups(self.model, self.full, self.analysis, self.data.held_batches)
+        by_harm = list(dict.fromkeys(self.labels[o] for row in ranking for o in row["layers"]))
+        return {"sensitivity": by_harm, "graph": [c.label for c in self.analysis.candidates]}
+
+
+def _bisect(
+    model: ir.Model, outputs: Callable[[frozenset[str], Batches], list[np.ndarray]], orders: Mapping[str, Sequence[str]],
+    search: Batches, held_out: Batches, metric: str, target: float,
+) -> dict:
+    """The search both precisions share: the smallest kept set over ``orders``, measured on both sample sets."""
+    from trtforge.quantize.report import run_model
+
+    budget = ErrorBudget.of(**{metric: target})
+    search_ref, held_ref = run_model(model, search), run_model(model, held_out)
+    cache: dict[frozenset[str], tuple[float, float]] = {}
+
+    def measured(kept: frozenset[str]) -> tuple[float, float]:
+        """(mean, one-sided 95 % confidence bound) of the metric on the search samples."""
+        if kept not in cache:
+            out = outputs(kept, search)
+            cache[kept] = budget.measure(search_ref, out)[metric], budget.bounds(search_ref, out)[metric]
+        return cache[kept]
+
+    def holds(kept: frozenset[str]) -> bool:
+        # The bound, not the mean: a search that stops right at the target would otherwise land on
+        # the wrong side of it on new samples about half the time (core.budget).
+        return budget.holds({metric: measured(kept)[1]})
+
+    every = frozenset(name for order in orders.values() for name in order)
+    if holds(every):
+        found = [(len(kept), i, name, kept) for i, (name, kept) in
+                 enumerate((name, shortest_prefix(list(order), holds)) for name, order in orders.items())]
+        _, _, order, kept = min(found, key=lambda r: r[:2])
+    else:
+        order, kept = "none", every  # even everything kept misses the target: say so
+    held_value = budget.measure(held_ref, outputs(kept, held_out))[metric]
+    return {"kept": kept, "order": order, "search_value": measured(kept)[0], "held_out_value": held_value,
+            "baseline": measured(frozenset())[0], "candidates": len(every), "evaluations": len(cache),
+            "reached": holds(kept)}
+
+
+def bisect_int8(
+    fp32: ir.Model, search: Batches, held_out: Batches, metric: str, target: float, calibration,
+    preprocessing: Mapping | None = None, config: QuantConfig | None = None, orders: Sequence[str] = ORDERS,
+) -> BisectResult:
+    """The fewest layers to keep in FP16 so that ``metric`` (INT8 vs FP32) meets ``target`` on ``search``.
+
+    ``calibration`` is anything ``trtforge build --calib`` takes (images folder, arrays, input dicts).
+    """
+    from trtforge.passes.graph import QDQ_OPSET, ensure_node_names, ensure_opset, fresh_ir
+
+    if metric not in METRICS:
+        raise InvalidArgument(f"metric {metric!r}; choose one of {', '.join(METRICS)}")
+    config = config or QuantConfig(bias_correction=False)
+    model = ensure_node_names(ensure_opset(fresh_ir(fp32), QDQ_OPSET))
+    engine = Int8Search(model, calibration, config, preprocessing)
+    ranked = engine.orders()
+    found = _bisect(model, engine.outputs, {name: ranked[name] for name in orders}, search, held_out, metric, target)
+    kept = sorted(found.pop("kept"))
+    return BisectResult("int8", metric, target, tuple(kept), **found,
+                        build_flags=int8_build_flags(kept, config.calibrator))
+
+
+def bisect_float(
+    fp32: ir.Model, search: Batches, held_out: Batches, metric: str, target: float, precision: str = "fp16",
+) -> BisectResult:
+    """The fewest nodes to keep in FP32 (graph order, Polygraphy's) so that ``metric`` (FP16/BF16 vs FP32)
+    meets ``target``; the graph is exactly what ``trtforge build --keep-fp32 ...`` builds."""
+    from trtforge.passes.float16 import infer_types, plan_float
+    from trtforge.passes.graph import copy_model, ensure_node_names, load_ir
+    from trtforge.passes.process import process
+    from trtforge.quantize.report import run_model
+
+    if metric not in METRICS:
+        raise InvalidArgument(f"metric {metric!r}; choose one of {', '.join(METRICS)}")
+    if precision not in ("fp16", "bf16"):
+        raise InvalidArgument(f"precision={precision!r}: float bisection is for fp16 or bf16")
+    model = infer_types(ensure_node_names(copy_model(load_ir(fp32))))
+    already = plan_float(model, FLOAT_OF_PRECISION[precision]).fp32_nodes
+    order = [node.name for node in model.graph if node.name not in already
+             and any(o.dtype is not None and o.dtype.is_floating_point() for o in node.outputs)]
+
+    def outputs(kept: frozenset[str], batches: Batches) -> list[np.ndarray]:
+        patterns = tuple(_pattern(name) for name in sorted(kept))
+        return run_model(process(model, precision, keep_fp32=patterns).model, batches)
+
+    found = _bisect(model, outputs, {"graph": order}, search, held_out, metric, target)
+    kept = sorted(found.pop("kept"))
+    flags = " ".join(shlex.quote(p) for p in ["--precision", precision,
+                                              *[x for name in kept for x in ("--keep-fp32", _pattern(name))]])
+    return BisectResult(precision, metric, target, tuple(kept), **found, build_flags=flags)
+
+
+def bisection_inputs(
+    model: Path, data: Path | None, preprocessing: Mapping | None, samples: int, held_out: int,
+) -> tuple[ir.Model, object, Batches, Batches, Mapping | None]:
+    """(FP32 graph, calibration data, search batches, held-out batches, preprocessing) for ``model``.
+
+    ``model`` is an artifact (its FP32 reference graph and preprocessing) or an ONNX file (cleaned as
+    the build cleans it). Image models with a preprocessing search on photo crops (other seeds than
+    the calibration's); other models need ``data``, split into calibration, search and held-out thirds.
+    """
+    from trtforge.core.sidecar import read_sidecar
+    from trtforge.core.specs import TensorSpec
+    from trtforge.debug.inputs import make_inputs, split_batches
+    from trtforge.passes.graph import input_specs, load_ir
+    from trtforge.passes.process import reference_graph
+
+    model = Path(model)
+    if model.suffix in (".json", ".engine"):
+        sidecar = read_sidecar(model)
+        name = sidecar.source.reference_onnx_file or sidecar.source.onnx_file
+        if not name:
+            raise InvalidArgument(f"sidecar {sidecar.path} names no reference ONNX graph; pass the FP32 .onnx instead")
+        model, preprocessing = sidecar.path.parent / name, preprocessing or sidecar.preprocessing
+    elif model.suffix != ".onnx":
+        raise InvalidArgument(f"{model}: give an artifact (.json/.engine) or an FP32 .onnx file")
+    if not model.is_file():
+        raise InvalidArgument(f"no ONNX file at {model}")
+    graph = reference_graph(load_ir(model))
+    specs = [TensorSpec(n, d.name, tuple(-1 if x is None else x for x in s)) for n, d, s in input_specs(graph)]
+    if preprocessing:
+        calibration = data if data is not None else make_inputs(specs, (), 64, preprocessing, seed=0)
+        search, held = (make_inputs(specs, (), n, preprocessing, seed=s) for n, s in ((samples, 1), (held_out, 2)))
+        return graph, calibration, split_batches(search, 8), split_batches(held, 8), preprocessing
+    if data is None:
+        raise InvalidArgument("this model records no image preprocessing: pass --data (a .npy/.npz of real inputs), "
+                              "or --preprocessing for an image model")
+    from trtforge.quantize.data import load_calibration
+
+    loaded = load_calibration(data, input_specs(graph), None, 3 * max(samples, held_out))
+    third = len(loaded) // 3
+    search_part = {k: np.concatenate([s[k] for s in loaded[third:2 * third]]) for k in loaded[0]}
+    held_part = {k: np.concatenate([s[k] for s in loaded[2 * third:]]) for k in loaded[0]}
+    return graph, loaded[:third], split_batches(search_part, 8), split_batches(held_part, 8), None

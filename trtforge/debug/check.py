@@ -1,0 +1,202 @@
+"""``trtforge check``: run an artifact through a route and judge it against its FP32 reference in ONNX Runtime.
+
+The inputs come from the sidecar (photo crops for image models with a recorded preprocessing,
+random values otherwise) or from an ``.npz``. The reference is the FP32 ONNX graph beside the
+engine, in ONNX Runtime (``route="onnxruntime"``). The task (the sidecar's quantization report, else
+detected from the graph) picks the metric; the candidate's precision picks the tolerance. Also
+measured: the first call (context creation, JIT compilation), the steady-state latency and memory.
+
+Before the TensorRT route loads real bindings, ``doctor``'s verdict says whether the engine can
+run on this machine; when it cannot, ``CannotRunHere`` carries that one line.
+
+Example:
+    >>> report = check_artifact(Path("out/efficientnet_lite0_fp16.json"), route="cuda_graph", samples=32)
+    >>> report.judgement.passed, report.judgement.outputs[0].top1
+    (True, 1.0)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtforge.cache.runtime_cache import RuntimeCacheStore
+from trtforge.core.errors import Unsupported
+from trtforge.core.sidecar import Sidecar, read_sidecar
+from trtforge.debug.inputs import batch_size, load_npz, make_inputs, split_batches
+from trtforge.debug.tolerances import Judgement, judge
+
+#: route → the precision its numbers have (None: the precision the engine was built in).
+ROUTE_PRECISION: dict[str, str | None] = {
+    "tensorrt": None, "onnxruntime": None, "eager": "fp32", "fp16": "fp16", "cuda_graph": "fp16", "compiled": "fp16",
+}
+NEXT_STEP = ("find where it diverges: trtforge compare --layerwise {reference} {processed}")
+
+
+class CannotRunHere(Unsupported):
+    """The TensorRT route cannot run this engine on this machine; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """First call (ms), steady-state median (ms) and memory: device MiB taken (CUDA) or peak RSS MiB (CPU).
+
+    ``first_call_cached_ms``: the first call of a second load that found the JIT runtime cache the
+    first load stored (TensorRT route on TensorRT-RTX); None where the flavour has no runtime cache.
+    """
+
+    first_call_ms: float
+    steady_ms: float
+    memory_mib: float
+    memory_kind: str
+    first_call_cached_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What ``check`` measured; ``hint`` is the next step when it failed."""
+
+    name: str
+    route: str
+    device: str
+    samples: int
+    batch: int
+    judgement: Judgement
+    timing: Timing
+    hint: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.judgement.passed
+
+
+def artifact_task(sidecar: Sidecar, reference_onnx: Path) -> str:
+    """The sidecar's recorded task (INT8 report), else the one the reference graph shows."""
+    if sidecar.quantization is not None and sidecar.quantization.task:
+        return sidecar.quantization.task
+    from trtforge.passes.graph import load_ir
+    from trtforge.quantize.task import detect_task
+
+    return detect_task(load_ir(reference_onnx))
+
+
+def to_numpy(outputs: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Route outputs (torch tensors, maybe views the next call overwrites) → numpy copies."""
+    import torch
+
+    arrays = {}
+    for name, value in outputs.items():
+        if isinstance(value, torch.Tensor):
+            value = value.detach().float() if value.dtype == torch.bfloat16 else value.detach()
+            arrays[name] = value.cpu().numpy().copy()
+        else:
+            arrays[name] = np.array(value, copy=True)
+    return arrays
+
+
+def run_batches(engine: Any, batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Every batch through ``engine``; the outputs concatenated along the sample axis."""
+    parts: dict[str, list[np.ndarray]] = {}
+    for batch in batches:
+        for name, value in to_numpy(engine(**batch)).items():
+            parts.setdefault(name, []).append(value)
+    return {name: np.concatenate(values) for name, values in parts.items()}
+
+
+def _ensure_runnable(sidecar: Sidecar) -> None:
+    from trtforge.debug.doctor import artifact_verdict, gather_facts
+
+    verdict = artifact_verdict(gather_facts(), sidecar.builder)
+    if not verdict.runs:
+        raise CannotRunHere(f"--route tensorrt: {sidecar.name} {verdict.line}")
+
+
+def timed_first_call(engine: Any, batch: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
+    """(outputs, milliseconds) of one synchronized call: on a fresh engine, the first call's cost."""
+    import torch
+
+    start = time.perf_counter()
+    outputs = to_numpy(engine(**batch))  # the copy to the host synchronizes
+    if torch.device(engine.device).type == "cuda":
+        torch.cuda.synchronize(engine.device)
+    return outputs, (time.perf_counter() - start) * 1000.0
+
+
+def timed_run(engine: Any, batches: list[dict[str, np.ndarray]], repeats: int = 20) -> tuple[dict, Timing]:
+    """Run every batch, timing the first call and the steady state (on the first batch), with memory."""
+    import torch
+
+    from trtforge.bench.timing import measure
+
+    device = torch.device(engine.device)
+    cuda = device.type == "cuda"
+    free_before = torch.cuda.mem_get_info(device)[0] if cuda else 0
+    first, first_ms = timed_first_call(engine, batches[0])
+    rest = run_batches(engine, batches[1:]) if len(batches) > 1 else {}
+    outputs = {k: np.concatenate([v, rest[k]]) if k in rest else v for k, v in first.items()}
+    steady = measure(lambda: engine(**batches[0]), device, warmup=2, repeats=repeats).median_ms
+    if cuda:
+        memory, kind = (free_before - torch.cuda.mem_get_info(device)[0]) / 2**20, "device MiB taken"
+    else:
+        memory, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "process peak RSS MiB"
+    return outputs, Timing(first_ms, steady, memory, kind)
+
+
+def _first_call_cached(open_engine: Any, batch: dict[str, np.ndarray]) -> float | None:
+    """The first call's time of a fresh load that found a runtime cache; None when it found none."""
+    with open_engine() as engine:
+        if not getattr(engine, "runtime_cache_loaded", False):
+            return None
+        return timed_first_call(engine, batch)[1]
+
+
+def check_artifact(
+    path: Path, route: str = "tensorrt", device: Any = None, samples: int = 32, inputs: Path | None = None,
+    limit: float | None = None, repeats: int = 20, **options: Any,
+) -> CheckReport:
+    """Run the artifact at ``path`` through ``route`` and judge it against the FP32 reference in ONNX Runtime.
+
+    ``options`` go to ``trtforge.load`` (e.g. ``bindings=`` for the TensorRT route's test double,
+    ``model=`` for a PyTorch route). ``limit`` overrides the tolerance of the task's metric.
+    """
+    from trtforge.runtime.load import ROUTE_NAMES, load
+
+    sidecar = read_sidecar(path)
+    if route not in ROUTE_NAMES:
+        raise Unsupported(f"--route {route}: choose one of {', '.join(ROUTE_NAMES)}")
+    if route == "tensorrt" and "bindings" not in options:
+        _ensure_runnable(sidecar)
+    arrays = load_npz(inputs, sidecar.inputs) if inputs is not None else make_inputs(
+        sidecar.inputs, sidecar.profiles, samples, sidecar.preprocessing)
+    count = next(iter(arrays.values())).shape[0]
+    batches = split_batches(arrays, batch_size(sidecar.inputs, sidecar.profiles, count))
+    load_options = {"onnx": "processed"} if route == "onnxruntime" else {}
+    with load(sidecar.path, route="onnxruntime") as reference:
+        expected = run_batches(reference, batches)
+        reference_onnx = reference.onnx_path
+    with contextlib.ExitStack() as stack:
+        if route == "tensorrt":  # first call without, then with, the runtime cache the first load stores
+            store = RuntimeCacheStore(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtforge-check-")))
+            load_options["runtime_cache"] = store
+        with load(sidecar.path, route=route, device=device, **load_options, **options) as engine:
+            outputs, timing = timed_run(engine, batches, repeats)
+            precision = ROUTE_PRECISION.get(route) or getattr(engine, "precision", None) or sidecar.precision.built
+            device_name = str(engine.device)
+        if route == "tensorrt":
+            timing = replace(timing, first_call_cached_ms=_first_call_cached(
+                lambda: load(sidecar.path, route=route, device=device, **load_options, **options), batches[0]))
+    task = artifact_task(sidecar, reference_onnx)
+    judgement = judge(expected, outputs, task=task, precision=precision or "fp32", limit=limit)
+    hint = None
+    if not judgement.passed:
+        processed = sidecar.path.parent / (sidecar.source.onnx_file or "PROCESSED.onnx")
+        hint = NEXT_STEP.format(reference=reference_onnx, processed=processed)
+    return CheckReport(sidecar.name, route, device_name, count, batches[0][sidecar.inputs[0].name].shape[0],
+                       judgement, timing, hint)

@@ -1,0 +1,175 @@
+"""``trtforge compare A B``: the same inputs through two models, output by output.
+
+A side is one of (``open_side``):
+
+- a torch module factory ``package.module:function`` (run in FP32 on the CPU, or ``device``);
+- an ``.onnx`` file (ONNX Runtime);
+- an artifact (``.json``/``.engine``) through a route: ``PATH`` uses ``route``, ``PATH@fp16`` names one;
+- saved outputs (``.npz``, e.g. from ``--save-outputs`` on another machine).
+
+Inputs come from ``inputs`` (an ``.npz``), else from the first side that knows its input specs
+(photo crops when it is an artifact with a recorded preprocessing).
+
+Example:
+    >>> result = compare_sides("trtforge.zoo:efficientnet_lite0", "out/efficientnet_lite0_fp16.json@fp16")
+    >>> result.judgement.passed, result.judgement.outputs[0].top1
+    (True, 1.0)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtforge.core.errors import InvalidArgument, MissingFile
+from trtforge.core.specs import TensorSpec
+from trtforge.debug.check import ROUTE_PRECISION, run_batches
+from trtforge.debug.inputs import batch_size, load_npz, make_inputs, save_npz, split_batches
+from trtforge.debug.tolerances import Judgement, judge
+
+Batches = list[dict[str, np.ndarray]]
+
+
+@dataclass
+class Side:
+    """One side of a comparison: what it takes (when known) and how it runs a list of batches."""
+
+    label: str
+    run: Callable[[Batches, tuple[str, ...]], dict[str, np.ndarray]]
+    inputs: tuple[TensorSpec, ...] | None = None
+    outputs: tuple[str, ...] = ()
+    profiles: tuple = ()
+    preprocessing: dict | None = None
+    precision: str = "fp32"
+    graph: Path | None = None  # an ONNX graph the task can be read from
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Both sides' labels, the inputs used, both outputs and the judgement."""
+
+    a: str
+    b: str
+    inputs: dict[str, np.ndarray]
+    outputs_a: dict[str, np.ndarray]
+    outputs_b: dict[str, np.ndarray]
+    judgement: Judgement
+
+
+def _module_side(factory: str, device: Any) -> Side:
+    import torch
+
+    from trtforge.runtime.load import model_from_factory
+
+    # The user named this factory on the command line: importing it is what they asked for.
+    model = model_from_factory(factory, trust_factory=True).to(device or "cpu")
+
+    def run(batches: Batches, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+        parts: dict[str, list[np.ndarray]] = {}
+        with torch.no_grad():
+            for batch in batches:
+                result = model(*[torch.from_numpy(v).to(device or "cpu") for v in batch.values()])
+                values = (list(result.values()) if isinstance(result, dict)
+                          else list(result) if isinstance(result, (tuple, list)) else [result])
+                keys = names if len(names) == len(values) else tuple(f"output_{i}" for i in range(len(values)))
+                for key, value in zip(keys, values, strict=True):
+                    parts.setdefault(key, []).append(value.detach().float().cpu().numpy())
+        return {k: np.concatenate(v) for k, v in parts.items()}
+
+    return Side(factory, run)
+
+
+def _engine_side(label: str, engine: Any, stack: contextlib.ExitStack, **fields: Any) -> Side:
+    stack.enter_context(engine)
+    names = tuple(s.name for s in engine.outputs)
+    return Side(label, lambda batches, _names: run_batches(engine, batches), inputs=engine.inputs, outputs=names,
+                profiles=engine.profiles, **fields)
+
+
+def open_side(text: str, stack: contextlib.ExitStack, route: str = "tensorrt", device: Any = None,
+              **options: Any) -> Side:
+    """A ``Side`` for ``text`` (see the module docstring); engines close with ``stack``; ``options`` go to
+    ``trtforge.load`` for an artifact (e.g. ``bindings=`` for the TensorRT double)."""
+    path_text, _, named_route = text.partition("@") if text.rsplit("@", 1)[0].endswith((".json", ".engine")) \
+        else (text, "", "")
+    path = Path(path_text)
+    if path.suffix == ".npz":
+        if not path.is_file():
+            raise MissingFile(f"no saved outputs at {path}")
+        with np.load(path) as data:
+            saved = {k: data[k] for k in data.files}
+        return Side(text, lambda batches, names: saved, outputs=tuple(saved))
+    if path.suffix == ".onnx":
+        from trtforge.debug.layerwise import graph_precision
+        from trtforge.passes.graph import load_ir
+        from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
+
+        return _engine_side(text, OnnxRuntimeEngine(path, device), stack, graph=path,
+                            precision=graph_precision(load_ir(path)))
+    if path.suffix in (".json", ".engine"):
+        from trtforge.runtime.load import load
+
+        route = named_route or route
+        engine = load(path, route=route, device=device, **options)
+        sidecar = engine.sidecar
+        reference = sidecar.path.parent / (sidecar.source.reference_onnx_file or sidecar.source.onnx_file or "")
+        precision = ROUTE_PRECISION.get(route) or getattr(engine, "precision", None) or sidecar.precision.built
+        return _engine_side(text, engine, stack, preprocessing=sidecar.preprocessing, precision=precision or "fp32",
+                            graph=reference if reference.suffix == ".onnx" else None)
+    if ":" in text and not path.exists():
+        return _module_side(text, device)
+    raise InvalidArgument(f"{text!r}: give a module factory 'package.module:function', an .onnx file, an artifact "
+                          "(.json/.engine, optionally @route) or saved outputs (.npz)")
+
+
+def _task(a: Side, b: Side) -> str:
+    graph = a.graph or b.graph
+    if graph is None or not graph.is_file():
+        return "other"
+    from trtforge.passes.graph import load_ir
+    from trtforge.quantize.task import detect_task
+
+    return detect_task(load_ir(graph))
+
+
+def compare_sides(
+    a: str, b: str, route: str = "tensorrt", device: Any = None, samples: int = 16, inputs: Path | None = None,
+    limit: float | None = None, **options: Any,
+) -> Comparison:
+    """Run ``a`` and ``b`` on the same inputs and judge ``b`` against ``a`` (see the module docstring)."""
+    with contextlib.ExitStack() as stack:
+        side_a, side_b = open_side(a, stack, route, device, **options), open_side(b, stack, route, device, **options)
+        known = side_a if side_a.inputs is not None else side_b
+        if known.inputs is None and inputs is None:
+            raise InvalidArgument("neither side says what inputs it takes (a module or saved outputs); "
+                                  "pass --inputs INPUTS.npz")
+        specs = known.inputs or ()
+        if inputs is not None:
+            arrays = load_npz(inputs, specs) if specs else dict(np.load(inputs))
+        else:
+            arrays = make_inputs(specs, known.profiles, samples, known.preprocessing or side_b.preprocessing)
+        count = next(iter(arrays.values())).shape[0]
+        batches = split_batches(arrays, batch_size(specs, known.profiles, count) if specs else count)
+        names = side_a.outputs or side_b.outputs
+        out_a = side_a.run(batches, names)
+        out_b = side_b.run(batches, side_b.outputs or tuple(out_a))
+        if set(out_a) != set(out_b) and len(out_a) == len(out_b):  # a module's outputs have no names
+            out_b = dict(zip(out_a, out_b.values(), strict=True))
+        judgement = judge(out_a, out_b, task=_task(side_a, side_b), precision=side_b.precision, limit=limit)
+    return Comparison(a, b, arrays, out_a, out_b, judgement)
+
+
+def save_run(result: Comparison, inputs_path: Path | None, outputs_path: Path | None) -> list[Path]:
+    """``--save-inputs`` (the inputs) and ``--save-outputs`` (side A's outputs, the reference to compare
+    against elsewhere: ``trtforge compare OUTPUTS.npz ARTIFACT --inputs INPUTS.npz``)."""
+    written = []
+    if inputs_path is not None:
+        written.append(save_npz(inputs_path, result.inputs))
+    if outputs_path is not None:
+        written.append(save_npz(outputs_path, result.outputs_a))
+    return written

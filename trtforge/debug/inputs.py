@@ -1,0 +1,125 @@
+"""Inputs for ``check`` and ``compare``: from a saved ``.npz``, or made from the specs and profiles.
+
+An image model whose sidecar records its preprocessing gets real photo crops (scikit-image's
+photos, through the one preprocessing), so task metrics such as top-1 agreement mean something;
+other float inputs get standard normal values, integer inputs 0/1 (valid token ids and masks).
+
+Example:
+    >>> x = make_inputs(sidecar.inputs, sidecar.profiles, 32, sidecar.preprocessing)
+    >>> x["images"].shape, x["images"].dtype
+    ((32, 3, 224, 224), dtype('float32'))
+    >>> [b["images"].shape[0] for b in split_batches(x, 8)]
+    [8, 8, 8, 8]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtforge.core.errors import InvalidArgument, MissingFile
+from trtforge.core.specs import TensorSpec
+
+Arrays = dict[str, np.ndarray]
+#: The batch for a dynamic batch dim that no profile bounds (a bare ONNX file).
+DEFAULT_BATCH = 4
+
+
+def batch_size(specs: Sequence[TensorSpec], profiles: Sequence[Mapping[str, Any]], count: int) -> int:
+    """The batch both sides run at: the profiles' largest ``opt`` batch (a static batch as it is;
+    ``DEFAULT_BATCH`` without profiles), at most ``count``."""
+    first = specs[0]
+    if first.shape and first.shape[0] > 0:
+        return first.shape[0]
+    opts = [p[first.name]["opt"][0] for p in profiles if first.name in p]
+    maxes = [p[first.name]["max"][0] for p in profiles if first.name in p]
+    best = max(opts) if opts else DEFAULT_BATCH
+    return max(1, min(best, max(maxes) if maxes else best, count))
+
+
+def _shape(spec: TensorSpec, profiles: Sequence[Mapping[str, Any]], count: int) -> tuple[int, ...]:
+    opt = next((p[spec.name]["opt"] for p in profiles if spec.name in p), None)
+    dims = []
+    for axis, dim in enumerate(spec.shape):
+        if axis == 0 and dim < 0:
+            dims.append(count)
+        elif dim < 0:
+            dims.append(int(opt[axis]) if opt is not None else 1)
+        else:
+            dims.append(dim)
+    return tuple(dims)
+
+
+def _photos(count: int, shape: tuple[int, ...], preprocessing: Mapping[str, Any], seed: int) -> np.ndarray:
+    from trtforge.zoo.photos import normalize, photo_crops
+
+    size = int((preprocessing.get("resize") or [shape[-1]])[0])
+    return np.ascontiguousarray(normalize(photo_crops(count, size=size, seed=seed), preprocessing))
+
+
+def make_inputs(
+    specs: Sequence[TensorSpec], profiles: Sequence[Mapping[str, Any]], count: int,
+    preprocessing: Mapping[str, Any] | None = None, seed: int = 0,
+) -> Arrays:
+    """``count`` samples per input (dims from the specs, dynamic ones from the first profile's ``opt``).
+
+    Example:
+        >>> make_inputs((TensorSpec("x", "float32", (-1, 3)),), (), 4)["x"].shape
+        (4, 3)
+    """
+    if count < 1:
+        raise InvalidArgument(f"samples={count}: check at least 1 sample, e.g. --samples 32")
+    rng = np.random.default_rng(seed)
+    arrays: Arrays = {}
+    for spec in specs:
+        shape = _shape(spec, profiles, count)
+        if preprocessing and len(specs) == 1 and len(shape) == 4 and spec.dtype.startswith("float"):
+            arrays[spec.name] = _photos(shape[0], shape, preprocessing, seed).astype(spec.dtype)
+        elif spec.dtype.startswith(("float", "bfloat")):
+            arrays[spec.name] = rng.standard_normal(shape).astype(np.float32 if spec.dtype == "bfloat16" else spec.dtype)
+        elif spec.dtype == "bool":
+            arrays[spec.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            arrays[spec.name] = rng.integers(0, 2, shape).astype(spec.dtype)
+    return arrays
+
+
+def load_npz(path: Path, specs: Sequence[TensorSpec]) -> Arrays:
+    """The arrays of a ``.npz`` named like ``specs`` (extra arrays are refused, so a typo shows)."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFile(f"no inputs file at {path}; save one with trtforge compare ... --save-inputs {path}")
+    with np.load(path) as data:
+        arrays = {k: data[k] for k in data.files}
+    names = [s.name for s in specs]
+    missing = [n for n in names if n not in arrays]
+    extra = sorted(set(arrays) - set(names))
+    if missing or extra:
+        raise InvalidArgument(f"{path} holds {sorted(arrays)}, the model takes {names}: "
+                              "save one array per input, named like the input")
+    counts = {arrays[n].shape[0] if arrays[n].ndim else 0 for n in names}
+    if len(counts) != 1 or 0 in counts:
+        raise InvalidArgument(f"{path}: every input needs the same leading (sample) dim, got "
+                              f"{ {n: arrays[n].shape for n in names} }")
+    return {n: arrays[n] for n in names}
+
+
+def split_batches(arrays: Mapping[str, np.ndarray], batch: int) -> list[Arrays]:
+    """Consecutive batches of at most ``batch`` samples (the last may be smaller)."""
+    total = next(iter(arrays.values())).shape[0]
+    return [{k: np.ascontiguousarray(v[i:i + batch]) for k, v in arrays.items()} for i in range(0, total, batch)]
+
+
+def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> Path:
+    """Write ``arrays`` as one ``.npz`` atomically (``compare --save-inputs/--save-outputs``)."""
+    import io
+
+    from trtforge.core.atomic import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    np.savez(buffer, **{k: np.asarray(v) for k, v in arrays.items()})
+    atomic_write_bytes(Path(path), buffer.getvalue())
+    return Path(path)

@@ -1,0 +1,158 @@
+"""Layer-wise divergence: where along the graph does a candidate (FP16, INT8, a broken export) leave its reference?
+
+Every intermediate tensor that both graphs produce under the same name becomes an extra output
+of each (``passes.graph.ort_session``); both run the same inputs in ONNX Runtime and each shared
+tensor gets its error, in the reference's graph order. The first tensor past the threshold names
+the layer where the candidate diverges. The precision passes keep the names of the layers they
+touch, so a processed graph lines up with its FP32 reference.
+
+A candidate with Q/DQ nodes runs with FP32 scales (``passes.float16.upcast_float16``): ONNX
+Runtime's CPU provider mis-evaluates FP16 scales, and the INT8 grid is the same.
+
+Example:
+    >>> report = layerwise(Path("m_reference_fp32.onnx"), Path("m_int8.onnx"), samples=8)
+    >>> report.first.label, report.first.rel_l2
+    ('_blocks.1._depthwise_conv', 0.31)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+
+from trtforge.core.specs import TensorSpec
+from trtforge.debug.inputs import make_inputs, split_batches
+from trtforge.debug.tolerances import TOLERANCES, output_metrics
+from trtforge.passes.float16 import upcast_float16
+from trtforge.passes.graph import has_qdq, input_specs, layer_label, load_ir, ort_session
+
+
+@dataclass(frozen=True)
+class LayerError:
+    """The error of one shared tensor: its place in graph order, producer and metrics."""
+
+    index: int
+    tensor: str
+    op_type: str
+    label: str
+    rel_l2: float
+    cosine: float
+    max_abs: float
+
+
+@dataclass(frozen=True)
+class LayerwiseReport:
+    """Every shared tensor's error in graph order, the threshold, and the first layer past it."""
+
+    layers: tuple[LayerError, ...]
+    threshold: float
+    precision: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def first(self) -> LayerError | None:
+        return next((layer for layer in self.layers if not layer.rel_l2 <= self.threshold), None)
+
+
+def graph_precision(model: ir.Model) -> str:
+    """int8 (Q/DQ nodes), fp16/bf16 (reduced-precision values), else fp32."""
+    if has_qdq(model):
+        return "int8"
+    dtypes = {out.dtype for node in model.graph for out in node.outputs if out.dtype is not None}
+    if ir.DataType.FLOAT16 in dtypes:
+        return "fp16"
+    return "bf16" if ir.DataType.BFLOAT16 in dtypes else "fp32"
+
+
+def shared_tensors(reference: ir.Model, candidate: ir.Model) -> list[tuple[str, ir.Node]]:
+    """(name, reference producer) of each tensor both graphs compute, in the reference's graph order."""
+    produced = {out.name for node in candidate.graph for out in node.outputs if out.name}
+    inputs = {v.name for v in reference.graph.inputs}
+    return [(out.name, node) for node in reference.graph for out in node.outputs
+            if out.name and out.name in produced and out.name not in inputs]
+
+
+def runnable(model: ir.Model) -> tuple[ir.Model, tuple[str, ...]]:
+    """The graph ONNX Runtime runs for ``model``, and a note when it had to change it."""
+    if has_qdq(model) and any(v.dtype == ir.DataType.FLOAT16 for v in model.graph.initializers.values()):
+        return upcast_float16(model), ("the candidate's Q/DQ graph runs with FP32 scales and FP32 arithmetic "
+                                       "(ONNX Runtime's CPU provider mis-evaluates FP16 scales); INT8 grid unchanged",)
+    return model, ()
+
+
+def _run(model: ir.Model, names: list[str], batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    session = ort_session(model, extra_outputs=names)
+    parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    for batch in batches:
+        for name, value in zip(names, session.run(names, batch), strict=True):
+            parts[name].append(np.asarray(value))
+    return {n: np.concatenate(v) for n, v in parts.items()}
+
+
+def layerwise(
+    reference: Path | ir.Model, candidate: Path | ir.Model, inputs: Mapping[str, np.ndarray] | None = None,
+    samples: int = 8, threshold: float | None = None, batch: int = 4,
+) -> LayerwiseReport:
+    """Per-layer error of ``candidate`` against ``reference`` on the same inputs (see the module docstring).
+
+    ``threshold`` (relative L2) defaults to the candidate precision's tolerance (``TOLERANCES``).
+    """
+    ref_model, cand_model = load_ir(reference), load_ir(candidate)
+    precision = graph_precision(cand_model)
+    cand_model, notes = runnable(cand_model)
+    if inputs is None:
+        specs = [TensorSpec(n, dtype.name, tuple(-1 if d is None else d for d in shape))
+                 for n, dtype, shape in input_specs(ref_model)]
+        inputs = make_inputs(specs, (), samples)
+    shared = shared_tensors(ref_model, cand_model)
+    names = [name for name, _ in shared]
+    batches = split_batches(inputs, batch)
+    expected, got = _run(ref_model, names, batches), _run(cand_model, names, batches)
+    rows = []
+    for index, (name, node) in enumerate(shared):
+        ref, test = expected[name], got[name]
+        if ref.dtype.kind != "f" or ref.shape != test.shape or ref.ndim == 0:
+            continue  # shape arithmetic, or a tensor the candidate computes another way
+        m = output_metrics(name, ref.reshape(ref.shape[0], -1), test.reshape(test.shape[0], -1))
+        rows.append(LayerError(index, name, node.op_type, layer_label(node), m.rel_l2, m.cosine, m.max_abs))
+    limit = threshold if threshold is not None else TOLERANCES[precision]["rel_l2"]
+    skipped = len(shared) - len(rows)
+    if skipped:
+        notes += (f"{skipped} shared tensors are not float or differ in shape (shape arithmetic); not compared",)
+    return LayerwiseReport(tuple(rows), limit, precision, notes)
+
+
+def plot(report: LayerwiseReport, path: Path, title: str = "") -> Path | None:
+    """Relative L2 along the depth as a PNG (log scale), the threshold and the first layer marked.
+
+    Returns None when matplotlib is missing (``pip install matplotlib``; ``make setup`` installs it).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    from trtforge.core.atomic import atomic_writer
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    depth = [layer.index for layer in report.layers]
+    ax.semilogy(depth, [max(layer.rel_l2, 1e-12) for layer in report.layers], ".-", lw=1, label="relative L2")
+    ax.axhline(report.threshold, color="tab:red", ls="--", lw=1, label=f"threshold {report.threshold:g}")
+    if report.first is not None:
+        ax.axvline(report.first.index, color="tab:orange", lw=1, label=f"first past: {report.first.label}")
+    ax.set_xlabel("tensor index in the reference's graph order")
+    ax.set_ylabel("relative L2 vs reference")
+    ax.set_title(title or f"layer-wise divergence ({report.precision} candidate)")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    with atomic_writer(Path(path)) as handle:
+        fig.savefig(handle, format="png", dpi=110)
+    plt.close(fig)
+    return Path(path)
+

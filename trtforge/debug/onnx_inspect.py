@@ -1,0 +1,87 @@
+"""``trtforge inspect MODEL.onnx``: what an ONNX graph holds, and whether the installed parser takes it.
+
+Op histogram, inputs and outputs with their dynamic dims, node dtypes, Q/DQ coverage when the
+graph is quantized, and the nodes the installed TensorRT ONNX parser refuses (checked with the
+parser's ``supports_model_v2``; nothing is built).
+
+Example:
+    >>> info = describe_onnx(Path("model.onnx"))
+    >>> info.ops.most_common(2), info.refused
+    ([('Conv', 49), ('Clip', 32)], [])
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trtforge.core.errors import InvalidArgument, MissingFile
+
+
+@dataclass(frozen=True)
+class OnnxDescription:
+    """What ``describe_onnx`` found; ``refused`` is None when no TensorRT parser could be asked."""
+
+    path: Path
+    opset: int
+    nodes: int
+    ops: Counter
+    inputs: tuple[tuple[str, str, tuple[str, ...]], ...]  # (name, dtype, dims as text; symbolic names kept)
+    outputs: tuple[tuple[str, str, tuple[str, ...]], ...]
+    dtypes: dict[str, int]
+    qdq_pairs: int = 0
+    int8_mac_layers: int = 0
+    mac_layers: int = 0
+    refused: list[tuple[str, str, str]] | None = None
+    parser: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+
+def _io(values) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    from trtforge.passes.graph import dtype_name
+
+    rows = []
+    for value in values:
+        dims = tuple("?" if d is None else str(d) for d in (value.shape or ()))
+        rows.append((value.name, dtype_name(value.dtype) if value.dtype is not None else "?", dims))
+    return tuple(rows)
+
+
+def _parser_check(data: bytes) -> tuple[list[tuple[str, str, str]] | None, str, tuple[str, ...]]:
+    from trtforge.core import trt
+
+    if not trt.available():
+        return None, "", ("no TensorRT bindings: the parser check was skipped (" + trt.INSTALL_HINT + ")",)
+    from trtforge.builder.build import parser_refusals
+
+    info = trt.info()
+    return parser_refusals(data), f"{info.flavour} {info.version}", ()
+
+
+def describe_onnx(path: Path, parser: bool = True) -> OnnxDescription:
+    """Describe the ONNX file at ``path`` (see the module docstring)."""
+    import onnx
+
+    from trtforge.passes.graph import dtype_summary, has_qdq, load_ir, opset_version
+    from trtforge.passes.ops import MAC_OPS
+    from trtforge.quantize.coverage import int8_layers
+
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFile(f"no ONNX file at {path}")
+    data = path.read_bytes()
+    try:
+        model = load_ir(onnx.ModelProto.FromString(data))
+    except Exception as exc:  # noqa: BLE001 - protobuf and onnx_ir raise many kinds; say which file
+        raise InvalidArgument(f"{path} is not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
+    ops = Counter(node.op_type for node in model.graph.all_nodes())
+    quantized = has_qdq(model)
+    refused, parser_name, notes = _parser_check(data) if parser else (None, "", ())
+    return OnnxDescription(
+        path=path, opset=opset_version(model), nodes=sum(ops.values()), ops=ops,
+        inputs=_io(v for v in model.graph.inputs if not v.is_initializer()), outputs=_io(model.graph.outputs),
+        dtypes=dtype_summary(model), qdq_pairs=ops.get("QuantizeLinear", 0),
+        int8_mac_layers=len(int8_layers(model)) if quantized else 0,
+        mac_layers=sum(ops.get(op, 0) for op in MAC_OPS), refused=refused, parser=parser_name, notes=notes,
+    )
