@@ -52,6 +52,9 @@ def steps(artifact: str, bench_json: str) -> list[tuple[str, list[str], str]]:
                                                                           "one line, no traceback"),
         ("bench b1", ["bench", artifact, "--route", "eager", "--route", "cuda_graph", "--batch", "1",
                       "--json", bench_json], "rc 0; e2e/model rows"),
+        ("bench b1 unfused", ["bench", artifact, "--route", "cuda_graph", "--batch", "1",
+                              "--no-compile-preprocessing", "--json", bench_json.replace(".json", "_unfused.json")],
+         "rc 0; the same rows without the fused preprocessing"),
     ]
 
 
@@ -74,7 +77,7 @@ def main() -> None:
     for column in ("step", "rc", "s", "traceback", "last line", "a pass looks like"):
         table.add_column(column, overflow="fold")
     for r in results:
-        line = last_line(r["stderr"]) if r["rc"] else last_line(r["stdout"])
+        line = last_line(r["stderr"]) if r["rc"] and r["stderr"].strip() else last_line(r["stdout"])
         table.add_row(r["step"], str(r["rc"]), f"{r['seconds']:.1f}", "yes" if r["traceback"] else "no", line[:150],
                       r["expected"])
     console.print(table)

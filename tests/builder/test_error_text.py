@@ -18,7 +18,8 @@ from trtforge.passes.process import process
 def _one_op(tmp_path, op: str, name: str) -> str:
     graph = helper.make_graph([helper.make_node(op, ["x"], ["y"], name=name)], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+                              # a shape field is required on graph outputs (the ONNX checker refuses its absence)
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [] if op == "Det" else ["n"])])
     path = tmp_path / f"my_{op.lower()}_model.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return str(path)

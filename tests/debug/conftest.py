@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 from trt_double import write_fake_engine
 
+from trtforge.core.hashing import sha256_file
 from trtforge.core.sidecar import read_sidecar, write_sidecar
 
 CHANNEL_MEAN_PROFILE = [{"images": [[1, 3, 8, 8], [4, 3, 8, 8], [8, 3, 8, 8]]}]
@@ -34,7 +35,8 @@ def double_artifact(folder: Path, reference_op: str = "ReduceMean", processed_op
     reference = reduce_onnx(folder / "fake_reference_fp32.onnx", reference_op)
     processed = reduce_onnx(folder / "fake_fp32.onnx", processed_op) if processed_op else reference
     sidecar = read_sidecar(engine)
-    source = dataclasses.replace(sidecar.source, onnx_file=processed.name, reference_onnx_file=reference.name)
+    source = dataclasses.replace(sidecar.source, onnx_file=processed.name, reference_onnx_file=reference.name,
+                                 onnx_sha256=sha256_file(processed), reference_onnx_sha256=sha256_file(reference))
     return write_sidecar(engine.with_suffix(".json"), dataclasses.replace(sidecar, source=source))
 
 

@@ -503,9 +503,9 @@ def _shapes(shapes: Any) -> tuple[tuple[str, tuple[tuple[int, ...], ...]], ...]:
     return norm
 
 
-def check_batch_and_shapes(batch: tuple[BatchProfile, ...], shapes: tuple) -> None:
+def check_batch_and_shapes(batch: tuple[BatchProfile, ...] | None, shapes: tuple) -> None:
     """Refuse a non-default ``batch`` that ``shapes`` would silently override (its dim 0 differs)."""
-    if not shapes or batch == DEFAULT_BATCH:
+    if not shapes or batch is None or batch == DEFAULT_BATCH:
         return
     for name, (lo, mid, hi) in shapes:
         for profile in batch:

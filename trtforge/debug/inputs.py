@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from trtforge.core.errors import InvalidArgument, MissingFile
+from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.core.specs import TensorSpec
 
 Arrays = dict[str, np.ndarray]
@@ -53,16 +54,16 @@ def _shape(spec: TensorSpec, profiles: Sequence[Mapping[str, Any]], count: int) 
     return tuple(dims)
 
 
-def _photos(count: int, shape: tuple[int, ...], preprocessing: Mapping[str, Any], seed: int) -> np.ndarray:
+def _photos(count: int, preprocessing: PreprocessConfig | Mapping[str, Any], seed: int) -> np.ndarray:
     from trtforge.zoo.photos import normalize, photo_crops
 
-    size = int((preprocessing.get("resize") or [shape[-1]])[0])
-    return np.ascontiguousarray(normalize(photo_crops(count, size=size, seed=seed), preprocessing))
+    config = PreprocessConfig.of(preprocessing)
+    return np.ascontiguousarray(normalize(photo_crops(count, size=config.size[0], seed=seed), config))
 
 
 def make_inputs(
     specs: Sequence[TensorSpec], profiles: Sequence[Mapping[str, Any]], count: int,
-    preprocessing: Mapping[str, Any] | None = None, seed: int = 0,
+    preprocessing: PreprocessConfig | Mapping[str, Any] | None = None, seed: int = 0,
 ) -> Arrays:
     """``count`` samples per input (dims from the specs, dynamic ones from the first profile's ``opt``).
 
@@ -77,7 +78,7 @@ def make_inputs(
     for spec in specs:
         shape = _shape(spec, profiles, count)
         if preprocessing and len(specs) == 1 and len(shape) == 4 and spec.dtype.startswith("float"):
-            arrays[spec.name] = _photos(shape[0], shape, preprocessing, seed).astype(spec.dtype)
+            arrays[spec.name] = _photos(shape[0], preprocessing, seed).astype(spec.dtype)
         elif spec.dtype.startswith(("float", "bfloat")):
             arrays[spec.name] = rng.standard_normal(shape).astype(np.float32 if spec.dtype == "bfloat16" else spec.dtype)
         elif spec.dtype == "bool":

@@ -1,7 +1,7 @@
-"""Nodes the user keeps in FP32 by name (``keep_fp32=`` / ``--keep-fp32 PATTERN``), on top of the float pass's plan.
+"""Nodes the user keeps in FP32 (``keep_fp32=`` / ``--keep-fp32 PATTERN``), handed to the float pass's plan.
 
 Example:
-    >>> plan = keep_matching(model, plan_float(model, "float16"), (r"^/head/",))
+    >>> plan = plan_float(model, "float16", kept_by_patterns(model, (r"^/head/",)))
     >>> plan.fp32_nodes["/head/Gemm"]
     "kept in FP32 by keep_fp32 pattern '^/head/'"
 """
@@ -9,12 +9,10 @@ Example:
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 import onnx_ir as ir
 
 from trtforge.core.errors import InvalidArgument
-from trtforge.passes.float16 import FloatPlan
 from trtforge.passes.graph import layer_label
 
 
@@ -26,15 +24,14 @@ def matches(node: ir.Node, pattern: str) -> bool:
     return any(re.search(pattern, name or "") for name in names)
 
 
-def keep_matching(model: ir.Model, plan: FloatPlan, patterns: tuple[str, ...]) -> FloatPlan:
-    """``plan`` with every node one of ``patterns`` ``matches`` kept in FP32, the pattern as its reason.
+def kept_by_patterns(model: ir.Model, patterns: tuple[str, ...]) -> dict[str, str]:
+    """``{node name: reason}`` for every node one of ``patterns`` ``matches``: what ``plan_float(keep=)``
+    keeps in FP32 (with the initializers only those nodes read).
 
     A pattern that matches no node is refused, with a few node names to aim at.
     """
-    if not patterns:
-        return plan
     nodes = [node for node in model.graph.all_nodes() if node.name]
-    kept = dict(plan.fp32_nodes)
+    kept: dict[str, str] = {}
     for pattern in patterns:
         matched = [node.name for node in nodes if matches(node, pattern)]
         if not matched:
@@ -42,4 +39,4 @@ def keep_matching(model: ir.Model, plan: FloatPlan, patterns: tuple[str, ...]) -
                                   f"{', '.join(repr(n.name) for n in nodes[:5])}")
         for name in matched:
             kept.setdefault(name, f"kept in FP32 by keep_fp32 pattern {pattern!r}")
-    return replace(plan, fp32_nodes=kept)
+    return kept

@@ -28,7 +28,7 @@ from trtforge.core.errors import InvalidArgument
 from trtforge.passes.cleanup import cleanup
 from trtforge.passes.float16 import FloatPlan, apply_float, convert_float, infer_types, plan_float
 from trtforge.passes.graph import QDQ_OPSET, copy_model, ensure_node_names, ensure_opset, has_qdq, load_ir
-from trtforge.passes.keep import keep_matching
+from trtforge.passes.keep import kept_by_patterns
 from trtforge.passes.qdq import QuantPlan, apply_plan_in_place
 
 
@@ -74,5 +74,6 @@ def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None,
         model = int8_graph(reference, plan)
         return Processed(model, "int8" if has_qdq(model) else "fp16")
     model = infer_types(copy_model(reference))
-    float_plan = keep_matching(model, plan_float(model, FLOAT_OF_PRECISION[precision], keep), keep_fp32)
+    kept = {**kept_by_patterns(model, keep_fp32), **(keep or {})}
+    float_plan = plan_float(model, FLOAT_OF_PRECISION[precision], kept or None)
     return Processed(apply_float(model, float_plan), precision, float_plan)
