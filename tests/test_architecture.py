@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("bench",),
     ("artifact",),
     ("pipeline", "refit"),
+    ("conformance",),
     ("cli",),
 )
 RANK: dict[str, int] = {name: rank for rank, names in enumerate(LAYERS) for name in names}
