@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("bench",),
     ("artifact",),
     ("pipeline", "refit"),
-    ("debug",),
+    ("debug", "conformance"),
     ("cli",),
 )
 RANK: dict[str, int] = {name: rank for rank, names in enumerate(LAYERS) for name in names}

@@ -410,7 +410,7 @@ def _numpy(value: Any) -> Any:
 
 
 def flavour_keep(reference: ir.Model, config: CompileConfig, keep: Mapping[str, str]) -> dict[str, str]:
-    """BF16: the nodes the installed TensorRT cannot build in BF16, found by single-node probe builds.
+    """FP16/BF16: the nodes the installed TensorRT cannot build in that type, found by single-node probe builds.
 
     Answers are cached per flavour, version and dtype under the engine cache folder (in memory with
     ``cache=False``). Each refused node stays FP32 with TensorRT's reason.
@@ -422,20 +422,21 @@ def flavour_keep(reference: ir.Model, config: CompileConfig, keep: Mapping[str, 
     from trtforge.passes.graph import copy_model
     from trtforge.passes.op_probe import probe_graphs
 
+    dtype, precision = config.float_dtype, config.precision
     typed = infer_types(copy_model(reference))
-    skip = set(plan_float(typed, "bfloat16", keep).fp32_nodes)
+    skip = set(plan_float(typed, dtype, keep).fp32_nodes)
     info = trt.info()
     table = OpSupport(EngineCache(config.cache_dir).directory if config.cache else None, info.flavour, info.version,
-                      "bfloat16")
-    probes = probe_graphs(typed, "bfloat16", skip)
-    table.put({sig: refusal(proto.SerializeToString(), "bf16") for sig, (_, proto) in probes.items()
+                      dtype)
+    probes = probe_graphs(typed, dtype, skip)
+    table.put({sig: refusal(proto.SerializeToString(), precision) for sig, (_, proto) in probes.items()
                if table.get(sig) is UNKNOWN})
     kept = {}
     for signature, (names, _) in probes.items():
         reason = table.get(signature)
         if isinstance(reason, str):
             op = signature.split("|", 1)[0]
-            kept.update({name: f"{op}: {info.flavour} {info.version} cannot run it in BF16 ({reason})"
+            kept.update({name: f"{op}: {info.flavour} {info.version} cannot run it in {precision.upper()} ({reason})"
                          for name in names})
     return kept
 
@@ -448,7 +449,7 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
     """
     if config.precision != "int8":
         keep = probe(reference, feeds, config.float_dtype) if feeds and config.float_dtype else {}
-        if config.precision == "bf16":
+        if config.float_dtype:
             keep.update(flavour_keep(reference, config, keep))
         return process(reference, config.precision, keep=keep or None, keep_fp32=config.keep_fp32), None
     from trtforge.quantize.quantizer import quantize_model

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import trtforge
-from trtforge.builder.build import OnnxParseError, RecordingLogger, tensorrt_reasons
+from trtforge.builder.build import OnnxParseError, RecordingLogger, ShapeInputError, tensorrt_reasons
 from trtforge.core import trt
 from trtforge.passes.graph import load_ir
 from trtforge.passes.process import process
@@ -74,3 +74,43 @@ def test_shape_inference_failure_is_not_printed_before_the_real_work(caplog):
         processed = process(model, "fp16")
     assert not [r for r in caplog.records if "Shape inference failed" in r.getMessage()]
     assert processed.float_plan.fp32_nodes
+
+
+def test_a_shape_tensor_input_is_one_line_naming_it_and_its_op(tmp_path):
+    graph = helper.make_graph([helper.make_node("Tile", ["x", "repeats"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                               helper.make_tensor_value_info("repeats", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "tile.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    with pytest.raises(ShapeInputError) as info:
+        trtforge.compile(str(path), precision="fp32", output_dir=tmp_path / "o", progress=False, cache=False)
+    message = str(info.value)
+    assert "\n" not in message and "'repeats'" in message and "Tile" in message and "tile.onnx" in message
+
+
+def test_an_error_outside_a_node_names_the_input_and_its_reader(tmp_path):
+    graph = helper.make_graph([helper.make_node("Pow", ["x", "y"], ["z"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+                               helper.make_tensor_value_info("y", TensorProto.UINT32, [3])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [3])])
+    path = tmp_path / "pow_uint32.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)]), str(path))
+    with pytest.raises(OnnxParseError) as info:
+        trtforge.compile(str(path), precision="fp32", output_dir=tmp_path / "o", progress=False, cache=False)
+    assert "node 'input y' (Pow)" in str(info.value), str(info.value)
+
+
+def test_a_build_error_holds_no_tensorrt_builder(tmp_path):
+    """A builder freed by a later garbage collection, inside another build's logger callback, deadlocks
+    TensorRT (bench/conformance.py hung on its first refusal); errors leave build_engine without it."""
+    from trtforge.builder.build import build_engine
+    from trtforge.core.config import CompileConfig
+
+    with pytest.raises(OnnxParseError) as info:
+        build_engine(_one_op(tmp_path, "Det", "det"), CompileConfig(precision="fp32"), name="det", progress=False)
+    builder_type = trt.bindings().Builder
+    tb = info.value.__traceback__
+    while tb is not None:
+        assert not any(isinstance(v, builder_type) for v in tb.tb_frame.f_locals.values()), tb.tb_frame.f_code
+        tb = tb.tb_next

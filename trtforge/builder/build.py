@@ -66,6 +66,22 @@ class OnnxParseError(InvalidArgument):
             "replace or remove this op before export, or keep it out of the engine")
 
 
+class ShapeInputError(Unsupported):
+    """An input whose values set shapes (a shape tensor): TensorRT needs those values when it builds."""
+
+
+def refuse_shape_inputs(network, path: Path, source: str) -> None:
+    """One line naming the first shape-tensor input and the op reading it (trtforge sets no shape-input values)."""
+    names = [network.get_input(i).name for i in range(network.num_inputs) if network.get_input(i).is_shape_tensor]
+    if not names:
+        return
+    readers = sorted({node.op_type for node in _onnx_nodes(path) if names[0] in node.input}) or ["?"]
+    raise ShapeInputError(
+        f"{trt.info().flavour} cannot build {source} as given: input {names[0]!r} sets shapes in "
+        f"{'/'.join(readers)} (a shape tensor), so TensorRT needs its values at build time; make it a constant "
+        "(an initializer) in the model")
+
+
 class BuildFailedError(Unsupported):
     """TensorRT returned no plan; the message carries the builder's distinct error lines."""
 
@@ -147,17 +163,38 @@ def _parser_reason(err) -> str:
     return f"{code}: {desc}"
 
 
-def _node_label(path: Path, err) -> str:
-    """The failing node's name, else its first output's, else ``#index`` (the parser often has no name)."""
-    if err.node_name():
-        return err.node_name()
-    try:
-        import onnx
+def _onnx_nodes(path: Path) -> list:
+    """The graph's nodes (without weights), for naming what TensorRT names only by index or input."""
+    import onnx
 
-        node = onnx.load(str(path), load_external_data=False).graph.node[err.node()]
-        return node.name or (f"#{err.node()} -> {node.output[0]}" if node.output else f"#{err.node()}")
-    except (IndexError, OSError, ValueError):
-        return f"#{err.node()}"
+    try:
+        return list(onnx.load(str(path), load_external_data=False).graph.node)
+    except (OSError, ValueError):
+        return []
+
+
+def _node_label(nodes: list, err) -> tuple[str, str]:
+    """(name, op) of the failing node: its name, else its first output's, else ``#index``; the op from the graph.
+
+    Errors outside a node (index -1) say where in the function name: ``importInput`` (the graph input
+    named in ``file()``: its readers' ops) or ``importScatterElements``/``checkDet`` (that op).
+    """
+    index, func = err.node(), err.func() or ""
+    node = nodes[index] if 0 <= index < len(nodes) else None
+    if node is None and func == "importInput":
+        readers = sorted({n.op_type for n in nodes if err.file() in n.input})
+        return f"input {err.file()}", err.node_operator() or "/".join(readers) or "?"
+    if node is None:
+        op = err.node_operator() or re.sub(r"^(import|check)", "", func)
+        matching = [n for n in nodes if n.op_type == op]
+        node = matching[0] if len(matching) == 1 else None
+    op = err.node_operator() or (node.op_type if node is not None else "?")
+    if err.node_name():
+        return err.node_name(), op
+    if node is None:
+        return f"#{index}", op
+    position = nodes.index(node)
+    return node.name or (f"#{position} -> {node.output[0]}" if node.output else f"#{position}"), op
 
 
 def parse_network(builder, path: Path, logger: RecordingLogger, source: str | None = None):
@@ -170,10 +207,10 @@ def parse_network(builder, path: Path, logger: RecordingLogger, source: str | No
     parser = mod.OnnxParser(network, logger.trt_logger)
     ok = parser.parse_from_file(str(path))
     if not ok:
-        failures = []
+        failures, nodes = [], _onnx_nodes(path)
         for i in range(parser.num_errors):
             err = parser.get_error(i)
-            failures.append((_node_label(path, err), err.node_operator() or "?", _parser_reason(err)))
+            failures.append((*_node_label(nodes, err), _parser_reason(err)))
         reasons = "; ".join(tensorrt_reasons(logger.errors())) or "unknown error"
         raise OnnxParseError(source or str(path), failures or [("?", "?", reasons)])
     return network, parser
@@ -248,7 +285,13 @@ def build_engine(
     """
     logger = RecordingLogger()
     with logger.active():
-        return _build(Path(onnx_path), config, name, progress, console, source or str(onnx_path), logger)
+        try:
+            return _build(Path(onnx_path), config, name, progress, console, source or str(onnx_path), logger)
+        except BaseException as exc:
+            # The traceback holds _build's frame and its TensorRT builder; drop them here. Freed later by
+            # the garbage collector, inside another build's logger callback, the builder's destructor
+            # waits on the lock TensorRT holds while it logs (a deadlock seen in bench/conformance.py).
+            raise exc.with_traceback(None)  # noqa: B904 - the same exception, without the frames
 
 
 def _build(onnx_path: Path, config: CompileConfig, name: str, progress: bool, console: Console | None,
@@ -256,6 +299,7 @@ def _build(onnx_path: Path, config: CompileConfig, name: str, progress: bool, co
     mod = trt.bindings()
     builder = mod.Builder(logger.trt_logger)
     network, _parser = parse_network(builder, onnx_path, logger, source)
+    refuse_shape_inputs(network, onnx_path, source)
     network.name = name
     start = time.perf_counter()
     timing = TimingCacheSession(config.timing_cache)

@@ -34,6 +34,8 @@ def session(
 ) -> ort.InferenceSession:
     """An InferenceSession (CPU unless ``providers`` says otherwise) with the table above applied."""
     options = ort.SessionOptions()
+    # Errors reach the caller as exceptions; ORT would also print them, in colour, to the terminal.
+    options.log_severity_level = 3
     if threads is not None:
         options.intra_op_num_threads = threads
     source = model if isinstance(model, bytes) else str(model)

@@ -38,9 +38,13 @@ CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
 RANGE_FRAGILE_OPS: dict[str, str] = {
     "ReduceProd": "products overflow FP16 after a few dozen factors",
     "Mod": "FP16 keeps 11 bits, so a remainder of a large dividend loses most of its digits",
+    "Tan": "near ±π/2 FP16's input rounding is magnified without bound",
 }
 #: A Div feeding one of these is a floor division: FP16 rounding of the quotient flips the integer.
 ROUNDING_OPS = frozenset({"Floor", "Ceil", "Round"})
+#: (op_type, input index) that TensorRT needs to be a network input itself: a Cast in between is refused
+#: ("the cache tensor must be a network input"), and graph inputs stay FP32, so such nodes stay FP32.
+NETWORK_INPUT_OPERANDS = frozenset({("TensorScatter", 0)})
 #: (op_type, input index) that ONNX requires to stay float32 whatever the data type.
 FIXED_FP32_INPUTS = frozenset({("Resize", 2), ("Upsample", 1)})
 
@@ -141,6 +145,14 @@ def _rule_type_constraint(node: ir.Node, low: str, opset: int) -> str | None:
     return None
 
 
+def _rule_network_input_operand(node: ir.Node) -> str | None:
+    for op, index in NETWORK_INPUT_OPERANDS:
+        if node.op_type == op and len(node.inputs) > index and node.inputs[index] is not None \
+                and node.inputs[index].is_graph_input():
+            return f"{op}: TensorRT needs input {index} to be the network input itself (the graph's FP32 input)"
+    return None
+
+
 def _rule_range_fragile(node: ir.Node) -> str | None:
     if node.op_type in RANGE_FRAGILE_OPS:
         return f"{node.op_type}: {RANGE_FRAGILE_OPS[node.op_type]}"
@@ -171,6 +183,7 @@ NODE_RULES: tuple[Callable[[ir.Node], str | None], ...] = (
     _rule_other_domain,
     _rule_normalization,
     _rule_control_flow,
+    _rule_network_input_operand,
     _rule_range_fragile,
     _rule_out_of_range_constant,
 )

@@ -1,0 +1,52 @@
+"""ONNX's own operator tests through trtforge: one float32 case per op type (the CI sample; the full run
+is bench/conformance.py, results in docs/conformance.md).
+
+For every case: the processed FP32 graph equals the original in ONNX Runtime wherever ONNX Runtime runs
+the original; the FP16 graph builds wherever the FP32 graph builds and stays within 1e-2 of the case's
+expected outputs under the strict evaluator; every refusal is one line naming the op.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from trtforge.conformance.onnx_node import float32_cases, run_case
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    logging.getLogger("trtforge").setLevel(logging.ERROR)  # the range probe's "skipped" lines
+    work = tmp_path_factory.mktemp("conformance")
+    return [run_case(case, work) for case in float32_cases(per_op=1)]
+
+
+def test_the_sample_spans_the_op_types(results):
+    assert len({r.op for r in results}) >= 100, len(results)
+    built = [r for r in results if r.fp32_built]
+    assert len(built) >= 0.4 * len(results), f"only {len(built)} of {len(results)} built at FP32"
+
+
+def test_trtforge_breaks_nothing(results):
+    broken = [f"{r.name}: {'; '.join(r.broken)}" for r in results if r.broken]
+    assert not broken, "\n".join(broken)
+
+
+def test_processed_fp32_graphs_equal_the_originals_where_ort_runs_them(results):
+    judged = [r for r in results if r.fp32_equal is not None]
+    assert len(judged) >= 0.7 * len(results)
+    assert all(r.fp32_equal for r in judged), [r.name for r in judged if not r.fp32_equal]
+
+
+def test_fp16_builds_wherever_fp32_builds_within_tolerance(results):
+    for r in results:
+        if r.fp32_built:
+            assert r.fp16_built and r.fp16_error is not None and r.fp16_error <= 1e-2, r
+
+
+def test_every_refusal_is_one_line_naming_the_op(results):
+    refused = [r for r in results if r.refused]
+    assert refused
+    for r in refused:
+        assert "\n" not in r.refused and r.op in r.refused, r.refused

@@ -1,0 +1,1 @@
+"""Conformance runs: external test suites through ``trtforge.compile`` (see docs/conformance.md)."""
