@@ -7,7 +7,7 @@ import shlex
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from debug_models import outlier_net, rounding_model
 from typer.testing import CliRunner
 
 from trtforge.cli import app
@@ -18,25 +18,6 @@ from trtforge.passes.process import process
 from trtforge.quantize.report import run_model
 
 runner = CliRunner()
-
-
-def _rounding_model(path):
-    """y = (x * 1.0002 - x) * 1000 + 0.5: FP16 rounds the constant 1.0002 to 1.0, and y to 0.5.
-
-    ONNX Runtime's CPU provider computes FP16 nodes in FP32 where it lacks FP16 kernels, so what
-    shows there is FP16 weights and constants; this one breaks the output and no float-pass rule
-    sees it (1.0002 is inside FP16's range), so the bisection must find the node that uses it.
-    """
-    consts = [numpy_helper.from_array(np.array(v, np.float32), n)
-              for n, v in (("c", 1.0002), ("k", 1000.0), ("half", 0.5))]
-    nodes = [helper.make_node("Mul", ["x", "c"], ["h1"], name="scale"),
-             helper.make_node("Sub", ["h1", "x"], ["h2"], name="diff"),
-             helper.make_node("Mul", ["h2", "k"], ["h3"], name="gain"),
-             helper.make_node("Add", ["h3", "half"], ["y"], name="offset")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])], consts)
-    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
-    return path
 
 
 def _batches(seed: int, n: int = 64):
@@ -56,7 +37,7 @@ def test_shortest_prefix_worked_example():
 
 
 def test_fp16_bisection_finds_the_rounding_node_and_the_build_keeps_it(tmp_path):
-    path = _rounding_model(tmp_path / "rounding.onnx")
+    path = rounding_model(tmp_path / "rounding.onnx")
     model = load_ir(path)
     plain = run_model(process(load_ir(path), "fp16").model, _batches(1))[0]
     np.testing.assert_allclose(plain, 0.5)  # FP16 as the float pass makes it: the x-term is gone
@@ -73,7 +54,7 @@ def test_fp16_bisection_finds_the_rounding_node_and_the_build_keeps_it(tmp_path)
 
 
 def test_debug_precision_command_fp16(tmp_path):
-    path = _rounding_model(tmp_path / "rounding.onnx")
+    path = rounding_model(tmp_path / "rounding.onnx")
     data = tmp_path / "x.npy"
     np.save(data, np.random.default_rng(0).uniform(0.8, 1.2, (96, 8)).astype(np.float32))
     result = runner.invoke(app, ["debug", "precision", str(path), "--precision", "fp16", "--metric", "rel_l2",
@@ -92,27 +73,6 @@ def test_keep_fp32_patterns_are_checked(value):
         CompileConfig(keep_fp32=(value,))
 
 
-def _outlier_net(path):
-    """conv1 → ×[1000, 1, …] per channel → conv2 → relu → conv3. conv2's input has one huge channel (its
-    weights undo the gain), so its per-tensor INT8 scale wipes out the other seven channels: the one
-    layer the INT8 bisection must keep."""
-    rng = np.random.default_rng(0)
-    weights = {f"w{i}": rng.normal(0, 0.3, (8, 4 if i == 1 else 8, 3, 3)).astype(np.float32) for i in (1, 2, 3)}
-    weights["w2"][:, 0] /= 1000.0  # the outlier channel contributes as much as the others to conv2's output
-    gain = np.ones((1, 8, 1, 1), np.float32)
-    gain[0, 0] = 1000.0
-    inits = [numpy_helper.from_array(v, k) for k, v in weights.items()] + [numpy_helper.from_array(gain, "gain")]
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
-             helper.make_node("Mul", ["c1", "gain"], ["g"], name="outlier"),
-             helper.make_node("Conv", ["g", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c2"], ["r"], name="relu"),
-             helper.make_node("Conv", ["r", "w3"], ["y"], name="conv3", pads=[1, 1, 1, 1])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8, 8, 8])], inits)
-    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString())
-    return path
-
-
 def test_int8_bisection_keeps_the_layer_with_the_outlier_input_and_the_flags_reproduce_it(tmp_path):
     from trtforge.core.config import QuantConfig
     from trtforge.debug.bisect import bisect_int8
@@ -123,7 +83,7 @@ def test_int8_bisection_keeps_the_layer_with_the_outlier_input_and_the_flags_rep
     x = {"x": rng.normal(0, 1, (48, 4, 8, 8)).astype(np.float32)}
     search = split_batches({"x": rng.normal(0, 1, (32, 4, 8, 8)).astype(np.float32)}, 8)
     held = split_batches({"x": rng.normal(0, 1, (32, 4, 8, 8)).astype(np.float32)}, 8)
-    model = load_ir(_outlier_net(tmp_path / "outlier.onnx"))
+    model = load_ir(outlier_net(tmp_path / "outlier.onnx"))
     result = bisect_int8(model, search, held, "rel_l2", 0.05, x)
     assert result.baseline > 0.05  # every layer in INT8 misses the target
     assert result.kept == ("w2",) and result.reached  # conv2, labelled by its weight and result.held_out_value <= 0.05

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import double_artifact
+from debug_models import double_artifact
 from trt_double import FAKE_TRT
 from typer.testing import CliRunner
 

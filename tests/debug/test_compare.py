@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 import pytest
-from conftest import double_artifact, reduce_onnx
+from debug_models import double_artifact, outlier_net, reduce_onnx
 from trt_double import FAKE_TRT
 from typer.testing import CliRunner
 
@@ -47,6 +47,7 @@ def test_layerwise_names_the_perturbed_layer(lite0_onnx, broken_lite0, tmp_path)
     before = [row for row in report.layers if row.index < report.first.index]
     assert before and all(row.rel_l2 == 0.0 for row in before)  # identical up to the broken layer
     assert report.first.label == label and report.first.rel_l2 > 0.05
+    assert report.most_added(1)[0].label == label  # the layer that adds the error itself
 
 
 def test_layerwise_fp16_graph_stays_within_its_tolerance(lite0_onnx):
@@ -89,13 +90,11 @@ def test_bad_sides_are_one_line(tmp_path):
 
 
 def test_layerwise_on_trtforge_int8_qdq_graph_names_the_outlier_layer(tmp_path):
-    from test_bisect import _outlier_net
-
     from trtforge.core.config import QuantConfig
     from trtforge.passes.graph import dtype_summary
     from trtforge.quantize.quantizer import quantize_model
 
-    reference = _outlier_net(tmp_path / "outlier.onnx")
+    reference = outlier_net(tmp_path / "outlier.onnx")
     rng = np.random.default_rng(5)
     calib = {"x": rng.normal(0, 1, (40, 4, 8, 8)).astype(np.float32)}
     result = quantize_model(load_ir(reference), calib, QuantConfig(include=(".*",), bias_correction=False),
@@ -108,3 +107,4 @@ def test_layerwise_on_trtforge_int8_qdq_graph_names_the_outlier_layer(tmp_path):
     assert report.first is not None and report.first.tensor == "c2" and report.first.label == "w2"
     conv1 = next(row for row in report.layers if row.tensor == "c1")
     assert conv1.rel_l2 < report.threshold  # the layer before it quantizes well
+    assert report.most_added(1)[0].tensor == "c2"

@@ -98,6 +98,8 @@ def print_layerwise(report, around: int = 3, worst: int = 8) -> None:
         table.add_row(str(row.index), escape(row.label), row.op_type, f"{row.rel_l2:.3e}", f"{row.cosine:.5f}",
                       f"{row.max_abs:.3e}", style=style)
     console.print(table)
+    added = ", ".join(f"{escape(row.label)} (+{row.added:.3g})" for row in report.most_added(5))
+    console.print(f"most error added by the layer itself: {added}", soft_wrap=True)
     for note in report.notes:
         console.print(f"note: {escape(note)}", soft_wrap=True)
     if first is None:

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import resource
 import tempfile
 import time
@@ -27,8 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from trtforge.cache.runtime_cache import RuntimeCacheStore
-from trtforge.core.errors import Unsupported
+from trtforge.core.errors import MissingDependency, Unsupported
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.debug.inputs import batch_size, load_npz, make_inputs, split_batches
 from trtforge.debug.tolerances import Judgement, judge
@@ -173,6 +173,9 @@ def check_artifact(
         raise Unsupported(f"--route {route}: choose one of {', '.join(ROUTE_NAMES)}")
     if route == "tensorrt" and "bindings" not in options:
         _ensure_runnable(sidecar)
+    if importlib.util.find_spec("onnxruntime") is None:
+        raise MissingDependency("check compares with the FP32 reference in ONNX Runtime, which is not installed: "
+                                "pip install onnxruntime (or onnxruntime-gpu)")
     arrays = load_npz(inputs, sidecar.inputs) if inputs is not None else make_inputs(
         sidecar.inputs, sidecar.profiles, samples, sidecar.preprocessing)
     count = next(iter(arrays.values())).shape[0]
@@ -183,6 +186,8 @@ def check_artifact(
         reference_onnx = reference.onnx_path
     with contextlib.ExitStack() as stack:
         if route == "tensorrt":  # first call without, then with, the runtime cache the first load stores
+            from trtforge.cache.runtime_cache import RuntimeCacheStore
+
             store = RuntimeCacheStore(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtforge-check-")))
             load_options["runtime_cache"] = store
         with load(sidecar.path, route=route, device=device, **load_options, **options) as engine:
