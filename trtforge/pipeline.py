@@ -239,9 +239,8 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
     paths = OutputPaths(prepare_output_dir(config.output_dir), name, config.precision, file_suffix(config))
     float_precision = "fp32" if config.float_dtype is None else {"float16": "fp16", "bfloat16": "bf16"}[config.float_dtype]
     check_destinations(paths, sorted({config.precision, float_precision}))
-    if not config.overwrite:
-        for precision in sorted({config.precision, float_precision}):
-            check_same_build(paths.sidecar(precision), config, _source_info(model_or_onnx))
+    if not config.overwrite:  # the fp16 files an int8 build may fall back to are checked when written
+        check_same_build(paths.sidecar(config.precision), config, _source_info(model_or_onnx))
     reference = paths.reference_onnx()
     if reference.exists() and not any(is_trtforge_sidecar(p) for p in paths.directory.glob(f"{name}_*.json")):
         raise FileConflict(
