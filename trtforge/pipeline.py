@@ -237,9 +237,8 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
     _check_model(model_or_onnx, example_inputs)
     paths = OutputPaths(prepare_output_dir(config.output_dir), name, config.precision, file_suffix(config))
     check_destinations(paths, config.possible_precisions)
-    if not config.overwrite:
-        for precision in config.possible_precisions:
-            check_same_build(paths.sidecar(precision), config, _source_info(model_or_onnx))
+    if not config.overwrite:  # the fp16 files an int8 build may fall back to are checked when written
+        check_same_build(paths.sidecar(config.precision), config, _source_info(model_or_onnx))
     reference = paths.reference_onnx()
     if reference.exists() and not any(is_trtforge_sidecar(p) for p in paths.directory.glob(f"{name}_*.json")):
         raise FileConflict(

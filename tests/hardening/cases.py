@@ -171,8 +171,8 @@ def _model_case(content: Callable[[Ctx], bytes | None], match: str, expect: int 
     def make(ctx: Ctx) -> Case:
         data = content(ctx)
         model = ctx.write(name, data) if data is not None else ctx.tmp / name
-        return Case(build(ctx, model=model), expect, match,
-                    fix=lambda: (shutil.copy(ctx.inputs["tiny"], model), None)[1])
+        return Case(build(ctx, model=model), expect, match, fix=lambda: (
+            model.parent.mkdir(parents=True, exist_ok=True), shutil.copy(ctx.inputs["tiny"], model), None)[2])
     return make
 
 
@@ -396,6 +396,28 @@ for _stage, _function in [
     ("write", "trtforge.core.atomic:_staged"),
 ]:
     def _sigint(ctx: Ctx, function: str = _function) -> Case:
-        return Case(build(ctx, "--batch", "1:3:5"), EXIT_CANCELLED, r"^cancelled:", sigint_at=function,
+        return Case(build(ctx, "--batch", "1:3:5"), EXIT_CANCELLED, r"interrupted|cancelled by the user", sigint_at=function,
                     cache=ctx.tmp / "cache")
     CASES[f"sigint_{_stage}"] = _sigint
+
+
+# -- usage errors (click's own): one line too ---------------------------------------------------------
+@case("usage_unknown_option")
+def _unknown_option(ctx: Ctx) -> Case:
+    return Case(build(ctx, "--bogus"), USER, r"No such option: --bogus; see 'trtforge build --help'",
+                fix=lambda: build(ctx))
+
+
+@case("usage_missing_model")
+def _missing_model(ctx: Ctx) -> Case:
+    return Case(["build"], USER, r"Missing argument 'model'", fix=lambda: build(ctx))
+
+
+@case("usage_opt_level_not_a_number")
+def _opt_level_text(ctx: Ctx) -> Case:
+    return Case(build(ctx, "--opt-level", "x"), USER, r"Invalid value for '--opt-level'", fix=lambda: build(ctx))
+
+
+@case("usage_unknown_command")
+def _unknown_command(ctx: Ctx) -> Case:
+    return Case(["bulid"], USER, r"No such command 'bulid'", fix=lambda: build(ctx))

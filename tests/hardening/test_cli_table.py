@@ -66,7 +66,15 @@ def outcomes(hardening_inputs, tmp_path_factory) -> dict[str, Outcome]:
     shutil.copytree(hardening_inputs["cache"], shared)  # the fixed builds are mostly cache hits
     with ThreadPoolExecutor(max_workers=max(4, 2 * (os.cpu_count() or 1))) as pool:
         futures = {n: pool.submit(run_case, n, hardening_inputs, root, shared) for n in names}
-    return {n: f.result() for n, f in futures.items()}
+    return {n: _result(f) for n, f in futures.items()}
+
+
+def _result(future) -> Outcome | BaseException:
+    """A case's outcome, or the error its set-up raised (reported by that case's test alone)."""
+    try:
+        return future.result()
+    except Exception as exc:  # noqa: BLE001 - one broken case must not hide the others' results
+        return exc
 
 
 def test_the_table_is_large_enough():
@@ -77,10 +85,12 @@ def test_the_table_is_large_enough():
 
 @pytest.mark.needs_trt
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_case(outcomes, name):
+def test_case(outcomes: dict[str, Outcome | BaseException], name: str) -> None:
     if name not in outcomes:
         pytest.skip("no tmpfs can be mounted here (needs root); the full-disk case needs one")
     out = outcomes[name]
+    if isinstance(out, BaseException):
+        raise out
     lines = error_lines(out.stderr)
     context = f"exit {out.rc}\nstderr:\n{out.stderr}\nstdout:\n{out.stdout[-2000:]}"
     assert out.rc == out.expect, context

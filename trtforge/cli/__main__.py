@@ -4,7 +4,7 @@ Example:
     $ python -m trtforge.cli --help
 """
 
-from trtforge.cli import app
+from trtforge.cli import main
 
 if __name__ == "__main__":
-    app(prog_name="trtforge")
+    main()

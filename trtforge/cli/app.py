@@ -35,6 +35,9 @@ console = Console(width=None if Console().is_terminal else 160, emoji=False)
 err_console = Console(stderr=True, emoji=False, highlight=False)
 
 EXIT_FAILED, EXIT_USER_ERROR, EXIT_CANCELLED = 1, 2, 130
+#: click's UsageError (an unknown flag, a missing argument, a value of the wrong type), whether typer
+#: vendors click or imports it: the base of ``typer.BadParameter`` of that name.
+USAGE_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 BUG_LINE = "this is a bug in trtforge, not in your input: please report it with the traceback above"
 
 
@@ -128,5 +131,18 @@ def verbosity(
         logger.setLevel(level)
 
 
-def main() -> None:  # pragma: no cover - console entry
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """The ``trtforge`` command: a usage error (unknown flag, bad value) is one line too, exit 2."""
+    try:
+        code = app(args=argv, prog_name="trtforge", standalone_mode=False)
+    except USAGE_ERROR as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare ``trtforge`` / ``trtforge cache``: the help
+            print(exc.format_message())
+            sys.exit(0)
+        where = f"trtforge {exc.ctx.command_path.partition(' ')[2]}".strip() if exc.ctx else "trtforge"
+        say_error(f"{exc.format_message()}; see '{where} --help'")
+        sys.exit(EXIT_USER_ERROR)
+    except typer.Abort:  # Ctrl-C while click itself was reading input
+        err_console.print("[yellow]cancelled:[/] interrupted")
+        sys.exit(EXIT_CANCELLED)
+    sys.exit(code or 0)
