@@ -11,5 +11,6 @@ from trtforge.artifact import Artifact
 from trtforge.builder.config import BuildConfig
 from trtforge.pipeline import compile  # noqa: A004 - the public verb
 from trtforge.runtime.load import load
+from trtforge.serve import serve
 
-__all__ = ["Artifact", "BuildConfig", "__version__", "compile", "load"]
+__all__ = ["Artifact", "BuildConfig", "__version__", "compile", "load", "serve"]

@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vision",),
     ("zoo",),
     ("bench",),
+    ("serve",),
     ("artifact",),
     ("pipeline", "refit"),
     ("cli",),
@@ -37,6 +38,7 @@ FORBIDDEN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("builder", ("quantize", "passes", "capture", "cache"), "builds a processed graph it is handed"),
     ("quantize", ("builder",), "knows nothing of TensorRT"),
     ("passes", ("cache",), "pure graph transforms"),
+    ("serve", ("builder", "quantize", "passes", "capture", "cache"), "serves engines it is handed"),
 )
 
 
