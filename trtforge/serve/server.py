@@ -166,7 +166,7 @@ class Server:
             str(self._dist.server), f"--model-repository={repo}", f"--backend-directory={backends}",
             f"--http-address={c.host}", f"--grpc-address={c.host}", f"--metrics-address={c.host}",
             f"--http-port={c.http_port}", f"--grpc-port={c.grpc_port}", f"--metrics-port={c.metrics_port}",
-            "--model-control-mode=explicit", "--load-model=*", "--exit-timeout-secs=15",
+            "--model-control-mode=explicit", "--load-model=*", "--exit-timeout-secs=5",
             "--allow-gpu-metrics=false", f"--http-restricted-api={restricted}",
             f"--grpc-restricted-protocol={restricted}", "--log-verbose=0",
         ]
@@ -195,7 +195,7 @@ class Server:
         if process is not None and process.poll() is None:
             process.terminate()
             try:
-                process.wait(timeout=25)
+                process.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, 9)
                 process.wait(timeout=10)
