@@ -299,3 +299,7 @@ def quantize_sensitivity(
     rows = sensitivity_table(onnx.load(str(model)), data, QuantConfig(calibrator=calibrator),
                              _read_preprocessing(preprocessing))
     print_sensitivity(rows, top)
+
+from trtforge.cli.serve import register as _register_serve  # noqa: E402
+
+_register_serve(app)

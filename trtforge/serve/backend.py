@@ -34,7 +34,7 @@ def _parameters(config: dict[str, Any]) -> dict[str, str]:
     return {k: v.get("string_value", "") for k, v in (config.get("parameters") or {}).items()}
 
 
-def open_engine(sidecar: Path, route: str, parameters: dict[str, str]) -> Any:
+def open_engine(sidecar: Path, route: str, parameters: dict[str, str], device: str | None = None) -> Any:
     """Verify the artifact and load it through ``route`` (or the configured engine factory)."""
     from trtforge.core.sidecar import read_sidecar
 
@@ -53,7 +53,7 @@ def open_engine(sidecar: Path, route: str, parameters: dict[str, str]) -> Any:
     options: dict[str, Any] = {}
     if route == "tensorrt":
         options["allow_host_code"] = parameters.get("allow_host_code") == "true"
-    return load(sidecar, route=route, **options)
+    return load(sidecar, route=route, device=device, **options)
 
 
 def warm_input(engine: Any) -> tuple[np.ndarray, ...]:
@@ -114,11 +114,12 @@ class TritonPythonModel:
         self.policy = HealthPolicy(**{k: float(params[k]) if k.endswith("_s") else int(params[k])
                                       for k in ("interval_s", "timeout_s", "fallback_after", "recover_after")
                                       if k in params})
-        self.primary = open_engine(sidecar, params.get("route", "onnxruntime"), params)
+        device = f"cuda:{args['model_instance_device_id']}" if args.get("model_instance_kind") == "GPU" else None
+        self.primary = open_engine(sidecar, params.get("route", "onnxruntime"), params, device)
         self.primary(*warm_input(self.primary))
         self.fallback = None
         if params.get("fallback_route"):
-            self.fallback = open_engine(sidecar, params["fallback_route"], params)
+            self.fallback = open_engine(sidecar, params["fallback_route"], params, device)
             self.fallback(*warm_input(self.fallback))
         self.routes = (params.get("route", "onnxruntime"), params.get("fallback_route", ""))
         self.sha256 = json.loads(sidecar.read_text())["engine"]["sha256"]

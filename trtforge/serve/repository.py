@@ -85,7 +85,7 @@ def _tensor(spec: TensorSpec, batched: bool) -> dict[str, Any]:
 
 
 def config_dict(plan: ModelPlan, backend: str, *, instances: int = 1, max_delay_ms: float = 2.0,
-                kind: str = "KIND_CPU") -> dict[str, Any]:
+                kind: str = "KIND_CPU", devices: Sequence[int] = ()) -> dict[str, Any]:
     """The model's config as a ``ModelConfig`` JSON dict (protobuf field names)."""
     if backend not in BACKENDS:
         raise InvalidArgument(f"unknown backend {backend!r}; choose one of {BACKENDS}")
@@ -95,7 +95,8 @@ def config_dict(plan: ModelPlan, backend: str, *, instances: int = 1, max_delay_
         "max_batch_size": plan.max_batch_size,
         "input": [_tensor(s, batched) for s in plan.inputs],
         "output": [_tensor(s, batched) for s in plan.outputs],
-        "instance_group": [{"count": instances, "kind": kind}],
+        "instance_group": [{"count": instances, "kind": "KIND_GPU" if devices else kind}
+                           | ({"gpus": list(devices)} if devices else {})],
     }
     if backend == "tensorrt":
         config["platform"] = "tensorrt_plan"
@@ -186,9 +187,12 @@ def _with_copied_artifact(plan: ModelPlan, sidecar: Sidecar, target: Path) -> Mo
 def export_triton(
     artifacts: Sequence[str | Path], repo: str | Path, *, backend: str = "tensorrt",
     route: str = "onnxruntime", instances: int = 1, max_delay_ms: float = 2.0,
-    overwrite: bool = False, kind: str | None = None,
+    overwrite: bool = False, kind: str | None = None, stub_env: str | Path | None = None,
 ) -> list[Path]:
     """Write a Triton model repository with one model per artifact; returns the model folders.
+
+    ``stub_env`` (python backend) names a venv for the stub (``EXECUTION_ENV_PATH``), e.g. the one
+    ``make setup`` makes for the Triton inside ``nvidia-pytriton``; NVIDIA's container needs none.
 
     Example:
         >>> export_triton(["out/lite0_fp16.json"], "repo")          # TensorRT backend
@@ -199,7 +203,8 @@ def export_triton(
     repo = Path(repo)
     if repo.exists() and not repo.is_dir():
         raise FileConflict(f"--repo {repo} is a file; name a folder")
-    plans = [plan_model(a, {"route": route}) for a in artifacts]
+    parameters = {"route": route} | ({"EXECUTION_ENV_PATH": str(Path(stub_env).resolve())} if stub_env else {})
+    plans = [plan_model(a, parameters) for a in artifacts]
     names = [p.name for p in plans]
     if len(set(names)) != len(names):
         raise InvalidArgument(f"two artifacts share a model name ({names}); rename one with --name at build time")

@@ -60,6 +60,7 @@ class ServeConfig:
     metrics_port: int = 8002
     max_delay_ms: float = 2.0
     instances: int = 1
+    devices: tuple[int, ...] = ()
     admin_token: str | None = None
     health: HealthPolicy = field(default_factory=HealthPolicy)
     allow_host_code: bool = False
@@ -144,7 +145,7 @@ class Server:
         for artifact in self._artifacts:
             plan = plan_model(artifact, self._parameters(artifact))
             write_model(repo, plan, "python", copy_artifact=False, instances=self.config.instances,
-                        max_delay_ms=self.config.max_delay_ms)
+                        max_delay_ms=self.config.max_delay_ms, devices=self.config.devices)
             self.models.append(plan.name)
         if len(set(self.models)) != len(self.models):
             raise InvalidArgument(f"two artifacts share a model name ({self.models}); serve them separately")
@@ -256,7 +257,7 @@ class Server:
             plan = type(plan)(model, plan.sidecar, plan.inputs, plan.outputs, plan.max_batch_size,
                               plan.preferred_batch_sizes, plan.parameters)
         config = config_json(config_dict(plan, "python", instances=self.config.instances,
-                                         max_delay_ms=self.config.max_delay_ms))
+                                         max_delay_ms=self.config.max_delay_ms, devices=self.config.devices))
         body = json.dumps({"parameters": {"config": config}}).encode()
         code, text = _http(f"{self.url('http')}/v2/repository/models/{model}/load", data=body,
                            headers={ADMIN_HEADER: token, "Content-Type": "application/json"}, timeout=timeout_s)
