@@ -83,16 +83,18 @@ def test_health_failures_fall_back_and_recovery_switches_back(start_server, tmp_
     server = start_server([artifact], route="tensorrt", fallback_route="onnxruntime", health=policy,
                           engine_factory="tests.serve.doubles:failing_on_command")
     x = np.ones((2, 4), np.float32)
-    assert server.status("linear") == {"ready": True, "degraded": False, "route": "tensorrt"}
+    assert server.status("linear") == {"ready": True, "degraded": False, "route": "tensorrt", "reason": ""}
     flag = artifact.parent / "FAIL-tensorrt"
     flag.touch()
     assert _wait_for(lambda: server.status("linear")["degraded"]), server.log_tail()
-    assert server.status("linear")["route"] == "onnxruntime"
+    status = server.status("linear")
+    assert status["route"] == "onnxruntime" and status["ready"]
+    assert "tensorrt engine failing on command" in status["reason"]
     np.testing.assert_allclose(grpc_infer(server, x), expected(x, 1.0), rtol=1e-5)  # served by the fallback
     assert metric(server, "trtforge_fallbacks") == 1
     assert metric(server, "trtforge_health_failures") >= 2
     flag.unlink()
     assert _wait_for(lambda: not server.status("linear")["degraded"]), server.log_tail()
-    assert server.status("linear")["route"] == "tensorrt"
+    assert server.status("linear") == {"ready": True, "degraded": False, "route": "tensorrt", "reason": ""}
     np.testing.assert_allclose(grpc_infer(server, x), expected(x, 1.0), rtol=1e-5)
     assert "degraded, serving onnxruntime" in server.log_tail(200)

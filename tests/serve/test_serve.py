@@ -35,7 +35,7 @@ def test_answers_match_the_model_over_grpc_and_http(server):
     tensor = InferInput("x", [3, 4], "FP32")
     tensor.set_data_from_numpy(x)
     np.testing.assert_allclose(client.infer("linear", [tensor]).as_numpy("y"), expected(x, 1.0), rtol=1e-5, atol=1e-6)
-    assert server.status("linear") == {"ready": True, "degraded": False, "route": "onnxruntime"}
+    assert server.status("linear") == {"ready": True, "degraded": False, "route": "onnxruntime", "reason": ""}
 
 
 def test_config_comes_from_the_sidecar(server):

@@ -69,14 +69,31 @@ def warm_input(engine: Any) -> tuple[np.ndarray, ...]:
     return tuple(arrays)
 
 
+class OneHot:
+    """A gauge family where one label set is 1 and the ones before it 0 (the active route, the reason)."""
+
+    def __init__(self, family: Any, labels: dict[str, str]) -> None:
+        self.family, self.labels, self.metrics = family, labels, {}
+
+    def select(self, **labels: str) -> None:
+        for metric in self.metrics.values():
+            metric.set(0)
+        key = tuple(sorted(labels.items()))
+        if key not in self.metrics:
+            self.metrics[key] = self.family.Metric(labels={**self.labels, **labels})
+        self.metrics[key].set(1)
+
+
 class Metrics:
-    """Our Triton custom metrics for one model (active route, degraded, fallbacks, checks, calls)."""
+    """Our Triton custom metrics for one model (active route, degraded and why, fallbacks, checks, calls)."""
 
     def __init__(self, pb_utils: Any, model: str) -> None:
         family = pb_utils.MetricFamily
         self.labels = {"model": model}
-        self._route = family("trtforge_active_route", "1 for the route serving now (labels: route, sha256)",
-                             family.GAUGE)
+        self.route = OneHot(family("trtforge_active_route", "1 for the route serving now (labels: route, sha256)",
+                                   family.GAUGE), self.labels)
+        self.reason = OneHot(family("trtforge_degraded_reason", "1 for why the fallback serves (label: reason)",
+                                    family.GAUGE), self.labels)
         self._degraded = family("trtforge_degraded", "1 while the fallback route serves", family.GAUGE)
         self._fallbacks = family("trtforge_fallbacks_total", "switches to the fallback route", family.COUNTER)
         self._failures = family("trtforge_health_failures_total", "failed health checks", family.COUNTER)
@@ -85,15 +102,14 @@ class Metrics:
         self.fallbacks = self._fallbacks.Metric(labels=self.labels)
         self.failures = self._failures.Metric(labels=self.labels)
         self.calls = self._calls.Metric(labels=self.labels)
-        self._active: dict[str, Any] = {}
 
     def set_route(self, route: str, sha256: str) -> None:
-        for metric in self._active.values():
-            metric.set(0)
-        key = f"{route}:{sha256}"
-        if key not in self._active:
-            self._active[key] = self._route.Metric(labels={**self.labels, "route": route, "sha256": sha256})
-        self._active[key].set(1)
+        self.route.select(route=route, sha256=sha256)
+
+    def set_degraded(self, reason: str) -> None:
+        """Degraded with ``reason`` (first 200 characters), or healthy when ``reason`` is empty."""
+        self.degraded.set(1 if reason else 0)
+        self.reason.select(reason=reason[:200].replace("\"", "'").replace("\\", "/").replace("\n", " "))
 
 
 class TritonPythonModel:
@@ -142,7 +158,7 @@ class TritonPythonModel:
                 self.metrics.failures.increment(1)
             if self.state.record(not reason, reason):
                 degraded = self.state.degraded
-                self.metrics.degraded.set(1 if degraded else 0)
+                self.metrics.set_degraded(reason if degraded else "")
                 if degraded:
                     self.metrics.fallbacks.increment(1)
                 self.metrics.set_route(self.routes[1] if degraded else self.routes[0], self.sha256)

@@ -229,11 +229,11 @@ class Server:
         return text + generate_latest(self._swap_metrics[0]).decode()
 
     def status(self, model: str) -> dict[str, Any]:
-        """{"ready", "degraded", "route"} for ``model``, from readiness and the metrics."""
+        """{"ready", "degraded", "route", "reason"} for ``model``, from readiness and the metrics."""
         from prometheus_client.parser import text_string_to_metric_families
 
         ready = _http(f"{self.url('http')}/v2/models/{model}/ready", timeout=5)[0] == 200
-        state: dict[str, Any] = {"ready": ready, "degraded": False, "route": None}
+        state: dict[str, Any] = {"ready": ready, "degraded": False, "route": None, "reason": ""}
         for family in text_string_to_metric_families(self.metrics_text()):
             for sample in family.samples:
                 if sample.labels.get("model") != model or sample.value != 1:
@@ -242,6 +242,8 @@ class Server:
                     state["degraded"] = True
                 if sample.name == "trtforge_active_route":
                     state["route"] = sample.labels["route"]
+                if sample.name == "trtforge_degraded_reason":
+                    state["reason"] = sample.labels["reason"]
         return state
 
     def reload(self, model: str, artifact: str | Path, *, token: str | None,
