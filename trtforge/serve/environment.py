@@ -72,10 +72,16 @@ def find_triton() -> TritonDist:
     return dist
 
 
+def cuda_runtime_dirs() -> list[str]:
+    """``nvidia/cuda_runtime/lib`` folders of the CUDA wheels torch brings (tritonserver needs libcudart)."""
+    found = [Path(p) / "nvidia" / "cuda_runtime" / "lib" for p in sys.path if p]
+    return [str(d) for d in dict.fromkeys(found) if d.is_dir()]
+
+
 def server_environment(dist: TritonDist) -> dict[str, str]:
     """The environment for ``tritonserver``: libpython of this interpreter first, then Triton's libs."""
     env = dict(os.environ)
-    paths = [sysconfig.get_config_var("LIBDIR"), str(dist.libs), env.get("LD_LIBRARY_PATH", "")]
+    paths = [sysconfig.get_config_var("LIBDIR"), str(dist.libs), *cuda_runtime_dirs(), env.get("LD_LIBRARY_PATH", "")]
     env["LD_LIBRARY_PATH"] = ":".join(p for p in paths if p)
     return env
 
@@ -130,4 +136,5 @@ def require_stub_env(path: Path | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    print(create_stub_env(Path(sys.argv[1]) if len(sys.argv) > 1 else None))
+    # python -m trtforge.serve.environment [PATH [pip options, e.g. --no-index --find-links wheels/]]
+    print(create_stub_env(Path(sys.argv[1]) if len(sys.argv) > 1 else None, pip_args=tuple(sys.argv[2:])))
