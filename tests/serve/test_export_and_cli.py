@@ -3,12 +3,14 @@ served by the real tritonserver) and ``trtforge serve`` as a command (endpoints 
 
 from __future__ import annotations
 
+import contextlib
 import os
-import selectors
+import queue
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -83,11 +85,12 @@ def test_serve_command_prints_endpoints_and_stops_on_ctrl_c(linear_v1):
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env=dict(os.environ, COLUMNS="200"))
     try:
-        output = _read_until(process, "Ctrl-C stops", timeout_s=120)
+        lines = _reader(process)
+        output = _read_until(lines, "Ctrl-C stops", timeout_s=120)
         assert f"127.0.0.1:{grpc}" in output and f"http://127.0.0.1:{metrics}/metrics" in output
         process.send_signal(signal.SIGINT)
-        rest, _ = process.communicate(timeout=60)
-        assert process.returncode == 0 and "stopped" in rest
+        assert process.wait(timeout=60) == 0
+        assert "stopped" in _read_until(lines, "stopped", timeout_s=10)
     finally:
         if process.poll() is None:
             process.kill()
@@ -99,11 +102,17 @@ def test_serve_command_refuses_a_missing_artifact_in_one_line(tmp_path):
     assert result.exit_code == 2 and "no sidecar" in result.output and "Traceback" not in result.output
 
 
-def _read_until(process: subprocess.Popen, marker: str, timeout_s: float) -> str:
-    selector, text, deadline = selectors.DefaultSelector(), "", time.monotonic() + timeout_s
-    selector.register(process.stdout, selectors.EVENT_READ)
-    while marker not in text and time.monotonic() < deadline and process.poll() is None:
-        if selector.select(timeout=1):
-            text += process.stdout.readline()
+def _reader(process: subprocess.Popen) -> queue.Queue[str]:
+    """A thread that moves ``process``'s output lines into a queue (reads never block the test)."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
+    return lines
+
+
+def _read_until(lines: queue.Queue[str], marker: str, timeout_s: float) -> str:
+    text, deadline = "", time.monotonic() + timeout_s
+    while marker not in text and time.monotonic() < deadline:
+        with contextlib.suppress(queue.Empty):
+            text += lines.get(timeout=1)
     assert marker in text, text
     return text
