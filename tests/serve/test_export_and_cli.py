@@ -50,6 +50,21 @@ def test_tensorrt_repository_config_parses_with_the_engine_as_model_plan(tmp_pat
     assert plan.read_bytes() == linear_v1.with_suffix(".engine").read_bytes()
 
 
+def test_build_matrix_becomes_cc_model_filenames(tmp_path, linear_v1):
+    engines = [make_artifact(tmp_path / t, name=f"linear_{t}", targets=(t,)) for t in ("sm86", "sm120")]
+    result = CliRunner().invoke(app, ["export", "triton", *map(str, engines), "--repo", str(tmp_path / "repo"),
+                                      "--matrix", "linear"])
+    assert result.exit_code == 0, result.output
+    config = parse_config(tmp_path / "repo" / "linear" / "config.pbtxt")
+    assert config.name == "linear" and config.platform == "tensorrt_plan"
+    assert dict(config.cc_model_filenames) == {"8.6": "model_sm86.plan", "12.0": "model_sm120.plan"}
+    for target, sidecar in zip(("sm86", "sm120"), engines, strict=True):
+        plan = tmp_path / "repo" / "linear" / "1" / f"model_{target}.plan"
+        assert plan.read_bytes() == sidecar.with_suffix(".engine").read_bytes()
+    with pytest.raises(ValueError, match="built for one target each"):
+        export_triton([linear_v1, engines[0]], tmp_path / "repo2", matrix="linear")
+
+
 def test_export_refusals(tmp_path, linear_v1):
     theirs = tmp_path / "repo" / "linear"
     theirs.mkdir(parents=True)

@@ -92,13 +92,16 @@ def export_triton_command(
     max_delay_ms: Annotated[float, typer.Option(help="dynamic batcher's longest wait")] = 2.0,
     stub_env: Annotated[Path | None, typer.Option(help="python backend: venv for the stub (EXECUTION_ENV_PATH)")] = None,
     overwrite: Annotated[bool, typer.Option(help="replace model folders trtforge wrote before")] = False,
+    matrix: Annotated[str | None, typer.Option(help="one model NAME from single-target engines "
+                                                   "(cc_model_filenames)")] = None,
 ) -> None:
     """Write a Triton model repository: one model per artifact."""
     from trtforge.serve.repository import export_triton
 
     try:
         folders = export_triton(artifacts, repo, backend=backend, route=route, instances=instances,
-                                max_delay_ms=max_delay_ms, overwrite=overwrite, stub_env=stub_env)
+                                max_delay_ms=max_delay_ms, overwrite=overwrite, stub_env=stub_env,
+                                matrix=matrix)
     except UserError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from exc

@@ -184,15 +184,49 @@ def _with_copied_artifact(plan: ModelPlan, sidecar: Sidecar, target: Path) -> Mo
                      plan.max_batch_size, plan.preferred_batch_sizes, parameters)
 
 
+def compute_capability(target: str) -> str:
+    """``"sm86"`` → ``"8.6"``, ``"sm120"`` → ``"12.0"`` (Triton's ``cc_model_filenames`` keys)."""
+    if not (target.startswith("sm") and target[2:].isdigit() and len(target) >= 4):
+        raise InvalidArgument(f"target {target!r} is not smXY; a build matrix entry is built for one target")
+    return f"{target[2:-1]}.{target[-1]}"
+
+
+def write_matrix(repo: Path, name: str, plans: Sequence[ModelPlan], *, overwrite: bool = False,
+                 **config: Any) -> Path:
+    """One TensorRT model ``name`` from single-target engines: ``cc_model_filenames`` picks by GPU."""
+    sidecars = [read_sidecar(p.sidecar) for p in plans]
+    for sidecar in sidecars:
+        targets = sidecar.builder.get("targets") or []
+        if len(targets) != 1 or not str(targets[0]).startswith("sm") or \
+                (sidecar.inputs, sidecar.outputs) != (sidecars[0].inputs, sidecars[0].outputs):
+            raise InvalidArgument(f"{sidecar.path}: a build matrix takes engines of one model built for one target "
+                                  f"each (this one: targets {targets}); build them with trtforge.build_matrix")
+    engines = [s.verify_engine() for s in sidecars]
+    folder = _model_folder(repo, name, overwrite)
+    filenames = {}
+    for sidecar, engine in zip(sidecars, engines, strict=True):
+        target = sidecar.builder["targets"][0]
+        filenames[compute_capability(target)] = f"model_{target}.plan"
+        shutil.copyfile(engine, folder / "1" / f"model_{target}.plan")
+    first = plans[0]
+    plan = ModelPlan(name, first.sidecar, first.inputs, first.outputs, first.max_batch_size, first.preferred_batch_sizes)
+    text = config_text(config_dict(plan, "tensorrt", **config) | {"cc_model_filenames": filenames})
+    (folder / "config.pbtxt").write_text(text)
+    return folder
+
+
 def export_triton(
     artifacts: Sequence[str | Path], repo: str | Path, *, backend: str = "tensorrt",
     route: str = "onnxruntime", instances: int = 1, max_delay_ms: float = 2.0,
     overwrite: bool = False, kind: str | None = None, stub_env: str | Path | None = None,
+    matrix: str | None = None,
 ) -> list[Path]:
     """Write a Triton model repository with one model per artifact; returns the model folders.
 
     ``stub_env`` (python backend) names a venv for the stub (``EXECUTION_ENV_PATH``), e.g. the one
     ``make setup`` makes for the Triton inside ``nvidia-pytriton``; NVIDIA's container needs none.
+    ``matrix="name"`` (tensorrt backend) makes one model of single-target engines (a build matrix),
+    with ``cc_model_filenames`` so Triton picks the engine for each GPU.
 
     Example:
         >>> export_triton(["out/lite0_fp16.json"], "repo")          # TensorRT backend
@@ -205,10 +239,16 @@ def export_triton(
         raise FileConflict(f"--repo {repo} is a file; name a folder")
     parameters = {"route": route} | ({"EXECUTION_ENV_PATH": str(Path(stub_env).resolve())} if stub_env else {})
     plans = [plan_model(a, parameters) for a in artifacts]
+    kind = kind or ("KIND_GPU" if backend == "tensorrt" else "KIND_CPU")
+    if matrix is not None:
+        if backend != "tensorrt":
+            raise InvalidArgument("a build matrix (--matrix) is a TensorRT-backend model; drop --backend python")
+        repo.mkdir(parents=True, exist_ok=True)
+        return [write_matrix(repo, matrix, plans, overwrite=overwrite, instances=instances,
+                             max_delay_ms=max_delay_ms, kind=kind)]
     names = [p.name for p in plans]
     if len(set(names)) != len(names):
         raise InvalidArgument(f"two artifacts share a model name ({names}); rename one with --name at build time")
-    kind = kind or ("KIND_GPU" if backend == "tensorrt" else "KIND_CPU")
     repo.mkdir(parents=True, exist_ok=True)
     return [write_model(repo, p, backend, overwrite=overwrite, instances=instances,
                         max_delay_ms=max_delay_ms, kind=kind) for p in plans]
