@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trtforge.core.specs import TensorSpec
-from trtforge.serve.batching import BadRequest, check_request, run_together
+from trtforge.serve.batching import BadRequest, check_request, max_shapes, run_together
 from trtforge.serve.health import FallbackState, HealthPolicy, run_with_timeout
 
 SPECS = (TensorSpec("a", "float32", (-1, 2)), TensorSpec("b", "int64", (-1, 3)))
@@ -41,6 +41,17 @@ def test_bad_requests_are_named(request_, message):
     with pytest.raises(BadRequest) as error:
         check_request(SPECS, request_, max_batch=8)
     assert message in str(error.value)
+
+
+def test_dynamic_dims_are_bounded_by_the_profiles():
+    specs = (TensorSpec("tokens", "int64", (-1, -1)),)
+    profiles = ({"tokens": {"min": [1, 1], "opt": [4, 64], "max": [8, 128]}},
+                {"tokens": {"min": [1, 1], "opt": [1, 256], "max": [1, 512]}})
+    limits = max_shapes(profiles)
+    assert limits == {"tokens": (8, 512)}
+    assert check_request(specs, {"tokens": np.zeros((2, 512), np.int64)}, 8, limits).rows == 2
+    with pytest.raises(BadRequest, match=r"beyond the profile's largest \[8, 512\]"):
+        check_request(specs, {"tokens": np.zeros((1, 513), np.int64)}, 8, limits)
 
 
 def test_an_engine_that_drops_the_batch_axis_is_caught():

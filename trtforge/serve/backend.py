@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from trtforge.core.errors import InvalidArgument
-from trtforge.serve.batching import BadRequest, check_request, run_together
+from trtforge.serve.batching import BadRequest, check_request, max_shapes, run_together
 from trtforge.serve.health import FallbackState, HealthPolicy, run_with_timeout
 
 
@@ -138,6 +138,7 @@ class TritonPythonModel:
             self.fallback = open_engine(sidecar, params["fallback_route"], params, device)
             self.fallback(*warm_input(self.fallback))
         self.routes = (params.get("route", "onnxruntime"), params.get("fallback_route", ""))
+        self.limits = max_shapes(getattr(self.primary, "profiles", ()) or ())
         self.sha256 = json.loads(sidecar.read_text())["engine"]["sha256"]
         self.state = FallbackState(self.policy)
         self.metrics = Metrics(pb_utils, self.name)
@@ -174,7 +175,7 @@ class TritonPythonModel:
             try:
                 tensors = {n: pb.get_input_tensor_by_name(request, n) for n in names}
                 arrays = {n: t.as_numpy() for n, t in tensors.items() if t is not None}
-                checked.append(check_request(self.primary.inputs, arrays, self.max_batch))
+                checked.append(check_request(self.primary.inputs, arrays, self.max_batch, self.limits))
                 good.append(i)
             except BadRequest as exc:
                 responses[i] = pb.InferenceResponse(error=pb.TritonError(str(exc)))

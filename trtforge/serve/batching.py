@@ -34,23 +34,38 @@ class Checked:
     rows: int
 
 
-def _check_tensor(spec: TensorSpec, value: np.ndarray, batched: bool) -> None:
+def max_shapes(profiles: Sequence[Mapping[str, Mapping[str, Sequence[int]]]]) -> dict[str, tuple[int, ...]]:
+    """Per input, the largest size of each dim over the profiles: what bounds a request's size."""
+    limits: dict[str, tuple[int, ...]] = {}
+    for profile in profiles:
+        for name, ranges in profile.items():
+            top = tuple(int(d) for d in ranges["max"])
+            limits[name] = tuple(map(max, limits[name], top)) if name in limits else top
+    return limits
+
+
+def _check_tensor(spec: TensorSpec, value: np.ndarray, batched: bool, limit: Sequence[int] | None) -> None:
     if value.dtype != np.dtype(spec.dtype):
         raise BadRequest(f"input {spec.name!r} is {value.dtype}; the model takes {spec.dtype}")
     want = spec.shape if not batched else (-1, *spec.shape[1:])
     if len(value.shape) != len(want) or any(w >= 0 and w != d for w, d in zip(want, value.shape, strict=True)):
         raise BadRequest(f"input {spec.name!r} has shape {list(value.shape)}; the model takes "
                          f"{list(want)} (-1: any size)")
+    if limit is not None and len(limit) == len(value.shape) and \
+            any(d > m for d, m in zip(value.shape[1:], limit[1:], strict=True)):
+        raise BadRequest(f"input {spec.name!r} has shape {list(value.shape)}, beyond the profile's largest "
+                         f"{list(limit)}; send smaller tensors")
 
 
-def check_request(specs: Sequence[TensorSpec], tensors: Mapping[str, np.ndarray], max_batch: int) -> Checked:
-    """Check one request against the model's inputs; raises BadRequest with the reason."""
+def check_request(specs: Sequence[TensorSpec], tensors: Mapping[str, np.ndarray], max_batch: int,
+                  limits: Mapping[str, Sequence[int]] | None = None) -> Checked:
+    """Check one request against the model's inputs (and the profiles' ``limits``); raises BadRequest."""
     names = [s.name for s in specs]
     if sorted(tensors) != sorted(names):
         raise BadRequest(f"request has inputs {sorted(tensors)}; the model takes {names}")
     batched = max_batch > 0
     for spec in specs:
-        _check_tensor(spec, tensors[spec.name], batched)
+        _check_tensor(spec, tensors[spec.name], batched, (limits or {}).get(spec.name))
     rows = {tensors[n].shape[0] for n in names} if batched else {1}
     if len(rows) != 1:
         raise BadRequest(f"inputs disagree on the batch size ({sorted(rows)}); give every input the same rows")
