@@ -117,6 +117,11 @@ def test_corrupt_new_artifact_is_refused_while_the_old_one_serves(server, tmp_pa
     broken_engine.with_suffix(".engine").write_bytes(b"tampered")
     with pytest.raises(SwapRefused, match="sha256|does not match"):
         server.reload("linear", broken_engine, token=TOKEN)
+    good = make_artifact(tmp_path / "good", scale=2.0)
+    with pytest.raises(SwapRefused, match="refusing it"):
+        server.reload("linear", good, token=TOKEN, sha256="0" * 64)  # not the engine the caller meant
+    with pytest.raises(ValueError, match="no model 'other'"):
+        server.reload("other", good, token=TOKEN)
     broken_onnx = make_artifact(tmp_path / "onnx", scale=2.0)
     broken_onnx.with_suffix(".onnx").write_bytes(b"not an onnx graph")
     with pytest.raises(SwapRefused):

@@ -254,6 +254,8 @@ class Server:
         swaps, failures = self._swap_metrics[1:]
         if not token:
             raise NotPermitted("reload needs the admin token (--admin-token or $TRTFORGE_ADMIN_TOKEN)")
+        if model not in self.models:
+            raise InvalidArgument(f"no model {model!r} is served here; reload one of {self.models}")
         plan = plan_model(artifact, self._parameters(Path(artifact), sha256))
         if plan.name != model:
             plan = type(plan)(model, plan.sidecar, plan.inputs, plan.outputs, plan.max_batch_size,
