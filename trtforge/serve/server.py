@@ -17,11 +17,14 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -172,8 +175,8 @@ class Server:
             f"--grpc-restricted-protocol={restricted}", "--log-verbose=0",
         ]
         log = self._stack.enter_context(open(self._log, "wb"))
-        self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                         env=server_environment(self._dist), start_new_session=True)
+        self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=server_environment(self._dist),
+                                         start_new_session=True, preexec_fn=_die_with_parent)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.config.startup_timeout_s
@@ -270,6 +273,13 @@ class Server:
             raise SwapRefused(f"reload of {model!r} to {artifact} refused (HTTP {code}): {text.strip()}; "
                               "the old model is still serving")
         swaps.labels(model=model).inc()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the thread that started it dies (a killed ``serve``
+    leaves no tritonserver behind). Linux's PR_SET_PDEATHSIG; elsewhere nothing."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 def _swap_metrics() -> tuple[Any, Any, Any]:
