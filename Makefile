@@ -12,7 +12,11 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	@# torch first, pinned: the CPU wheel on this disk. An existing torch (CUDA build on a GPU box) is kept.
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install torch==2.13.0
-	$(PIP) install -e '.[zoo,dev]'
+	$(PIP) install -e '.[zoo,dev,serve]'
+	@# tritonserver + Python backend + stubs. --no-deps: its numpy<2 pin is for its proxy, which we do
+	@# not use; the stub gets NumPy < 2 from its own small venv (next line). See README "Serving".
+	$(PIP) install --no-deps nvidia-pytriton==0.7.0
+	$(PY) -m trtforge.serve.environment $(VENV)/trtforge-serve-stub
 	touch $(STAMP)
 
 demo: setup

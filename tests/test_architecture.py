@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vision",),
     ("zoo",),
     ("bench",),
+    ("serve",),
     ("artifact",),
     ("pipeline", "refit"),
     ("debug", "conformance"),
@@ -39,6 +40,7 @@ FORBIDDEN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("quantize", ("builder",), "knows nothing of TensorRT"),
     ("passes", ("cache",), "pure graph transforms"),
     ("convert", ("capture", "passes", "quantize", "cache"), "the direct path lowers PyTorch to TensorRT, no ONNX"),
+    ("serve", ("builder", "quantize", "passes", "capture", "cache"), "serves engines it is handed"),
 )
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from trtforge.core.config import CompileConfig, QuantConfig
     from trtforge.pipeline import compile  # noqa: A004 - the public verb
     from trtforge.runtime.load import load
+    from trtforge.serve import serve
 
 #: Public name → the module that defines it.
 _LAZY: dict[str, str] = {
@@ -28,10 +29,11 @@ _LAZY: dict[str, str] = {
     "CompileConfig": "trtforge.core.config",
     "QuantConfig": "trtforge.core.config",
     "compile": "trtforge.pipeline",
+    "serve": "trtforge.serve",
     "load": "trtforge.runtime.load",
 }
 
-__all__ = ["Artifact", "CompileConfig", "QuantConfig", "__version__", "compile", "load"]
+__all__ = ["Artifact", "CompileConfig", "QuantConfig", "__version__", "compile", "load", "serve"]
 
 
 def __getattr__(name: str) -> Any:

@@ -20,5 +20,8 @@ from trtforge.cli import (  # noqa: F401 - each registers its command
     refit,
 )
 from trtforge.cli.app import app, main
+from trtforge.cli.serve import register as _register_serve
+
+_register_serve(app)
 
 __all__ = ["app", "main"]

@@ -1,0 +1,52 @@
+"""Small artifacts for the serving tests: a linear model exported to ONNX, with a sidecar.
+
+The engine file is a placeholder (no engine runs on this CPU machine); the routes served here
+(``onnxruntime``, ``eager``) run the ONNX graph or the PyTorch model. ``scale`` tells versions
+apart by their output: y = x @ W * scale.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from trtforge.core.sidecar import Sidecar, sha256_file, write_sidecar
+from trtforge.core.specs import TensorSpec
+
+FEATURES, OUT = 4, 3
+WEIGHT = torch.arange(FEATURES * OUT, dtype=torch.float32).reshape(OUT, FEATURES) / 10
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(FEATURES, OUT, bias=False)
+        with torch.no_grad():
+            self.linear.weight.copy_(WEIGHT * scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x)
+
+
+def expected(x, scale: float):
+    return (torch.as_tensor(x) @ (WEIGHT * scale).T).numpy()
+
+
+def make_artifact(folder: Path, scale: float = 1.0, name: str = "linear", max_batch: int = 16,
+                  targets: tuple[str, ...] = ()) -> Path:
+    """Write ``folder/<name>.json`` (+ .onnx, placeholder .engine); returns the sidecar path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx_path = folder / f"{name}.onnx"
+    torch.onnx.export(Scaled(scale).eval(), (torch.zeros(1, FEATURES),), str(onnx_path), dynamo=False,
+                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    engine = folder / f"{name}.engine"
+    engine.write_bytes(f"placeholder engine, scale {scale}, targets {targets}".encode())
+    sidecar = Sidecar(
+        name=name, engine_file=engine.name, engine_size=engine.stat().st_size, engine_sha256=sha256_file(engine),
+        inputs=(TensorSpec("x", "float32", (-1, FEATURES)),), outputs=(TensorSpec("y", "float32", (-1, OUT)),),
+        profiles=({"x": {"min": [1, FEATURES], "opt": [4, FEATURES], "max": [max_batch, FEATURES]}},),
+        precision={"built": "fp32"}, builder={"flavour": "tensorrt_rtx", "targets": list(targets) or ["portable"]},
+        source={"kind": "onnx", "onnx_file": onnx_path.name, "reference_onnx_file": onnx_path.name},
+    )
+    return write_sidecar(folder / f"{name}.json", sidecar)

@@ -1,0 +1,38 @@
+"""An engine double for health checks: a real ONNX Runtime engine that fails on command.
+
+``engine_factory="tests.serve.doubles:failing_on_command"`` makes the served model load this. It
+runs the artifact's ONNX graph (real answers) under the route name it was asked for; while a file
+``FAIL-<route>`` exists beside the sidecar, every call raises, as a broken GPU route would.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trtforge.runtime.load import load
+from trtforge.runtime.protocol import EngineBase
+
+
+class FailingOnCommand(EngineBase):
+    def __init__(self, sidecar: Path, route: str) -> None:
+        self._engine = load(sidecar, route="onnxruntime")
+        self.inputs, self.outputs, self.profiles = self._engine.inputs, self._engine.outputs, self._engine.profiles
+        self.route = route
+        self.flag = Path(sidecar).parent / f"FAIL-{route}"
+
+    @property
+    def device(self):
+        return self._engine.device
+
+    def __call__(self, *tensors, **named):
+        if self.flag.exists():
+            raise RuntimeError(f"{self.route} engine failing on command ({self.flag.name} exists)")
+        return self._engine(*tensors, **named)
+
+    def close(self) -> None:
+        self._engine.close()
+        super().close()
+
+
+def failing_on_command(sidecar: Path, route: str) -> FailingOnCommand:
+    return FailingOnCommand(sidecar, route)

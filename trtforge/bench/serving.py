@@ -1,0 +1,136 @@
+"""Serving benchmark parts: a null engine (the serving path's own ceiling) and a bounded gRPC load.
+
+The load runs in ``processes`` client processes with ``threads`` synchronous gRPC clients each
+(``processes × threads`` requests in flight), on loopback, until ``requests`` are answered or
+``max_seconds`` pass, whichever comes first.
+
+Example:
+    >>> load = run_load("127.0.0.1:8001", "lite0", {"images": frame}, requests=2000, processes=4, threads=16)
+    >>> load.throughput, load.p99_ms
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtforge.core.sidecar import read_sidecar
+from trtforge.runtime.protocol import EngineBase
+
+
+class NullEngine(EngineBase):
+    """Zeros of the artifact's output shapes, without running a model: what serving costs alone."""
+
+    route = "null"
+
+    def __init__(self, sidecar: Path, route: str = "null") -> None:
+        record = read_sidecar(sidecar)
+        self.inputs, self.outputs, self.profiles = record.inputs, record.outputs, record.profiles
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+    def __call__(self, *tensors: Any, **named: Any) -> dict[str, np.ndarray]:
+        rows = len(tensors[0]) if tensors else 1
+        return {s.name: np.zeros((rows, *[max(d, 1) for d in s.shape[1:]]), dtype=s.dtype) for s in self.outputs}
+
+
+def null_engine(sidecar: Path, route: str) -> NullEngine:
+    """Engine factory for ``ServeConfig(engine_factory="trtforge.bench.serving:null_engine")``."""
+    return NullEngine(sidecar, route)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Requests answered, failures, wall seconds and latency percentiles (ms) of one load run."""
+
+    answered: int
+    failed: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    in_flight: int
+
+    @property
+    def throughput(self) -> float:
+        return self.answered / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"answered": self.answered, "failed": self.failed, "seconds": self.seconds, "p50_ms": self.p50_ms,
+                "p99_ms": self.p99_ms, "in_flight": self.in_flight, "throughput": self.throughput}
+
+
+def _request(url: str, inputs: dict[str, np.ndarray]) -> tuple[Any, list[Any]]:
+    from tritonclient.grpc import InferenceServerClient, InferInput
+    from tritonclient.utils import np_to_triton_dtype
+
+    tensors = []
+    for name, value in inputs.items():
+        tensor = InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
+        tensor.set_data_from_numpy(value)
+        tensors.append(tensor)
+    return InferenceServerClient(url), tensors
+
+
+def _client_process(url: str, model: str, inputs: dict[str, np.ndarray], count: int, threads: int,
+                    deadline: float, barrier: Any, results: Any) -> None:
+    latencies: list[float] = []
+    failed = [0]
+    lock = threading.Lock()
+    prepared = [_request(url, inputs) for _ in range(threads)]
+
+    def worker(share: int, client: Any, tensors: list[Any]) -> None:
+        for _ in range(share):
+            if time.time() > deadline:
+                return
+            start = time.perf_counter()
+            try:
+                client.infer(model, tensors, client_timeout=60)
+            except Exception:  # a failed request is counted, and the load goes on
+                with lock:
+                    failed[0] += 1
+                continue
+            with lock:
+                latencies.append((time.perf_counter() - start) * 1000)
+
+    pool = [threading.Thread(target=worker, args=(count // threads + (i < count % threads), *prepared[i]))
+            for i in range(threads)]
+    barrier.wait(timeout=120)  # every client process is ready: the clock starts now
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    results.put((latencies, failed[0]))
+
+
+def run_load(url: str, model: str, inputs: dict[str, np.ndarray], *, requests: int, processes: int,
+             threads: int, max_seconds: float = 120.0) -> LoadResult:
+    """Send ``requests`` (bounded by ``max_seconds``) from ``processes × threads`` clients; wait for all."""
+    context = multiprocessing.get_context("spawn")
+    results, barrier = context.Queue(), context.Barrier(processes + 1)
+    deadline = time.time() + max_seconds + 120
+    share = [requests // processes + (i < requests % processes) for i in range(processes)]
+    workers = [context.Process(target=_client_process,
+                               args=(url, model, inputs, s, threads, deadline, barrier, results)) for s in share]
+    for w in workers:
+        w.start()
+    barrier.wait(timeout=120)
+    start = time.perf_counter()
+    latencies, failed = [], 0
+    for _ in workers:
+        got, bad = results.get(timeout=max_seconds + 120)
+        latencies += got
+        failed += bad
+    seconds = time.perf_counter() - start
+    for w in workers:
+        w.join(timeout=30)
+    a = np.asarray(latencies or [float("nan")])
+    return LoadResult(len(latencies), failed, seconds, float(np.percentile(a, 50)), float(np.percentile(a, 99)),
+                      processes * threads)

@@ -1,0 +1,110 @@
+"""``trtforge serve`` and ``trtforge export triton``: serving on Triton Inference Server.
+
+Example:
+    $ trtforge serve out/mlp.json --route onnxruntime --admin-token "$TOKEN"
+    $ trtforge export triton out/lite0_fp16.json --repo models/
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from trtforge.cli.app import console, err_console
+from trtforge.cli.app import guarded as user_errors
+from trtforge.core.errors import UserError
+
+export_app = typer.Typer(no_args_is_help=True, help="Export artifacts for other servers.")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve`` and ``export triton`` to the ``trtforge`` command."""
+    app.command("serve")(serve_command)
+    app.add_typer(export_app, name="export")
+
+
+def _devices(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(int(d) for d in text.split(","))
+    except ValueError as exc:
+        raise typer.BadParameter(f"--devices {text!r}: give GPU indices like 0,1") from exc
+
+
+@user_errors
+def serve_command(
+    artifacts: Annotated[list[Path], typer.Argument(help="sidecars (.json) or engines, one model each")],
+    route: Annotated[str, typer.Option(help="trtforge route that runs each model")] = "onnxruntime",
+    fallback_route: Annotated[str | None, typer.Option(help="route used while health checks fail")] = None,
+    host: Annotated[str, typer.Option(help="address to listen on (loopback unless you say otherwise)")] = "127.0.0.1",
+    http_port: Annotated[int, typer.Option()] = 8000,
+    grpc_port: Annotated[int, typer.Option()] = 8001,
+    metrics_port: Annotated[int, typer.Option()] = 8002,
+    max_delay_ms: Annotated[float, typer.Option(help="dynamic batcher's longest wait")] = 2.0,
+    instances: Annotated[int, typer.Option(help="model instances (separate processes) per model")] = 1,
+    devices: Annotated[str | None, typer.Option(help="GPU indices for the instances, e.g. 0,1")] = None,
+    admin_token: Annotated[str | None, typer.Option(envvar="TRTFORGE_ADMIN_TOKEN",
+                                                    help="token for reloads (none: reloads refused)")] = None,
+    allow_host_code: Annotated[bool, typer.Option(help="accept TensorRT engines with host code")] = False,
+) -> None:
+    """Serve artifacts on Triton Inference Server until Ctrl-C."""
+    from trtforge.serve.server import ServeConfig, Server
+
+    config = ServeConfig(route=route, fallback_route=fallback_route, host=host, http_port=http_port,
+                         grpc_port=grpc_port, metrics_port=metrics_port, max_delay_ms=max_delay_ms,
+                         instances=instances, devices=_devices(devices), admin_token=admin_token,
+                         allow_host_code=allow_host_code)
+    server = Server(artifacts, config)
+    try:
+        _run(server)
+    except UserError as exc:
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from exc
+
+
+def _run(server) -> None:
+    try:
+        with server:
+            console.print(f"serving {', '.join(server.models)} (route {server.config.route})")
+            for name, url in server.endpoints.items():
+                console.print(f"  {name:8} {url}")
+            console.print("Ctrl-C stops")
+            while server.running:
+                time.sleep(0.5)
+            err_console.print(f"[bold red]tritonserver stopped:[/]\n{escape(server.log_tail())}")
+            raise typer.Exit(1)
+    except KeyboardInterrupt:
+        console.print("stopped")
+
+
+@export_app.command("triton")
+@user_errors
+def export_triton_command(
+    artifacts: Annotated[list[Path], typer.Argument(help="sidecars (.json) or engines")],
+    repo: Annotated[Path, typer.Option(help="model repository folder to write into")],
+    backend: Annotated[str, typer.Option(help="tensorrt (model.plan) | python (a trtforge route)")] = "tensorrt",
+    route: Annotated[str, typer.Option(help="python backend: the route that runs the model")] = "onnxruntime",
+    instances: Annotated[int, typer.Option(help="instance_group count")] = 1,
+    max_delay_ms: Annotated[float, typer.Option(help="dynamic batcher's longest wait")] = 2.0,
+    stub_env: Annotated[Path | None, typer.Option(help="python backend: venv for the stub (EXECUTION_ENV_PATH)")] = None,
+    overwrite: Annotated[bool, typer.Option(help="replace model folders trtforge wrote before")] = False,
+    matrix: Annotated[str | None, typer.Option(help="one model NAME from single-target engines "
+                                                   "(cc_model_filenames)")] = None,
+) -> None:
+    """Write a Triton model repository: one model per artifact."""
+    from trtforge.serve.repository import export_triton
+
+    try:
+        folders = export_triton(artifacts, repo, backend=backend, route=route, instances=instances,
+                                max_delay_ms=max_delay_ms, overwrite=overwrite, stub_env=stub_env,
+                                matrix=matrix)
+    except UserError as exc:
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from exc
+    for folder in folders:
+        console.print(f"[green]wrote[/] {folder}/config.pbtxt")

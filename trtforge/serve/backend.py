@@ -1,0 +1,206 @@
+"""The Python-backend model that Triton's stub runs: one artifact through a trtforge route.
+
+``model.py`` in a generated repository imports ``TritonPythonModel`` from here. Its config's
+parameters say what to serve: ``artifact`` (the sidecar, absolute or relative to the version
+folder), ``route``, optionally ``fallback_route``, ``sha256`` (the engine's expected digest),
+``allow_host_code``, ``engine_factory`` (``module:function`` taking ``(sidecar_path, route)``,
+set only by the serving API, e.g. for test doubles) and the health policy.
+
+Loading verifies the engine's sha256 and warms the engine up; a failure raises, so Triton keeps
+the model it had (hot swap) or reports the load error. Metrics are Triton custom metrics, on
+Triton's own metrics endpoint.
+
+Example (what Triton does):
+    >>> model = TritonPythonModel(); model.initialize(args); model.execute(requests)
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtforge.core.errors import InvalidArgument
+from trtforge.serve.batching import BadRequest, check_request, max_shapes, run_together
+from trtforge.serve.health import FallbackState, HealthPolicy, run_with_timeout
+
+
+def _parameters(config: dict[str, Any]) -> dict[str, str]:
+    return {k: v.get("string_value", "") for k, v in (config.get("parameters") or {}).items()}
+
+
+def open_engine(sidecar: Path, route: str, parameters: dict[str, str], device: str | None = None) -> Any:
+    """Verify the artifact and load it through ``route`` (or the configured engine factory)."""
+    from trtforge.core.sidecar import read_sidecar
+
+    record = read_sidecar(sidecar)
+    record.verify_engine()
+    expected = parameters.get("sha256")
+    if expected and expected != record.engine_sha256:
+        raise InvalidArgument(f"{sidecar} has engine sha256 {record.engine_sha256[:12]}…, the reload asked "
+                              f"for {expected[:12]}…; refusing it")
+    factory = parameters.get("engine_factory")
+    if factory:
+        module, _, function = factory.partition(":")
+        return getattr(importlib.import_module(module), function)(sidecar, route)
+    from trtforge.runtime.load import load
+
+    options: dict[str, Any] = {}
+    if route == "tensorrt":
+        options["allow_host_code"] = parameters.get("allow_host_code") == "true"
+    return load(sidecar, route=route, device=device, **options)
+
+
+def warm_input(engine: Any) -> tuple[np.ndarray, ...]:
+    """One row of zeros per input, dynamic dims at the profile's opt size (or 1)."""
+    profile = engine.profiles[0] if getattr(engine, "profiles", ()) else {}
+    arrays = []
+    for spec in engine.inputs:
+        opt = profile.get(spec.name, {}).get("opt")
+        shape = [d if d > 0 else (opt[i] if opt else 1) for i, d in enumerate(spec.shape)]
+        if spec.shape and spec.shape[0] < 0:
+            shape[0] = 1
+        arrays.append(np.zeros(shape, dtype=spec.dtype))
+    return tuple(arrays)
+
+
+class OneHot:
+    """A gauge family where one label set is 1 and the ones before it 0 (the active route, the reason)."""
+
+    def __init__(self, family: Any, labels: dict[str, str]) -> None:
+        self.family, self.labels, self.metrics = family, labels, {}
+
+    def select(self, **labels: str) -> None:
+        for metric in self.metrics.values():
+            metric.set(0)
+        key = tuple(sorted(labels.items()))
+        if key not in self.metrics:
+            self.metrics[key] = self.family.Metric(labels={**self.labels, **labels})
+        self.metrics[key].set(1)
+
+
+class Metrics:
+    """Our Triton custom metrics for one model (active route, degraded and why, fallbacks, checks, calls)."""
+
+    def __init__(self, pb_utils: Any, model: str) -> None:
+        family = pb_utils.MetricFamily
+        self.labels = {"model": model}
+        self.route = OneHot(family("trtforge_active_route", "1 for the route serving now (labels: route, sha256)",
+                                   family.GAUGE), self.labels)
+        self.reason = OneHot(family("trtforge_degraded_reason", "1 for why the fallback serves (label: reason)",
+                                    family.GAUGE), self.labels)
+        self._degraded = family("trtforge_degraded", "1 while the fallback route serves", family.GAUGE)
+        self._fallbacks = family("trtforge_fallbacks_total", "switches to the fallback route", family.COUNTER)
+        self._failures = family("trtforge_health_failures_total", "failed health checks", family.COUNTER)
+        self._calls = family("trtforge_model_calls_total", "engine calls (one per formed batch)", family.COUNTER)
+        self.degraded = self._degraded.Metric(labels=self.labels)
+        self.fallbacks = self._fallbacks.Metric(labels=self.labels)
+        self.failures = self._failures.Metric(labels=self.labels)
+        self.calls = self._calls.Metric(labels=self.labels)
+
+    def set_route(self, route: str, sha256: str) -> None:
+        self.route.select(route=route, sha256=sha256)
+
+    def set_degraded(self, reason: str) -> None:
+        """Degraded with ``reason`` (first 200 characters), or healthy when ``reason`` is empty."""
+        self.degraded.set(1 if reason else 0)
+        self.reason.select(reason=reason[:200].replace("\"", "'").replace("\\", "/").replace("\n", " "))
+
+
+class TritonPythonModel:
+    """Triton's Python-backend entry points: initialize, execute, finalize."""
+
+    def initialize(self, args: dict[str, Any]) -> None:
+        import triton_python_backend_utils as pb_utils
+
+        self.pb = pb_utils
+        config = json.loads(args["model_config"])
+        params = _parameters(config)
+        if params.get("trtforge_path") and params["trtforge_path"] not in sys.path:
+            sys.path.insert(0, params["trtforge_path"])
+        sidecar = Path(params["artifact"])
+        if not sidecar.is_absolute():
+            sidecar = Path(args["model_repository"]) / args["model_version"] / sidecar
+        self.name, self.max_batch = config["name"], int(config.get("max_batch_size", 0))
+        self.policy = HealthPolicy(**{k: float(params[k]) if k.endswith("_s") else int(params[k])
+                                      for k in ("interval_s", "timeout_s", "fallback_after", "recover_after")
+                                      if k in params})
+        device = f"cuda:{args['model_instance_device_id']}" if args.get("model_instance_kind") == "GPU" else None
+        self.primary = open_engine(sidecar, params.get("route", "onnxruntime"), params, device)
+        self.primary(*warm_input(self.primary))
+        self.fallback = None
+        if params.get("fallback_route"):
+            self.fallback = open_engine(sidecar, params["fallback_route"], params, device)
+            self.fallback(*warm_input(self.fallback))
+        self.routes = (params.get("route", "onnxruntime"), params.get("fallback_route", ""))
+        self.limits = max_shapes(getattr(self.primary, "profiles", ()) or ())
+        self.sha256 = json.loads(sidecar.read_text())["engine"]["sha256"]
+        self.state = FallbackState(self.policy)
+        self.metrics = Metrics(pb_utils, self.name)
+        self.metrics.set_route(self.routes[0], self.sha256)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        if self.fallback is not None:
+            threading.Thread(target=self._health_loop, daemon=True, name="trtforge-health").start()
+
+    def _active(self) -> Any:
+        return self.fallback if self.state.degraded and self.fallback is not None else self.primary
+
+    def _health_loop(self) -> None:
+        warm = warm_input(self.primary)
+        while not self._stop.wait(self.policy.interval_s):
+            reason = run_with_timeout(lambda: self.primary(*warm), self.policy.timeout_s)
+            if reason:
+                self.metrics.failures.increment(1)
+            if self.state.record(not reason, reason):
+                degraded = self.state.degraded
+                self.metrics.set_degraded(reason if degraded else "")
+                if degraded:
+                    self.metrics.fallbacks.increment(1)
+                self.metrics.set_route(self.routes[1] if degraded else self.routes[0], self.sha256)
+                self.pb.Logger.log_warn(f"trtforge: {self.name} " + (
+                    f"degraded, serving {self.routes[1]}: {reason}" if degraded else f"recovered, serving {self.routes[0]}"))
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        pb = self.pb
+        responses: list[Any] = [None] * len(requests)
+        good, checked = [], []
+        names = [s.name for s in self.primary.inputs]
+        for i, request in enumerate(requests):
+            try:
+                tensors = {n: pb.get_input_tensor_by_name(request, n) for n in names}
+                arrays = {n: t.as_numpy() for n, t in tensors.items() if t is not None}
+                checked.append(check_request(self.primary.inputs, arrays, self.max_batch, self.limits))
+                good.append(i)
+            except BadRequest as exc:
+                responses[i] = pb.InferenceResponse(error=pb.TritonError(str(exc)))
+        if good:
+            self._run(good, checked, responses)
+        return responses
+
+    def _run(self, good: list[int], checked: list[Any], responses: list[Any]) -> None:
+        pb = self.pb
+        engine = self._active()
+        output_names = [s.name for s in engine.outputs]
+        try:
+            with self._lock:  # engines reuse output buffers: one call at a time per engine
+                results = run_together(engine, checked, output_names, self.max_batch > 0)
+            self.metrics.calls.increment(1)
+        except Exception as exc:  # an engine failure fails this batch's requests, with the reason
+            message = f"{self.name}: inference failed on route {engine.route}: {type(exc).__name__}: {exc}"
+            for i in good:
+                responses[i] = pb.InferenceResponse(error=pb.TritonError(message))
+            return
+        for i, result in zip(good, results, strict=True):
+            responses[i] = pb.InferenceResponse([pb.Tensor(n, v) for n, v in result.items()])
+
+    def finalize(self) -> None:
+        self._stop.set()
+        for engine in (self.primary, self.fallback):
+            if engine is not None:
+                engine.close()

@@ -1,0 +1,82 @@
+"""Health checks and fallback, as a small state machine the stub drives.
+
+After ``fallback_after`` consecutive failures (errors or timeouts) of the primary route, requests
+go to the fallback route and the model reports itself degraded with the reason; after
+``recover_after`` consecutive passes of the primary, requests go back.
+
+Example:
+    >>> state = FallbackState(HealthPolicy(fallback_after=2, recover_after=1))
+    >>> state.record(False, "timeout"); state.record(False, "timeout"); state.degraded
+    True
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from trtforge.core.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class HealthPolicy:
+    """How often to check, how long a check may take, and when to switch (N failures, M passes)."""
+
+    interval_s: float = 5.0
+    timeout_s: float = 2.0
+    fallback_after: int = 3
+    recover_after: int = 3
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0 or self.timeout_s <= 0 or self.fallback_after < 1 or self.recover_after < 1:
+            raise InvalidArgument(f"{self}: intervals must be > 0 and counts >= 1")
+
+
+class FallbackState:
+    """Consecutive failures and passes of the primary route, and whether we are degraded."""
+
+    def __init__(self, policy: HealthPolicy) -> None:
+        self.policy = policy
+        self.failures = 0
+        self.passes = 0
+        self.degraded = False
+        self.reason = ""
+        self.fallbacks = 0
+        self._lock = threading.Lock()
+
+    def record(self, ok: bool, reason: str = "") -> bool:
+        """Count one check of the primary; returns True when the active route changed."""
+        with self._lock:
+            if ok:
+                self.failures, self.passes = 0, self.passes + 1
+                if self.degraded and self.passes >= self.policy.recover_after:
+                    self.degraded, self.reason = False, ""
+                    return True
+                return False
+            self.passes, self.failures = 0, self.failures + 1
+            if not self.degraded and self.failures >= self.policy.fallback_after:
+                self.degraded, self.reason, self.fallbacks = True, reason, self.fallbacks + 1
+                return True
+            if self.degraded:
+                self.reason = reason
+            return False
+
+
+def run_with_timeout(check: Callable[[], object], timeout_s: float) -> str:
+    """Run ``check`` in a daemon thread; '' when it passed, else the reason (error or timeout)."""
+    outcome: list[str] = []
+
+    def target() -> None:
+        try:
+            check()
+            outcome.append("")
+        except Exception as exc:  # a health check reports any failure of the engine as a reason
+            outcome.append(f"{type(exc).__name__}: {exc}")
+
+    worker = threading.Thread(target=target, daemon=True, name="trtforge-health-check")
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive() or not outcome:
+        return f"health inference took longer than {timeout_s:g} s"
+    return outcome[0]
