@@ -169,8 +169,13 @@ def compile(  # noqa: A001 - the public verb users expect
         built = _lookup_request(stack, engine_cache, request)
         if built is None:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtforge-")))
-            built = _capture_and_build(model_or_onnx, example_inputs, config, tmp=tmp,
-                                       calibration_data=calibration_data, engine_cache=engine_cache, console=console)
+            if config.path == "direct":
+                built = _convert_and_build(model_or_onnx, example_inputs, config, engine_cache=engine_cache,
+                                           console=console)
+            else:
+                built = _capture_and_build(model_or_onnx, example_inputs, config, tmp=tmp,
+                                           calibration_data=calibration_data, engine_cache=engine_cache,
+                                           console=console)
             if request is not None:
                 engine_cache.remember_request(request, built.key)
         if built.hit:
@@ -192,6 +197,7 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
             "precision='int8' needs calibration_data= (an image folder, a .npy file, an array, "
             "an iterable of input dicts, or a callable); see docs/quantization.md"
         )
+    _check_direct(model_or_onnx, config)
     name = default_name(model_or_onnx) if config.name is None else config.name
     preprocessing = config.preprocessing
     if preprocessing is None:
@@ -207,6 +213,18 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
             "file trtforge did not write. Move it away or choose another name=."
         )
     return config, paths
+
+
+def _check_direct(model_or_onnx: Any, config: CompileConfig) -> None:
+    """What the direct path cannot take: an ONNX file, INT8 (not on the direct path yet)."""
+    if config.path != "direct":
+        return
+    if isinstance(model_or_onnx, (str, Path)):
+        raise ConfigError(f"path='direct' converts a PyTorch module, and {model_or_onnx} is a file; pass the "
+                          "nn.Module with example inputs, or build the .onnx with path='onnx'")
+    if config.precision == "int8":
+        raise ConfigError("precision='int8' is not on the direct path yet; use path='onnx' for INT8, or "
+                          "fp32/fp16/bf16 on the direct path")
 
 
 def _check_model(model_or_onnx: Any, example_inputs: Any) -> None:
@@ -230,7 +248,16 @@ def _request_key(model_or_onnx: Any, example_inputs: Any, config: CompileConfig,
         return None
     from trtforge.cache.request_key import request_key
 
-    return request_key(model_or_onnx, example_inputs, config)
+    return request_key(model_or_onnx, example_inputs, config, converter_hash=_converter_hash(config))
+
+
+def _converter_hash(config: CompileConfig) -> str | None:
+    """The converters' source hash on the direct path (part of both cache keys), else None."""
+    if config.path != "direct":
+        return None
+    from trtforge.convert.converters import source_hash
+
+    return source_hash()
 
 
 def _lookup_request(stack: contextlib.ExitStack, engine_cache: EngineCache | None, request: str | None) -> _Built | None:
@@ -250,16 +277,15 @@ def write_artifact(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths
     built_precision = record["precision"]["built"]
     engine_path = paths.engine(built_precision)
     atomic_write_bytes(engine_path, built.plan)
-    onnx_path = paths.onnx(built_precision)
-    atomic_write_bytes(onnx_path, built.processed_onnx)
-    atomic_write_bytes(paths.reference_onnx(), built.reference_onnx)
-    source = {
-        **_source_info(model_or_onnx),
-        "onnx_file": onnx_path.name,
-        "onnx_sha256": record["onnx_sha256"],
-        "reference_onnx_file": paths.reference_onnx().name,
-        "reference_onnx_sha256": record["reference_onnx_sha256"],
-    }
+    onnx_path = reference_path = None
+    source = {**_source_info(model_or_onnx), **record.get("source", {})}
+    if built.processed_onnx is not None:  # the ONNX path; the direct path makes no ONNX
+        onnx_path, reference_path = paths.onnx(built_precision), paths.reference_onnx()
+        atomic_write_bytes(onnx_path, built.processed_onnx)
+        atomic_write_bytes(reference_path, built.reference_onnx)
+        source.update({"onnx_file": onnx_path.name, "onnx_sha256": record["onnx_sha256"],
+                       "reference_onnx_file": reference_path.name,
+                       "reference_onnx_sha256": record["reference_onnx_sha256"]})
     cache_info = {"key": built.key, "hit": built.hit} if cached else {"enabled": False}
     sidecar = Sidecar(
         name=config.name,
@@ -278,7 +304,7 @@ def write_artifact(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths
     )
     sidecar_path = write_sidecar(paths.sidecar(built_precision), sidecar)
     return Artifact(engine_path=engine_path, sidecar_path=sidecar_path, onnx_path=onnx_path,
-                    reference_onnx_path=paths.reference_onnx(), sidecar=Sidecar.from_dict(sidecar.to_dict(), sidecar_path))
+                    reference_onnx_path=reference_path, sidecar=Sidecar.from_dict(sidecar.to_dict(), sidecar_path))
 
 
 @dataclass(frozen=True)
@@ -287,21 +313,23 @@ class _Built:
 
     key: str
     plan: bytes
-    processed_onnx: bytes
-    reference_onnx: bytes
+    #: The processed and reference graphs; None on the direct path (no ONNX is made).
+    processed_onnx: bytes | None
+    reference_onnx: bytes | None
     #: JSON-able facts of the build: inputs, outputs, profiles, precision, builder, hashes, notes.
     record: dict
     hit: bool = False
 
     def files(self) -> dict[str, bytes]:
-        return {"engine": self.plan, "processed.onnx": self.processed_onnx,
-                "reference.onnx": self.reference_onnx, "record.json": json.dumps(self.record).encode()}
+        graphs = {"processed.onnx": self.processed_onnx, "reference.onnx": self.reference_onnx}
+        return {"engine": self.plan, "record.json": json.dumps(self.record).encode(),
+                **{name: data for name, data in graphs.items() if data is not None}}
 
     @classmethod
     def from_entry(cls, entry: CacheEntry) -> _Built:
         files = entry.files
-        return cls(key=entry.key, plan=files["engine"], processed_onnx=files["processed.onnx"],
-                   reference_onnx=files["reference.onnx"], record=json.loads(files["record.json"]), hit=True)
+        return cls(key=entry.key, plan=files["engine"], processed_onnx=files.get("processed.onnx"),
+                   reference_onnx=files.get("reference.onnx"), record=json.loads(files["record.json"]), hit=True)
 
 
 def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any) -> tuple[Processed, dict | None]:
@@ -339,31 +367,81 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
         notes = []
         if float_plan is not None and float_plan.fp32_nodes:
             notes.append(f"{len(float_plan.fp32_nodes)} node(s) kept in FP32 by the float pass")
-        record = {
-            "inputs": [s.as_dict() for s in _static_io(result.inputs, config)],
-            "outputs": [s.as_dict() for s in _static_io(result.outputs, config)],
-            "profiles": list(result.profiles),
-            "precision": {
-                "requested": config.precision,
-                "built": built_precision,
-                "node_dtypes": dtype_summary(processed.model),
-                "fp32_nodes": dict(float_plan.fp32_nodes) if float_plan else {},
-            },
-            "builder": {**result.builder,
-                        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                        "config": config.key_fields(), "trtforge_version": __version__},
-            "onnx_sha256": hashlib.sha256(processed_bytes).hexdigest(),
-            "reference_onnx_sha256": hashlib.sha256(reference_bytes).hexdigest(),
-            "notes": notes,
-            "quantization": quant_report,
-        }
+        precision = {"requested": config.precision, "built": built_precision,
+                     "node_dtypes": dtype_summary(processed.model),
+                     "fp32_nodes": dict(float_plan.fp32_nodes) if float_plan else {}}
+        record = _build_record(result, config, precision, notes, quantization=quant_report,
+                               onnx_sha256=hashlib.sha256(processed_bytes).hexdigest(),
+                               reference_onnx_sha256=hashlib.sha256(reference_bytes).hexdigest())
         built = _Built(key=key, plan=result.plan, processed_onnx=processed_bytes, reference_onnx=reference_bytes,
-                       record=json.loads(json.dumps(record)))
-        if engine_cache is not None:
-            engine_cache.put(key, built.files(), {
-                "model": name, "precision": built_precision, "targets": list(config.targets),
-                "options": file_suffix(config).lstrip("_"), "engine_size": len(result.plan),
-            })
+                       record=record)
+        _store(engine_cache, built, config)
+        return built
+
+
+def _build_record(result: BuildResult, config: CompileConfig, precision: dict, notes: list[str],
+                  **facts: Any) -> dict:
+    """The JSON-able record of one build (the sidecar's inputs, outputs, profiles, precision, builder),
+    plus path-specific ``facts`` (graph hashes, quantization, source)."""
+    record = {
+        "inputs": [s.as_dict() for s in _static_io(result.inputs, config)],
+        "outputs": [s.as_dict() for s in _static_io(result.outputs, config)],
+        "profiles": list(result.profiles),
+        "precision": precision,
+        "builder": {**result.builder, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    "config": config.key_fields(), "trtforge_version": __version__},
+        "notes": notes,
+        "quantization": None,
+        **facts,
+    }
+    return json.loads(json.dumps(record))
+
+
+def _store(engine_cache: EngineCache | None, built: _Built, config: CompileConfig) -> None:
+    """Put a fresh build into the engine cache (when there is one)."""
+    if engine_cache is not None:
+        engine_cache.put(built.key, built.files(), {
+            "model": config.name, "precision": built.record["precision"]["built"], "targets": list(config.targets),
+            "options": file_suffix(config).lstrip("_"), "engine_size": len(built.plan),
+        })
+
+
+def _convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *,
+                       engine_cache: EngineCache | None, console: Console) -> _Built:
+    """The direct path: PyTorch → TensorRT network (trtforge.convert) → engine-cache lookup → build → store.
+
+    The key hashes the recorded network and the converters' source; no ONNX is made.
+    """
+    from trtforge.builder.build import build_network
+    from trtforge.convert.api import lower_for_profiles
+
+    args, kwargs = normalize_example_inputs(model, example_inputs)
+    if kwargs:
+        raise WrongType("path='direct' takes positional example inputs; pass a tuple of tensors in forward's order")
+    input_names = config.input_names or getattr(model, "trtforge_input_names", None)
+    output_names = config.output_names or getattr(model, "trtforge_output_names", None)
+    lowered = lower_for_profiles(model, args, config.batch, precision=config.precision,
+                                 input_names=None if input_names is None else list(input_names),
+                                 output_names=None if output_names is None else list(output_names))
+    network_name = f"{config.name}_{config.precision}"
+    converter_hash = _converter_hash(config)
+    key = engine_key(lowered.net.record.canonical(), config, network_name=network_name, converter_hash=converter_hash)
+    with engine_cache.lock(key) if engine_cache is not None else contextlib.nullcontext():
+        entry = engine_cache.get(key) if engine_cache is not None else None
+        if entry is not None:
+            return _Built.from_entry(entry)
+        net = lowered.net
+        result = build_network(net.builder, net.net, net.logger, config, name=network_name,
+                               progress=config.progress, console=console)
+        precision = {"requested": config.precision, "built": config.precision, "node_dtypes": {},
+                     "fp32_nodes": dict(lowered.fp32_nodes)}
+        notes = ["direct path (PyTorch → TensorRT, no ONNX): no .onnx beside the engine, so no onnxruntime route"]
+        if lowered.fp32_nodes:
+            notes.append(f"{len(lowered.fp32_nodes)} node(s) kept in FP32 by the direct path's float rules")
+        record = _build_record(result, config, precision, notes, source={"path": "direct"})
+        record["builder"]["converter_hash"] = converter_hash
+        built = _Built(key=key, plan=result.plan, processed_onnx=None, reference_onnx=None, record=record)
+        _store(engine_cache, built, config)
         return built
 
 

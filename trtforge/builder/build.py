@@ -148,6 +148,17 @@ def build_engine(
     logger = RecordingLogger()
     builder = mod.Builder(logger.trt_logger)
     network, _parser = parse_network(builder, Path(onnx_path), logger)
+    return build_network(builder, network, logger, config, name=name, progress=progress, console=console)
+
+
+def build_network(builder, network, logger: RecordingLogger, config: CompileConfig, *, name: str,
+                  progress: bool = True, console: Console | None = None) -> BuildResult:
+    """Build a network already defined on ``builder`` (parsed from ONNX, or converted directly from
+    PyTorch by ``trtforge.convert``) with ``config``'s profiles, targets and portability options.
+
+    Example:
+        >>> result = build_network(net.builder, net.net, net.logger, CompileConfig(batch="1:8:32"), name="m")
+    """
     network.name = name
     start = time.perf_counter()
     timing = TimingCacheSession(config.timing_cache)

@@ -55,6 +55,10 @@ def _onnx_file(sidecar: Sidecar, which: str) -> Path:
     if which not in ("reference", "processed"):
         raise InvalidArgument(f"onnx={which!r}: choose 'reference' (the FP32 graph) or 'processed'")
     source = sidecar.source
+    if source.path == "direct":
+        raise InvalidArgument(
+            f"{sidecar.path} was built on the direct path (PyTorch → TensorRT without ONNX), so there is no "
+            "ONNX graph for route 'onnxruntime'; use route='eager' with model=, or build with path='onnx'")
     name = (source.reference_onnx_file if which == "reference" else None) or source.onnx_file
     if not name:
         raise InvalidArgument(
