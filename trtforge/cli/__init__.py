@@ -3,10 +3,11 @@
 Example:
     $ trtforge build model.onnx --precision fp16 --batch 1:8:32 --target sm89 -o out/
     $ trtforge inspect out/model_fp16.json
+    $ trtforge coverage mypkg.models:make_net --input-shape 2x3x224x224
     $ trtforge demo
 """
 
-from trtforge.cli import bench, build, cache, demo, inspect, quantize, refit  # noqa: F401 - each registers its command
+from trtforge.cli import bench, build, cache, coverage, demo, inspect, quantize, refit  # noqa: F401 - each registers its command
 from trtforge.cli.app import app, main
 
 __all__ = ["app", "main"]

@@ -85,19 +85,30 @@ def examples_at(example_inputs: tuple, size: int) -> tuple:
 def lower_for_profiles(model: torch.nn.Module, example_inputs: tuple, profiles: Sequence[BatchProfile], *,
                        precision: str = "fp32", input_names: list[str] | None = None,
                        output_names: list[str] | None = None) -> Lowered:
-    """Lower ``model`` for ``trtforge.compile``'s batch profiles: one static batch exports static, a
-    range exports dim 0 dynamic over it (the example batch moved into the range, at least 2, since
-    ``torch.export`` specialises sizes 0 and 1).
+    """Lower ``model`` for ``trtforge.compile``'s batch profiles (exported as ``export_inputs`` says).
 
     Example:
         >>> lowered = lower_for_profiles(model, (torch.zeros(1, 3, 16, 16),), parse_batch("1:4:8"))
+    """
+    inputs, batch = export_inputs(example_inputs, profiles)
+    return lower_module(model, inputs, batch=batch, precision=precision, input_names=input_names,
+                        output_names=output_names)
+
+
+def export_inputs(example_inputs: tuple, profiles: Sequence[BatchProfile]) -> tuple[tuple, tuple | None]:
+    """``(example inputs, batch)`` for ``export_program`` that cover ``profiles``: a static batch when
+    every profile is that one size, else dim 0 dynamic over their range with the example batch moved into
+    it (at least 2, since ``torch.export`` specialises sizes 0 and 1).
+
+    Example:
+        >>> export_inputs((torch.zeros(1, 3),), parse_batch("1:4:8"))[1]
+        (1, 4, 8)
     """
     low, opt, high = export_batch(profiles)
     first = next((x for x in example_inputs if isinstance(x, torch.Tensor) and x.dim()), None)
     given = first.shape[0] if first is not None else low
     size = low if low == high else min(max(given, low, 2), high)
-    return lower_module(model, examples_at(example_inputs, size), batch=None if low == high else (low, opt, high),
-                        precision=precision, input_names=input_names, output_names=output_names)
+    return examples_at(example_inputs, size), None if low == high else (low, opt, high)
 
 
 def convert_module(model: torch.nn.Module, example_inputs: tuple, *, batch: tuple[int, int, int] | None = None,

@@ -81,7 +81,8 @@ def propose(graph_module: torch.fx.GraphModule, min_block_size: int = 1) -> list
     """The supported runs (as node lists, in graph order) the partitioner would make engines of."""
     mark_constants(graph_module.graph, {})
     partitioner = CapabilityBasedPartitioner(graph_module, _Supported(), allows_single_node_partition=True)
-    runs = [sorted(p.nodes, key=_order(graph_module)) for p in partitioner.propose_partitions()]
+    order = _order(graph_module)
+    runs = sorted((sorted(p.nodes, key=order) for p in partitioner.propose_partitions()), key=lambda r: order(r[0]))
     return [r for r in runs if _compute_nodes(r) >= min_block_size]
 
 
