@@ -82,7 +82,7 @@ def propose(graph_module: torch.fx.GraphModule, min_block_size: int = 1) -> list
     mark_constants(graph_module.graph, {})
     partitioner = CapabilityBasedPartitioner(graph_module, _Supported(), allows_single_node_partition=True)
     order = _order(graph_module)
-    runs = sorted((sorted(p.nodes, key=order) for p in partitioner.propose_partitions()), key=lambda r: order(r[0]))
+    runs = sorted((sorted(p.nodes, key=order) for p in partitioner.propose_partitions()), key=lambda r: order(r[-1]))
     return [r for r in runs if _compute_nodes(r) >= min_block_size]
 
 
