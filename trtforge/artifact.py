@@ -21,8 +21,9 @@ class Artifact:
 
     engine_path: Path
     sidecar_path: Path
-    onnx_path: Path
-    reference_onnx_path: Path
+    #: The processed and the FP32 reference graph; None on the direct path (no ONNX is made).
+    onnx_path: Path | None
+    reference_onnx_path: Path | None
     sidecar: Sidecar
 
     @classmethod
@@ -34,8 +35,9 @@ class Artifact:
         return cls(
             engine_path=sidecar.engine_path,
             sidecar_path=sidecar.path,
-            onnx_path=base / (sidecar.source.onnx_file or ""),
-            reference_onnx_path=base / (sidecar.source.reference_onnx_file or ""),
+            onnx_path=base / sidecar.source.onnx_file if sidecar.source.onnx_file else None,
+            reference_onnx_path=base / sidecar.source.reference_onnx_file if sidecar.source.reference_onnx_file
+            else None,
             sidecar=sidecar,
         )
 

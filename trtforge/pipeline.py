@@ -186,8 +186,13 @@ def compile(  # noqa: A001 - the public verb users expect
         built = _lookup_request(stack, engine_cache, request)
         if built is None:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtforge-")))
-            built = _capture_and_build(model_or_onnx, example_inputs, config, tmp=tmp,
-                                       calibration_data=calibration_data, engine_cache=engine_cache, console=console)
+            if config.path == "direct":
+                built = _convert_and_build(model_or_onnx, example_inputs, config, engine_cache=engine_cache,
+                                           console=console)
+            else:
+                built = _capture_and_build(model_or_onnx, example_inputs, config, tmp=tmp,
+                                           calibration_data=calibration_data, engine_cache=engine_cache,
+                                           console=console)
             if request is not None:
                 try:
                     engine_cache.remember_request(request, built.key)
@@ -229,6 +234,7 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
             "precision='int8' needs calibration_data= (an image folder, a .npy file, an array, "
             "an iterable of input dicts, or a callable); see docs/quantization.md"
         )
+    _check_direct(model_or_onnx, config)
     name = default_name(model_or_onnx) if config.name is None else config.name
     preprocessing = config.preprocessing
     if preprocessing is None:
@@ -287,6 +293,18 @@ def check_same_model(paths: OutputPaths, reference_sha256: str, overwrite: bool)
         "folder, or pass --overwrite (overwrite=True)")
 
 
+def _check_direct(model_or_onnx: Any, config: CompileConfig) -> None:
+    """What the direct path cannot take: an ONNX file, INT8 (not on the direct path yet)."""
+    if config.path != "direct":
+        return
+    if isinstance(model_or_onnx, (str, Path)):
+        raise ConfigError(f"path='direct' converts a PyTorch module, and {model_or_onnx} is a file; pass the "
+                          "nn.Module with example inputs, or build the .onnx with path='onnx'")
+    if config.precision == "int8":
+        raise ConfigError("precision='int8' is not on the direct path yet; use path='onnx' for INT8, or "
+                          "fp32/fp16/bf16 on the direct path")
+
+
 def _check_model(model_or_onnx: Any, example_inputs: Any) -> None:
     """A module whose example inputs fit its ``forward``, or an existing file."""
     if not isinstance(model_or_onnx, (str, Path)):
@@ -308,7 +326,16 @@ def _request_key(model_or_onnx: Any, example_inputs: Any, config: CompileConfig,
         return None
     from trtforge.cache.request_key import request_key
 
-    return request_key(model_or_onnx, example_inputs, config)
+    return request_key(model_or_onnx, example_inputs, config, converter_hash=_converter_hash(config))
+
+
+def _converter_hash(config: CompileConfig) -> str | None:
+    """The converters' source hash on the direct path (part of both cache keys), else None."""
+    if config.path != "direct":
+        return None
+    from trtforge.convert.converters import source_hash
+
+    return source_hash()
 
 
 def _lookup_request(stack: contextlib.ExitStack, engine_cache: EngineCache | None, request: str | None) -> _Built | None:
@@ -334,15 +361,17 @@ def _write_locked(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths,
     built_precision = record["precision"]["built"]
     if not config.overwrite:  # again, under the lock: a concurrent build may have written this name meanwhile
         check_same_build(paths.sidecar(built_precision), config, _source_info(model_or_onnx))
-    check_same_model(paths, record["reference_onnx_sha256"], config.overwrite)
-    engine_path, onnx_path = paths.engine(built_precision), paths.onnx(built_precision)
-    source = {
-        **_source_info(model_or_onnx),
-        "onnx_file": onnx_path.name,
-        "onnx_sha256": record["onnx_sha256"],
-        "reference_onnx_file": paths.reference_onnx().name,
-        "reference_onnx_sha256": record["reference_onnx_sha256"],
-    }
+    engine_path = paths.engine(built_precision)
+    onnx_path = reference_path = None
+    source = {**_source_info(model_or_onnx), **record.get("source", {})}
+    files: list[tuple[Path, bytes, int | None]] = []
+    if built.processed_onnx is not None:  # the ONNX path; the direct path makes no ONNX
+        check_same_model(paths, record["reference_onnx_sha256"], config.overwrite)
+        onnx_path, reference_path = paths.onnx(built_precision), paths.reference_onnx()
+        files = [(onnx_path, built.processed_onnx, None), (reference_path, built.reference_onnx, None)]
+        source.update({"onnx_file": onnx_path.name, "onnx_sha256": record["onnx_sha256"],
+                       "reference_onnx_file": reference_path.name,
+                       "reference_onnx_sha256": record["reference_onnx_sha256"]})
     cache_info = {"key": built.key, "hit": built.hit} if cached else {"enabled": False}
     sidecar = Sidecar(
         name=config.name,
@@ -362,11 +391,9 @@ def _write_locked(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths,
     sidecar_path = paths.sidecar(built_precision)
     check_writable(sidecar_path)
     # Every file is staged first and the sidecar moved in last: a full disk or Ctrl-C leaves none.
-    atomic_write_all([(engine_path, built.plan, None), (onnx_path, built.processed_onnx, None),
-                      (paths.reference_onnx(), built.reference_onnx, None),
-                      (sidecar_path, sidecar_bytes(sidecar), None)])
+    atomic_write_all([(engine_path, built.plan, None), *files, (sidecar_path, sidecar_bytes(sidecar), None)])
     return Artifact(engine_path=engine_path, sidecar_path=sidecar_path, onnx_path=onnx_path,
-                    reference_onnx_path=paths.reference_onnx(), sidecar=Sidecar.from_dict(sidecar.to_dict(), sidecar_path))
+                    reference_onnx_path=reference_path, sidecar=Sidecar.from_dict(sidecar.to_dict(), sidecar_path))
 
 
 @dataclass(frozen=True)
@@ -375,21 +402,23 @@ class _Built:
 
     key: str
     plan: bytes
-    processed_onnx: bytes
-    reference_onnx: bytes
+    #: The processed and reference graphs; None on the direct path (no ONNX is made).
+    processed_onnx: bytes | None
+    reference_onnx: bytes | None
     #: JSON-able facts of the build: inputs, outputs, profiles, precision, builder, hashes, notes.
     record: dict
     hit: bool = False
 
     def files(self) -> dict[str, bytes]:
-        return {"engine": self.plan, "processed.onnx": self.processed_onnx,
-                "reference.onnx": self.reference_onnx, "record.json": json.dumps(self.record).encode()}
+        graphs = {"processed.onnx": self.processed_onnx, "reference.onnx": self.reference_onnx}
+        return {"engine": self.plan, "record.json": json.dumps(self.record).encode(),
+                **{name: data for name, data in graphs.items() if data is not None}}
 
     @classmethod
     def from_entry(cls, entry: CacheEntry) -> _Built:
         files = entry.files
-        return cls(key=entry.key, plan=files["engine"], processed_onnx=files["processed.onnx"],
-                   reference_onnx=files["reference.onnx"], record=json.loads(files["record.json"]), hit=True)
+        return cls(key=entry.key, plan=files["engine"], processed_onnx=files.get("processed.onnx"),
+                   reference_onnx=files.get("reference.onnx"), record=json.loads(files["record.json"]), hit=True)
 
 
 def probe_feeds(model_or_onnx: Any, example_inputs: Any, reference: ir.Model) -> list[dict[str, Any]]:
@@ -482,35 +511,89 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
         source = str(model_or_onnx) if isinstance(model_or_onnx, (str, Path)) else type(model_or_onnx).__name__
         result: BuildResult = build_engine(staged, config, name=network_name, progress=progress, console=console,
                                            source=source)
-        inputs, outputs = _static_io(result.inputs, result.outputs, result.profiles)
         notes = []
         if float_plan is not None and float_plan.fp32_nodes:
             notes.append(f"{len(float_plan.fp32_nodes)} node(s) kept in FP32 by the float pass")
-        record = {
-            "inputs": [s.as_dict() for s in inputs],
-            "outputs": [s.as_dict() for s in outputs],
-            "profiles": list(result.profiles),
-            "precision": {
-                "requested": config.precision,
-                "built": built_precision,
-                "node_dtypes": dtype_summary(processed.model),
-                "fp32_nodes": dict(float_plan.fp32_nodes) if float_plan else {},
-            },
-            "builder": {**result.builder,
-                        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                        "config": config.key_fields(), "trtforge_version": __version__},
-            "onnx_sha256": hashlib.sha256(processed_bytes).hexdigest(),
-            "reference_onnx_sha256": hashlib.sha256(reference_bytes).hexdigest(),
-            "notes": notes,
-            "quantization": quant_report,
-        }
+        precision = {"requested": config.precision, "built": built_precision,
+                     "node_dtypes": dtype_summary(processed.model),
+                     "fp32_nodes": dict(float_plan.fp32_nodes) if float_plan else {}}
+        record = _build_record(result, config, precision, notes, quantization=quant_report,
+                               onnx_sha256=hashlib.sha256(processed_bytes).hexdigest(),
+                               reference_onnx_sha256=hashlib.sha256(reference_bytes).hexdigest())
         built = _Built(key=key, plan=result.plan, processed_onnx=processed_bytes, reference_onnx=reference_bytes,
-                       record=json.loads(json.dumps(record)))
-        if engine_cache is not None:
-            store_in_cache(engine_cache, key, built, {
-                "model": name, "precision": built_precision, "targets": list(config.targets),
-                "options": file_suffix(config).lstrip("_"), "engine_size": len(result.plan),
-            })
+                       record=record)
+        _store(engine_cache, built, config)
+        return built
+
+
+def _build_record(result: BuildResult, config: CompileConfig, precision: dict, notes: list[str],
+                  **facts: Any) -> dict:
+    """The JSON-able record of one build (the sidecar's inputs, outputs, profiles, precision, builder),
+    plus path-specific ``facts`` (graph hashes, quantization, source)."""
+    inputs, outputs = _static_io(result.inputs, result.outputs, result.profiles)
+    record = {
+        "inputs": [s.as_dict() for s in inputs],
+        "outputs": [s.as_dict() for s in outputs],
+        "profiles": list(result.profiles),
+        "precision": precision,
+        "builder": {**result.builder, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    "config": config.key_fields(), "trtforge_version": __version__},
+        "notes": notes,
+        "quantization": None,
+        **facts,
+    }
+    return json.loads(json.dumps(record))
+
+
+def _store(engine_cache: EngineCache | None, built: _Built, config: CompileConfig) -> None:
+    """Put a fresh build into the engine cache (when there is one; a cache that cannot store warns)."""
+    if engine_cache is not None:
+        store_in_cache(engine_cache, built.key, built, {
+            "model": config.name, "precision": built.record["precision"]["built"], "targets": list(config.targets),
+            "options": file_suffix(config).lstrip("_"), "engine_size": len(built.plan),
+        })
+
+
+def _convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *,
+                       engine_cache: EngineCache | None, console: Console) -> _Built:
+    """The direct path: PyTorch → TensorRT network (trtforge.convert) → engine-cache lookup → build → store.
+
+    The key hashes the recorded network and the converters' source; no ONNX is made.
+    """
+    from trtforge.builder.build import build_network
+    from trtforge.convert.api import lower_for_profiles
+
+    args, kwargs = normalize_example_inputs(model, example_inputs)
+    if kwargs:
+        raise WrongType("path='direct' takes positional example inputs; pass a tuple of tensors in forward's order")
+    build_config = config  # the model's own batch when none is asked: the example's, static
+    if config.batch is None:
+        rows = args[0].shape[0] if args and hasattr(args[0], "shape") and args[0].dim() else 1
+        build_config = replace(config, batch=((int(rows),) * 3,))
+    input_names = config.input_names or getattr(model, "trtforge_input_names", None)
+    output_names = config.output_names or getattr(model, "trtforge_output_names", None)
+    lowered = lower_for_profiles(model, args, build_config.batch, precision=config.precision,
+                                 input_names=None if input_names is None else list(input_names),
+                                 output_names=None if output_names is None else list(output_names))
+    network_name = f"{config.name}_{config.precision}"
+    converter_hash = _converter_hash(config)
+    key = engine_key(lowered.net.record.canonical(), config, network_name=network_name, converter_hash=converter_hash)
+    with engine_cache.lock(key) if engine_cache is not None else contextlib.nullcontext():
+        entry = engine_cache.get(key) if engine_cache is not None else None
+        if entry is not None:
+            return _Built.from_entry(entry)
+        net = lowered.net
+        result = build_network(net.builder, net.net, net.logger, build_config, name=network_name,
+                               progress=config.progress, console=console)
+        precision = {"requested": config.precision, "built": config.precision, "node_dtypes": {},
+                     "fp32_nodes": dict(lowered.fp32_nodes)}
+        notes = ["direct path (PyTorch → TensorRT, no ONNX): no .onnx beside the engine, so no onnxruntime route"]
+        if lowered.fp32_nodes:
+            notes.append(f"{len(lowered.fp32_nodes)} node(s) kept in FP32 by the direct path's float rules")
+        record = _build_record(result, config, precision, notes, source={"path": "direct"})
+        record["builder"]["converter_hash"] = converter_hash
+        built = _Built(key=key, plan=result.plan, processed_onnx=None, reference_onnx=None, record=record)
+        _store(engine_cache, built, config)
         return built
 
 

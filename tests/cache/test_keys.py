@@ -66,6 +66,7 @@ BASE = CompileConfig(precision="fp16", name="m")
 #: One changed value per option that reaches the engine's bytes: each changes the engine key.
 ENGINE_CHANGES: dict[str, object] = {
     "precision": "fp32",
+    "path": "direct",
     "batch": (BatchProfile(1, 8, 32),),
     "batched_inputs": ("x",),
     "shapes": (("x", ((1, 3, 8, 8), (1, 3, 16, 16), (1, 3, 32, 32))),),

@@ -1,11 +1,12 @@
-"""Partitioning and coverage: an op with no converter (a custom torch.library op) stays in PyTorch,
-the supported runs around it become engines, and the partitioned module matches PyTorch on the CPU
+"""Partitioning and coverage: an op with no converter (a custom torch.library op, in
+tests/doubles/custom_op_model.py) stays in PyTorch, the supported runs around it become engines, and the partitioned module matches PyTorch on the CPU
 (engines through the reference evaluator)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from custom_op_model import conv_jiggle_head, jiggle
 from torch import nn
 
 from trtforge.convert.converters import source_hash
@@ -13,36 +14,12 @@ from trtforge.convert.coverage import coverage
 from trtforge.convert.partition import EngineModule, partition
 
 
-@torch.library.custom_op("trtforge_tests::wobble", mutates_args=())
-def wobble(x: torch.Tensor) -> torch.Tensor:
-    return torch.sin(x) * 2 + x.cumsum(-1) * 0.01
-
-
-@wobble.register_fake
-def _(x):
-    return torch.empty_like(x)
-
-
-class WithCustomOp(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.bn = nn.BatchNorm2d(4)
-        self.fc = nn.Linear(64, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.bn(self.conv(x)))
-        y = wobble(y)
-        return torch.softmax(self.fc(y.flatten(2).mean(1)), -1)
-
-
 def _inputs(b: int) -> tuple[torch.Tensor]:
     return (torch.randn(b, 3, 8, 8, generator=torch.Generator().manual_seed(b)),)
 
 
 def test_custom_op_stays_in_pytorch_and_the_rest_becomes_engines():
-    torch.manual_seed(0)
-    model = WithCustomOp().eval()
+    model = conv_jiggle_head()
     module, report = partition(model, _inputs(2), batch=(1, 2, 4), min_block_size=2)
     engines = [m for m in module.modules() if isinstance(m, EngineModule)]
     assert len(engines) == 2 and len(report.engines) == 2
@@ -50,11 +27,11 @@ def test_custom_op_stays_in_pytorch_and_the_rest_becomes_engines():
     for batch in (1, 3):
         torch.testing.assert_close(module(*_inputs(batch)), model(*_inputs(batch)), rtol=1e-4, atol=1e-5)
     code = module.code
-    assert "wobble" in code  # the custom op runs in PyTorch, between the engines
+    assert "jiggle" in code  # the custom op runs in PyTorch, between the engines
 
 
 def test_min_block_size_keeps_short_runs_in_pytorch():
-    model = WithCustomOp().eval()
+    model = conv_jiggle_head()
     module, report = partition(model, _inputs(2), batch=(1, 2, 4), min_block_size=100, build=False)
     assert report.engines == {} and report.pytorch
     torch.testing.assert_close(module(*_inputs(3)), model(*_inputs(3)))
@@ -63,11 +40,11 @@ def test_min_block_size_keeps_short_runs_in_pytorch():
 def test_coverage_reports_unsupported_refused_and_partitions():
     class Refusing(nn.Module):
         def forward(self, x):
-            return wobble(x).relu() + nn.functional.grid_sample(x, x[:, :2].permute(0, 2, 3, 1), mode="nearest",
+            return jiggle(x).relu() + nn.functional.grid_sample(x, x[:, :2].permute(0, 2, 3, 1), mode="nearest",
                                                                 align_corners=False)
 
     report = coverage(Refusing(), (torch.randn(2, 3, 5, 5),))
-    assert report.unsupported == {"trtforge_tests.wobble.default": 1}
+    assert report.unsupported == {"trtforge_doubles.jiggle.default": 1}
     [(node, reason)] = report.refused.items()
     assert node.startswith("aten.grid_sampler_2d.default") and "bilinear" in reason
     assert report.converted["aten.relu.default"] == 1 and 0 < report.fraction < 1
@@ -80,7 +57,7 @@ def test_source_hash_is_stable_and_hex():
 
 def test_dynamic_batch_needs_an_example_batch_of_two():
     with pytest.raises(ValueError, match="batch ≥ 2"):
-        partition(WithCustomOp(), _inputs(1), batch=(1, 2, 4))
+        partition(conv_jiggle_head(), _inputs(1), batch=(1, 2, 4))
 
 
 def test_docs_converter_table_is_generated_from_the_registry():

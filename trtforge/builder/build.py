@@ -300,6 +300,19 @@ def _build(onnx_path: Path, config: CompileConfig, name: str, progress: bool, co
     builder = mod.Builder(logger.trt_logger)
     network, _parser = parse_network(builder, onnx_path, logger, source)
     refuse_shape_inputs(network, onnx_path, source)
+    return build_network(builder, network, logger, config, name=name, progress=progress, console=console,
+                         source=source)
+
+
+def build_network(builder, network, logger: RecordingLogger, config: CompileConfig, *, name: str,
+                  progress: bool = True, console: Console | None = None, source: str | None = None) -> BuildResult:
+    """Build a network already defined on ``builder`` (parsed from ONNX, or converted directly from
+    PyTorch by ``trtforge.convert``) with ``config``'s profiles, targets and portability options.
+
+    Example:
+        >>> result = build_network(net.builder, net.net, net.logger, CompileConfig(batch="1:8:32"), name="m")
+    """
+    source = source or name
     network.name = name
     start = time.perf_counter()
     timing = TimingCacheSession(config.timing_cache)

@@ -96,18 +96,25 @@ def toolchain() -> dict[str, Any]:
     return {"flavour": info.flavour, "tensorrt": info.version, "trtforge": __version__, "format": ENTRY_FORMAT}
 
 
-def engine_key(processed_onnx: bytes, config: CompileConfig, *, network_name: str) -> str:
+def engine_key(processed_onnx: bytes, config: CompileConfig, *, network_name: str,
+               converter_hash: str | None = None) -> str:
     """The key over everything that changes the engine's bytes (the config's ``ENGINE`` options).
 
     ``network_name`` is written into the plan, so it belongs to the key; the output folder does not.
+    On the direct path ``processed_onnx`` is the recorded network's canonical bytes and
+    ``converter_hash`` the converters' source hash (``trtforge.convert.source_hash()``), so a converter
+    change never serves a stale engine.
     """
-    return digest_of({
+    fields: dict[str, Any] = {
         "kind": "engine",
         "onnx_sha256": hashlib.sha256(processed_onnx).hexdigest(),
         "config": config.key_fields(),
         "network_name": network_name,
         **toolchain(),
-    })
+    }
+    if converter_hash is not None:
+        fields["converter_hash"] = converter_hash
+    return digest_of(fields)
 
 
 @dataclass(frozen=True)

@@ -123,14 +123,16 @@ def example_values_sha256(example_inputs: Any) -> str | None:
     return digest.hexdigest()
 
 
-def request_key(model_or_onnx: Any, example_inputs: Any, config: CompileConfig) -> str:
+def request_key(model_or_onnx: Any, example_inputs: Any, config: CompileConfig, *,
+                converter_hash: str | None = None) -> str:
     """sha256 over what ``compile`` was asked (see the module docstring): the model and every option
-    that changes the engine or the graph (``config.key_fields()``, ``config.graph_fields()``)."""
+    that changes the engine or the graph (``config.key_fields()``, ``config.graph_fields()``); on the
+    direct path also the converters' source hash."""
     if isinstance(model_or_onnx, (str, Path)):
         model = {"kind": "onnx", **onnx_fingerprint(Path(model_or_onnx))}
     else:
         model = {"kind": "torch", **module_fingerprint(model_or_onnx, example_inputs)}
-    return digest_of({
+    fields: dict[str, Any] = {
         "kind": "request",
         "model": model,
         "config": config.key_fields(),
@@ -138,4 +140,7 @@ def request_key(model_or_onnx: Any, example_inputs: Any, config: CompileConfig) 
         "example_values": example_values_sha256(example_inputs) if config.float_dtype else None,
         "libraries": _versions(),
         **toolchain(),
-    })
+    }
+    if converter_hash is not None:
+        fields["converter_hash"] = converter_hash
+    return digest_of(fields)

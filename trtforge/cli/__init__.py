@@ -3,6 +3,7 @@
 Example:
     $ trtforge build model.onnx --precision fp16 --batch 1:8:32 --target sm89 -o out/
     $ trtforge inspect out/model_fp16.json
+    $ trtforge coverage mypkg.models:make_net --input-shape 2x3x224x224
     $ trtforge demo
 """
 
@@ -12,6 +13,7 @@ from trtforge.cli import (  # noqa: F401 - each registers its command
     cache,
     check,
     compare,
+    coverage,
     debug,
     demo,
     doctor,

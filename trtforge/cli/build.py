@@ -5,6 +5,7 @@ parameter and each parsed value back into the field, so the command and ``trtfor
 
 Example:
     $ trtforge build model.onnx --precision int8 --calib images/ --calibrator entropy --batch 1:8:32 -o out/
+    $ trtforge build mypkg.models:make_net --path direct --input-shape 2x3x224x224 --batch 1:8:32
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import typer
 from rich.markup import escape
 
 from trtforge.cli.app import app, console, guarded
+from trtforge.cli.models import SHAPE_HELP, model_from_cli
 from trtforge.core.config import CliFlag, CompileConfig, ConfigError, QuantConfig, cli_default, options_of
+from trtforge.core.errors import InvalidArgument
 
 
 @dataclass(frozen=True)
@@ -54,10 +57,12 @@ QUANT_PARAMETERS = cli_parameters(QuantConfig)
 
 #: The command's own arguments: the model, and the calibration data (data, not an option).
 OWN_PARAMETERS = (
-    inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                      annotation=Annotated[Path, typer.Argument(help="an .onnx file")]),
+    inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Annotated[str, typer.Argument(
+        help="an .onnx file; with --path direct a PyTorch model factory package.module:function")]),
     inspect.Parameter("calib", inspect.Parameter.KEYWORD_ONLY, default=None,
                       annotation=Annotated[Path | None, typer.Option(help="int8: calibration images folder or .npy")]),
+    inspect.Parameter("input_shape", inspect.Parameter.KEYWORD_ONLY, default=None,
+                      annotation=Annotated[list[str] | None, typer.Option(help=f"--path direct: {SHAPE_HELP}")]),
 )
 
 
@@ -69,15 +74,21 @@ def config_from_cli(values: dict[str, Any]) -> CompileConfig:
     return CompileConfig(**fields)
 
 
-def build(model: Path, calib: Path | None = None, **values: Any) -> None:
-    """Build an engine + sidecar from an ONNX file."""
+def build(model: str, calib: Path | None = None, input_shape: list[str] | None = None, **values: Any) -> None:
+    """Build an engine + sidecar from an ONNX file (or, with --path direct, a PyTorch model factory)."""
     if calib is not None and values["precision"].lower() != "int8":
         raise ConfigError(f"--calib is used only by --precision int8 (this build is {values['precision']}); "
                           "drop --calib, or add --precision int8")
     config = config_from_cli(values)  # bad options are refused before torch and onnx load
     from trtforge.pipeline import compile as compile_model
 
-    art = compile_model(model, config=config, calibration_data=calib)
+    if config.path == "direct":
+        module, inputs = model_from_cli(model, input_shape)
+        art = compile_model(module, inputs, config=config, calibration_data=calib)
+    elif input_shape:
+        raise InvalidArgument("--input-shape is for --path direct (a PyTorch model); an .onnx carries its shapes")
+    else:
+        art = compile_model(Path(model), config=config, calibration_data=calib)
     console.print(built_line(art))
 
 
@@ -95,8 +106,8 @@ def _signature() -> inspect.Signature:
     build_params = [p.signature() for p in BUILD_PARAMETERS]
     quant_at = next(i for i, p in enumerate(BUILD_PARAMETERS) if p.field == "optimization_level") + 2
     quant_params = [OWN_PARAMETERS[1], *(p.signature() for p in QUANT_PARAMETERS)]
-    return inspect.Signature([OWN_PARAMETERS[0], *build_params[:quant_at], *quant_params, *build_params[quant_at:]],
-                             return_annotation=None)
+    return inspect.Signature([OWN_PARAMETERS[0], *build_params[:quant_at], *quant_params, *build_params[quant_at:],
+                              OWN_PARAMETERS[2]], return_annotation=None)
 
 
 build_command = guarded(build)

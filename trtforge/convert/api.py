@@ -7,6 +7,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -15,6 +16,7 @@ from trtforge.convert.build import build_plan
 from trtforge.convert.converters import source_hash
 from trtforge.convert.lower import Lowered, export_program, lower_graph, program_constants
 from trtforge.convert.network import Record
+from trtforge.core.batch import BatchProfile
 from trtforge.core.errors import InvalidArgument
 
 PRECISIONS: dict[str, torch.dtype] = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
@@ -43,12 +45,70 @@ def precision_dtype(precision: str) -> torch.dtype:
 
 
 def lower_module(model: torch.nn.Module, example_inputs: tuple, *, batch: tuple[int, int, int] | None = None,
-                 precision: str = "fp32", output_names: list[str] | None = None) -> Lowered:
+                 precision: str = "fp32", output_names: list[str] | None = None,
+                 input_names: list[str] | None = None) -> Lowered:
     """Export ``model`` and lower all of it into a TensorRT network (raises on any unconverted op)."""
     program = export_program(model, example_inputs, batch)
     return lower_graph(program.graph_module.graph, program_constants(program),
                        precision=precision_dtype(precision), output_names=output_names,
-                       name=type(model).__name__)
+                       input_names=input_names, name=type(model).__name__)
+
+
+def export_batch(profiles: Sequence[BatchProfile]) -> tuple[int, int, int]:
+    """The one batch range ``torch.export`` needs to cover every profile: (smallest min, the first
+    profile's opt, largest max).
+
+    Example:
+        >>> export_batch(parse_batch("1:1:1,1:8:32"))
+        (1, 1, 32)
+    """
+    return min(p.min for p in profiles), profiles[0].opt, max(p.max for p in profiles)
+
+
+def examples_at(example_inputs: tuple, size: int) -> tuple:
+    """Each tensor input with dim 0 resized to ``size`` (its leading rows, repeated when it has fewer),
+    so the export sees a batch its profiles allow; other arguments as they are.
+
+    Example:
+        >>> examples_at((torch.zeros(1, 3),), 2)[0].shape
+        torch.Size([2, 3])
+    """
+    def resize(x):
+        if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[0] == size:
+            return x
+        repeats = -(-size // x.shape[0])
+        return x.repeat(repeats, *([1] * (x.dim() - 1)))[:size]
+
+    return tuple(resize(x) for x in example_inputs)
+
+
+def lower_for_profiles(model: torch.nn.Module, example_inputs: tuple, profiles: Sequence[BatchProfile], *,
+                       precision: str = "fp32", input_names: list[str] | None = None,
+                       output_names: list[str] | None = None) -> Lowered:
+    """Lower ``model`` for ``trtforge.compile``'s batch profiles (exported as ``export_inputs`` says).
+
+    Example:
+        >>> lowered = lower_for_profiles(model, (torch.zeros(1, 3, 16, 16),), parse_batch("1:4:8"))
+    """
+    inputs, batch = export_inputs(example_inputs, profiles)
+    return lower_module(model, inputs, batch=batch, precision=precision, input_names=input_names,
+                        output_names=output_names)
+
+
+def export_inputs(example_inputs: tuple, profiles: Sequence[BatchProfile]) -> tuple[tuple, tuple | None]:
+    """``(example inputs, batch)`` for ``export_program`` that cover ``profiles``: a static batch when
+    every profile is that one size, else dim 0 dynamic over their range with the example batch moved into
+    it (at least 2, since ``torch.export`` specialises sizes 0 and 1).
+
+    Example:
+        >>> export_inputs((torch.zeros(1, 3),), parse_batch("1:4:8"))[1]
+        (1, 4, 8)
+    """
+    low, opt, high = export_batch(profiles)
+    first = next((x for x in example_inputs if isinstance(x, torch.Tensor) and x.dim()), None)
+    given = first.shape[0] if first is not None else low
+    size = low if low == high else min(max(given, low, 2), high)
+    return examples_at(example_inputs, size), None if low == high else (low, opt, high)
 
 
 def convert_module(model: torch.nn.Module, example_inputs: tuple, *, batch: tuple[int, int, int] | None = None,

@@ -21,12 +21,25 @@ class PlanResult:
     seconds: float
 
 
-def _profile(builder, net: Network, batch: tuple[int, int, int]):
-    profile = builder.create_optimization_profile()
+def profile_shapes(net: Network, batch: tuple[int, int, int]) -> dict[str, dict[str, list[int]]]:
+    """The one optimisation profile over ``batch`` as the sidecar writes it: {input: {min, opt, max}}.
+
+    Example:
+        >>> profile_shapes(lowered.net, (1, 8, 32))["x"]["max"]
+        [32, 3, 224, 224]
+    """
+    profile = {}
     for name, _dtype, shape in net.record.inputs:
         exprs = net.dynamic_dims.get(name, shape)
-        triple = [tuple(_size(e, d, b) for e, d in zip(exprs, shape, strict=True)) for b in batch]
-        profile.set_shape(name, *triple)
+        triple = [[_size(e, d, b) for e, d in zip(exprs, shape, strict=True)] for b in batch]
+        profile[name] = dict(zip(("min", "opt", "max"), triple, strict=True))
+    return profile
+
+
+def _profile(builder, net: Network, batch: tuple[int, int, int]):
+    profile = builder.create_optimization_profile()
+    for name, shapes in profile_shapes(net, batch).items():
+        profile.set_shape(name, *(tuple(shapes[k]) for k in ("min", "opt", "max")))
     return profile
 
 

@@ -37,12 +37,17 @@ class CoverageReport:
         total = done + sum(self.unsupported.values()) + len(self.refused)
         return done / total if total else 1.0
 
-    def table(self) -> str:
-        """A plain-text table: op, status, count or reason; then the partitions."""
+    def rows(self) -> list[tuple[str, str, str]]:
+        """``(op, status, count or reason)`` per row: converted, folded, refused, unsupported."""
         rows = [(op, "converted", str(n)) for op, n in sorted(self.converted.items())]
         rows += [(op, "folded", str(n)) for op, n in sorted(self.folded.items())]
         rows += [(node, "refused", reason) for node, reason in sorted(self.refused.items())]
         rows += [(op, "unsupported", str(n)) for op, n in sorted(self.unsupported.items())]
+        return rows
+
+    def table(self) -> str:
+        """A plain-text table: op, status, count or reason; then the partitions."""
+        rows = self.rows()
         width = max((len(r[0]) for r in rows), default=2)
         lines = [f"{'op'.ljust(width)}  {'status':<11}  count / reason"]
         lines += [f"{op.ljust(width)}  {status:<11}  {detail}" for op, status, detail in rows]

@@ -128,20 +128,31 @@ def _fold(node: torch.fx.Node, env: dict):
     return node.target(*args, **kwargs)
 
 
-def _input(ctx: Context, node: torch.fx.Node):
+def _input(ctx: Context, node: torch.fx.Node, name: str):
     value = node.meta["val"]
     if isinstance(value, (torch.SymInt, int)):
         return None  # a size passed into a partition: read from a tensor input (_size_input)
-    x = ctx.net.input(node.name, value.dtype, static_shape(value))
-    ctx.net.dynamic_dims[node.name] = tuple(d if isinstance(d, int) else d.node.expr for d in value.shape)
+    x = ctx.net.input(name, value.dtype, static_shape(value))
+    ctx.net.dynamic_dims[name] = tuple(d if isinstance(d, int) else d.node.expr for d in value.shape)
     return ctx.net.cast(x, ctx.dtype(value.dtype))
 
 
-def _size_input(ctx: Context, node: torch.fx.Node, env: dict):
+def _input_names(graph: torch.fx.Graph, constants: dict, names: list[str] | None) -> dict[str, str]:
+    """Placeholder name → network input name: ``names`` in order over the tensor inputs, else their own."""
+    tensors = [n.name for n in graph.find_nodes(op="placeholder")
+               if n.name not in constants and isinstance(n.meta.get("val"), torch.Tensor)]
+    if names is not None and len(names) != len(tensors):
+        raise InvalidArgument(f"input_names={list(names)} names {len(names)} input(s), but the model takes "
+                              f"{len(tensors)} tensor(s) ({', '.join(tensors)}); pass one name per input")
+    return dict(zip(tensors, names or tensors, strict=True))
+
+
+def _size_input(ctx: Context, node: torch.fx.Node, env: dict, renamed: dict[str, str]):
     """A SymInt placeholder (a partition's size argument) as the matching dim of a tensor input."""
     expr = node.meta["val"].node.expr if isinstance(node.meta["val"], torch.SymInt) else None
     for other, value in env.items():
-        dims = ctx.net.dynamic_dims.get(other.name) if isinstance(other, torch.fx.Node) else None
+        name = renamed.get(other.name) if isinstance(other, torch.fx.Node) else None
+        dims = ctx.net.dynamic_dims.get(name) if name else None
         if dims and expr in dims:
             return ctx.size_of(value, dims.index(expr))
     if isinstance(node.meta["val"], int):
@@ -174,24 +185,28 @@ def _outputs(ctx: Context, node: torch.fx.Node, env: dict, names: list[str] | No
         out = ctx.net.cast(x, meta.dtype)
         if out is x:
             out = ctx.net.shuffle(x)  # an output must be a layer's own tensor
-        ctx.net.output(out, names[index] if names else f"output_{index}")
+        default = "output" if len(values) == 1 else f"output_{index}"  # the ONNX path's names
+        ctx.net.output(out, names[index] if names else default)
 
 
 def lower_graph(graph: torch.fx.Graph, constants: dict[str, torch.Tensor], *, precision: torch.dtype = torch.float32,
                 output_names: list[str] | None = None, attrs: Callable[[str], torch.Tensor] | None = None,
-                name: str = "trtforge") -> Lowered:
-    """Lower ``graph`` into a new strongly typed network; every call must convert (else raises)."""
+                name: str = "trtforge", input_names: list[str] | None = None) -> Lowered:
+    """Lower ``graph`` into a new strongly typed network; every call must convert (else raises).
+    ``input_names`` rename the tensor inputs in order (default: the placeholders' names)."""
     all_converters()
     mark_constants(graph, constants)
     ctx = Context(Network(name), compute=precision)
     lowered = Lowered(ctx.net)
+    renamed = _input_names(graph, constants, input_names)
     env: dict = {}
     for node in graph.find_nodes(op="placeholder"):
-        env[node] = constants[node.name] if node.name in constants else _input(ctx, node)
+        env[node] = constants[node.name] if node.name in constants else _input(
+            ctx, node, renamed.get(node.name, node.name))
     for node in graph.nodes:
         if node.op == "placeholder":
             if env[node] is None:
-                env[node] = _size_input(ctx, node, env)
+                env[node] = _size_input(ctx, node, env, renamed)
         elif node.op == "get_attr":
             env[node] = attrs(node.target)
         elif node.op == "call_function":

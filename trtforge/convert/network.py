@@ -15,6 +15,8 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +71,32 @@ class Record:
         for layer in self.layers:
             counts[layer.kind] = counts.get(layer.kind, 0) + 1
         return counts
+
+    def canonical(self) -> bytes:
+        """The network as canonical JSON (weights as dtype, shape and sha256): equal bytes, equal
+        networks. The direct path's engine-cache key hashes these, as the ONNX path hashes its graph.
+
+        Example:
+            >>> hashlib.sha256(lowered.net.record.canonical()).hexdigest()[:12]
+        """
+        data = {"inputs": [[n, str(d), list(s)] for n, d, s in self.inputs], "outputs": list(self.outputs),
+                "layers": [[la.kind, list(la.inputs), list(la.outputs),
+                            {k: _canonical(v) for k, v in sorted(la.attrs.items())}] for la in self.layers]}
+        return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _canonical(value: Any) -> Any:
+    """A layer attribute as JSON: tensors by dtype, shape and the sha256 of their bytes."""
+    if isinstance(value, torch.Tensor):
+        raw = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        return {"tensor": str(value.dtype), "shape": list(value.shape), "sha256": hashlib.sha256(raw).hexdigest()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, torch.dtype):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
 
 
 def _np(value: torch.Tensor) -> np.ndarray:

@@ -13,16 +13,18 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from trtforge.convert.api import precision_dtype
-from trtforge.convert.build import build_plan
-from trtforge.convert.context import ConversionRefused
+from trtforge.convert.build import build_plan, profile_shapes
+from trtforge.convert.context import ConversionRefused, static_shape
 from trtforge.convert.converters import all_converters
 from trtforge.convert.evaluator import evaluate
 from trtforge.convert.lower import export_program, lower_graph, mark_constants
@@ -56,11 +58,17 @@ def reference_runner(engine: EngineModule, feeds: dict) -> list:
 
 
 class EngineModule(torch.nn.Module):
-    """One engine partition: the plan, its recorded network, and how its arguments map to inputs."""
+    """One engine partition: the plan, its recorded network, how its arguments map to inputs, and its
+    optimisation profile ({input: {min, opt, max}}, as a sidecar writes it)."""
 
-    def __init__(self, plan: bytes | None, record: Record, arg_names: list[str], runner: Runner) -> None:
+    def __init__(self, plan: bytes | None, record: Record, arg_names: list[str], runner: Runner,
+                 profile: dict | None = None, outputs: list[tuple[str, torch.dtype, tuple[int, ...]]] | None = None
+                 ) -> None:
         super().__init__()
         self.plan, self.record, self.arg_names, self.runner = plan, record, arg_names, runner
+        self.profile = profile or {}
+        #: (name, dtype, shape with -1 for the dynamic batch) per output, as the sidecar writes them
+        self.outputs = outputs or []
         self.input_names = [name for name, _d, _s in record.inputs]
 
     def forward(self, *args):
@@ -71,17 +79,22 @@ class EngineModule(torch.nn.Module):
 
 @dataclass
 class PartitionReport:
-    """Which partitions became engines (submodule name → node count) and which stayed in PyTorch (why)."""
+    """Which partitions became engines (submodule name → node count) and which stayed in PyTorch (why);
+    the exported program it split and the settings, so ``convert.saved`` can save it as a folder."""
 
     engines: dict[str, int] = field(default_factory=dict)
     pytorch: dict[str, str] = field(default_factory=dict)
+    program: Any = None  # the decomposed torch.export ExportedProgram
+    min_block_size: int = 3
+    precision: str = "fp32"
 
 
 def propose(graph_module: torch.fx.GraphModule, min_block_size: int = 1) -> list[list[torch.fx.Node]]:
     """The supported runs (as node lists, in graph order) the partitioner would make engines of."""
     mark_constants(graph_module.graph, {})
     partitioner = CapabilityBasedPartitioner(graph_module, _Supported(), allows_single_node_partition=True)
-    runs = [sorted(p.nodes, key=_order(graph_module)) for p in partitioner.propose_partitions()]
+    order = _order(graph_module)
+    runs = sorted((sorted(p.nodes, key=order) for p in partitioner.propose_partitions()), key=lambda r: order(r[-1]))
     return [r for r in runs if _compute_nodes(r) >= min_block_size]
 
 
@@ -94,7 +107,7 @@ def _compute_nodes(nodes) -> int:
     return sum(1 for n in nodes if node_status(n)[0] == "converted" and target_name(n) != "_operator.getitem")
 
 
-def _engine(parent: torch.fx.GraphModule, node: torch.fx.Node, batch, precision: torch.dtype, runner: Runner,
+def _engine(parent: torch.fx.GraphModule, node: torch.fx.Node, *, batch, precision: torch.dtype, runner: Runner,
             build: bool):
     """Lower one fused submodule; its arguments that are the parent's parameters become constants."""
     sub = getattr(parent, node.target)
@@ -104,7 +117,10 @@ def _engine(parent: torch.fx.GraphModule, node: torch.fx.Node, batch, precision:
     lowered = lower_graph(sub.graph, constants, precision=precision, attrs=lambda t: _attr(sub, t),
                           name=node.target)
     plan = build_plan(lowered.net, batch, optimization_level=0).plan if build else None
-    return EngineModule(plan, lowered.net.record, placeholders, runner)
+    (out,) = sub.graph.find_nodes(op="output")
+    values = [n.meta["val"] for n in (out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]])]
+    outputs = [(name, v.dtype, static_shape(v)) for name, v in zip(lowered.net.record.outputs, values, strict=True)]
+    return EngineModule(plan, lowered.net.record, placeholders, runner, profile_shapes(lowered.net, batch), outputs)
 
 
 def _attr(module: torch.nn.Module, target: str) -> torch.Tensor:
@@ -119,26 +135,35 @@ def partition(model: torch.nn.Module, example_inputs: tuple, *, batch: tuple[int
     """Export ``model`` and split it: supported runs become ``EngineModule``s, the rest stays PyTorch."""
     if min_block_size < 1:
         raise InvalidArgument(f"min_block_size={min_block_size}; pass 1 or more")
-    module = export_program(model, example_inputs, batch).module()
+    program = export_program(model, example_inputs, batch)
+    sizes = batch or (example_inputs[0].shape[0],) * 3
+    report = PartitionReport(program=program, min_block_size=min_block_size, precision=precision)
+    make = functools.partial(_engine, batch=sizes, precision=precision_dtype(precision), runner=runner, build=build)
+    return split(program, report, make), report
+
+
+def split(program, report: PartitionReport, make: Callable[[torch.fx.GraphModule, torch.fx.Node], EngineModule]
+          ) -> torch.fx.GraphModule:
+    """Fuse ``program``'s supported runs and turn each of at least ``report.min_block_size`` compute nodes
+    into the ``EngineModule`` that ``make(parent, call_node)`` returns; fills ``report``."""
+    module = program.module()
     mark_constants(module.graph, {})
     partitioner = CapabilityBasedPartitioner(module, _Supported(), allows_single_node_partition=True)
     fused = partitioner.fuse_partitions(partitioner.propose_partitions())
-    report = PartitionReport()
-    sizes = batch or (example_inputs[0].shape[0],) * 3
     for node in [n for n in fused.graph.nodes if n.op == "call_module"]:
         sub = getattr(fused, node.target)
         if not isinstance(sub, torch.fx.GraphModule) or not node.target.startswith("fused_"):
             continue
         count = _compute_nodes([n for n in sub.graph.nodes if n.op == "call_function"])
-        if count < min_block_size:
-            report.pytorch[node.target] = f"{count} compute node(s) < min_block_size={min_block_size}"
+        if count < report.min_block_size:
+            report.pytorch[node.target] = f"{count} compute node(s) < min_block_size={report.min_block_size}"
             continue
         try:
-            engine = _engine(fused, node, sizes, precision_dtype(precision), runner, build)
+            engine = make(fused, node)
         except ConversionRefused as exc:
             report.pytorch[node.target] = str(exc)
             continue
         setattr(fused, node.target, engine)
         report.engines[node.target] = count
     fused.recompile()
-    return fused, report
+    return fused

@@ -32,6 +32,9 @@ from trtforge.core.errors import InvalidArgument, MissingFile, WrongType
 from trtforge.core.preprocessing import PreprocessConfig
 
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
+#: How a model becomes a TensorRT network: through ONNX and TensorRT's parser, or converted directly
+#: from PyTorch (``trtforge.convert``, docs/direct-path.md).
+PATHS: tuple[str, ...] = ("onnx", "direct")
 #: Precision → the float dtype the graph computes in (int8 graphs are FP16 outside Q/DQ).
 FLOAT_OF_PRECISION: dict[str, str | None] = {
     "fp32": None, "fp16": "float16", "bf16": "bfloat16", "int8": "float16",
@@ -290,6 +293,8 @@ class CompileConfig:
         None, affects=ENGINE, cli=CliFlag(list[str] | None, None, ("--batched-input",), "batched_input", _names),
         help="inputs whose dim 0 is the batch (default: an ONNX file's dynamic dim 0s; a module's inputs whose "
              "dim 0 equals the first input's)")
+    path: str = option("onnx", affects=ENGINE, cli=CliFlag(str),
+                       help="onnx | direct: through ONNX, or PyTorch straight to TensorRT (docs/direct-path.md)")
     targets: tuple[str, ...] = option(
         (), affects=ENGINE, help="compute capability, e.g. sm89 (repeatable)",
         cli=CliFlag(list[str] | None, None, ("--target",), "target", _tuple))
@@ -341,6 +346,9 @@ class CompileConfig:
         precision = str(self.precision).lower()
         if precision not in PRECISIONS:
             raise ConfigError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+        path = str(self.path).lower()
+        if path not in PATHS:
+            raise ConfigError(f"unknown path {path!r}; choose one of {', '.join(PATHS)}")
         if self.optimization_level not in OPTIMIZATION_LEVELS:
             raise ConfigError(f"optimization_level={self.optimization_level} must be 0..5 (3 is TensorRT's default)")
         if self.workspace_bytes is not None and self.workspace_bytes <= 0:
@@ -356,7 +364,7 @@ class CompileConfig:
             raise WrongType(f"preprocessing= takes a dict such as {{'resize': [224, 224]}} or a PreprocessConfig, "
                             f"not {type(self.preprocessing).__name__}")
         normalised = {
-            "precision": precision, "batch": None if self.batch is None else parse_batch(self.batch), "targets": _targets(self.targets),
+            "precision": precision, "path": path, "batch": None if self.batch is None else parse_batch(self.batch), "targets": _targets(self.targets),
             "shapes": _shapes(self.shapes), "hardware_compatibility": hardware, "quant": quant,
             "name": None if self.name is None else validate_name(self.name),
             "output_dir": Path(self.output_dir), "cache_dir": _path(self.cache_dir),

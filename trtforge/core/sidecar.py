@@ -199,6 +199,8 @@ class SourceRecord(SidecarRecord):
     onnx_sha256: str | None = _optional()
     reference_onnx_file: str | None = _optional()  # the FP32 graph before the precision passes
     reference_onnx_sha256: str | None = _optional()
+    #: "direct": converted from PyTorch without ONNX (trtforge.convert), so no .onnx lies beside the engine.
+    path: str | None = _optional()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,6 +245,7 @@ class BuilderRecord(SidecarRecord):
     trtforge_version: str | None = _optional()
     cache: Mapping[str, Any] | None = _optional()  # {"key", "hit"}, or {"enabled": False}
     refit: Mapping[str, Any] | None = _optional()  # the last refit: weights, sha256, count, time
+    converter_hash: str | None = _optional()  # the direct path: sha256 of the converters' source
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "targets", _tuple(self.targets))

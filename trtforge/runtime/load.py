@@ -55,6 +55,10 @@ def _onnx_file(sidecar: Sidecar, which: str) -> Path:
     """The sidecar's ONNX file for the onnxruntime route, its sha256 checked before anything loads it."""
     if which not in ("reference", "processed"):
         raise InvalidArgument(f"onnx={which!r}: choose 'reference' (the FP32 graph) or 'processed'")
+    if sidecar.source.path == "direct":
+        raise InvalidArgument(
+            f"{sidecar.path} was built on the direct path (PyTorch → TensorRT without ONNX), so there is no "
+            "ONNX graph for route 'onnxruntime'; use route='eager' with model=, or build with path='onnx'")
     if which == "reference" and not sidecar.source.reference_onnx_file:
         which = "processed"
     return sidecar.verify_source_file(which)

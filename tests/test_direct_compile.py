@@ -1,0 +1,144 @@
+"""``trtforge.compile(..., path="direct")`` and ``trtforge build --path direct``: the direct path writes the
+same artifact as the ONNX path (engine + typed sidecar, no ONNX), is cached under a key that reads the
+converters' source hash, and refuses what it cannot take in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from tiny_model import TinyNet
+from typer.testing import CliRunner
+
+import trtforge
+from trtforge.cache.engine_cache import engine_key
+from trtforge.cache.request_key import request_key
+from trtforge.cli import app
+from trtforge.convert import converters
+from trtforge.convert.api import export_batch, lower_for_profiles
+from trtforge.convert.evaluator import evaluate
+from trtforge.core.batch import parse_batch
+from trtforge.core.config import CompileConfig, ConfigError
+from trtforge.core.errors import InvalidArgument
+from trtforge.core.sidecar import read_sidecar
+
+pytestmark = pytest.mark.needs_trt
+
+
+def _tiny() -> TinyNet:
+    torch.manual_seed(0)
+    return TinyNet().eval()
+
+
+def _compile(tmp_path, **options):
+    options = {"path": "direct", "output_dir": tmp_path / "out", "cache_dir": tmp_path / "cache", "progress": False,
+               **options}
+    return trtforge.compile(_tiny(), (torch.zeros(1, 3, 16, 16),), **options)
+
+
+def test_direct_compile_writes_engine_and_typed_sidecar_without_onnx(tmp_path):
+    art = _compile(tmp_path, precision="fp16", batch="1:4:8", input_names=("images",), output_names=("logits",))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["tiny_net_fp16.engine", "tiny_net_fp16.json"]
+    assert art.onnx_path is None and art.reference_onnx_path is None
+    sc = read_sidecar(art.sidecar_path)
+    sc.verify_engine()
+    assert sc.source.kind == "torch" and sc.source.path == "direct" and sc.source.module == "TinyNet"
+    assert sc.source.onnx_file is None and sc.source.reference_onnx_file is None
+    assert [(s.name, s.shape) for s in sc.inputs] == [("images", (-1, 3, 16, 16))]
+    assert [(s.name, s.dtype, s.shape) for s in sc.outputs] == [("logits", "float32", (-1, 4))]
+    assert sc.profiles[0]["images"] == {"min": [1, 3, 16, 16], "opt": [4, 3, 16, 16], "max": [8, 3, 16, 16]}
+    assert sc.precision.requested == sc.precision.built == "fp16"
+    assert "FP32" in sc.precision.fp32_nodes["mean"]  # the spatial mean accumulates in FP32, with the reason
+    assert sc.builder.converter_hash == converters.source_hash() and sc.builder.config["path"] == "direct"
+    assert sc.builder.flavour and sc.builder.build_seconds is not None
+    assert any("no ONNX" in note for note in sc.notes)
+
+
+def test_a_static_batch_exports_static_at_that_batch(tmp_path):
+    art = _compile(tmp_path, precision="fp32", batch=3)
+    assert art.sidecar.inputs[0].shape == (3, 3, 16, 16) and art.sidecar.outputs[0].shape == (3, 4)
+
+
+def test_second_compile_hits_and_a_converter_change_misses(tmp_path, monkeypatch):
+    first = _compile(tmp_path, precision="fp32")
+    again = _compile(tmp_path, precision="fp32")
+    assert again.sidecar.builder.cache == {"key": first.sidecar.builder.cache["key"], "hit": True}
+    monkeypatch.setattr(converters, "source_hash", lambda: "f" * 64)  # as if a converter's source had changed
+    changed = _compile(tmp_path, precision="fp32")
+    assert changed.sidecar.builder.cache["hit"] is False
+    assert changed.sidecar.builder.cache["key"] != first.sidecar.builder.cache["key"]
+    assert changed.sidecar.builder.converter_hash == "f" * 64
+
+
+def test_the_converter_hash_is_part_of_the_engine_and_request_keys():
+    config = CompileConfig(path="direct", name="m")
+    model, inputs = _tiny(), (torch.zeros(1, 3, 16, 16),)
+    engine = [engine_key(b"net", config, network_name="m_fp16", converter_hash=h) for h in ("a" * 64, "b" * 64)]
+    request = [request_key(model, inputs, config, converter_hash=h) for h in ("a" * 64, "b" * 64)]
+    assert engine[0] != engine[1] and request[0] != request[1]
+
+
+def test_the_direct_lowering_matches_pytorch_at_other_batches():
+    model = _tiny()
+    lowered = lower_for_profiles(model, (torch.zeros(1, 3, 16, 16),), parse_batch("1:2:6"))
+    for batch in (1, 5):
+        x = torch.randn(batch, 3, 16, 16, generator=torch.Generator().manual_seed(batch))
+        (out,) = evaluate(lowered.net.record, {"x": x})
+        torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-5)
+    assert export_batch(parse_batch("1:1:1,2:8:32")) == (1, 1, 32)
+
+
+def test_the_recorded_network_is_canonical_and_follows_the_weights():
+    first = lower_for_profiles(_tiny(), (torch.zeros(2, 3, 16, 16),), parse_batch("1:2:4")).net.record
+    second = lower_for_profiles(_tiny(), (torch.zeros(2, 3, 16, 16),), parse_batch("1:2:4")).net.record
+    assert first.canonical() == second.canonical()
+    other = _tiny()
+    with torch.no_grad():
+        other.head.bias += 1
+    changed = lower_for_profiles(other, (torch.zeros(2, 3, 16, 16),), parse_batch("1:2:4")).net.record
+    assert changed.canonical() != first.canonical()
+
+
+def test_onnxruntime_route_explains_the_direct_path_has_no_onnx(tmp_path):
+    art = _compile(tmp_path, precision="fp32")
+    with pytest.raises(InvalidArgument, match="direct path .*no ONNX graph for route 'onnxruntime'"):
+        trtforge.load(art.sidecar_path, route="onnxruntime")
+
+
+def test_direct_path_refuses_an_onnx_file_and_int8_in_one_line(tmp_path, tiny_onnx):
+    with pytest.raises(ConfigError, match="path='direct' converts a PyTorch module"):
+        trtforge.compile(tiny_onnx, path="direct", output_dir=tmp_path)
+    with pytest.raises(ConfigError, match="int8' is not on the direct path"):
+        trtforge.compile(_tiny(), (torch.zeros(1, 3, 16, 16),), path="direct", precision="int8",
+                         calibration_data=torch.zeros(4, 3, 16, 16), output_dir=tmp_path)
+    with pytest.raises(ConfigError, match="unknown path 'tflite'"):
+        CompileConfig(path="tflite")
+
+
+runner = CliRunner()
+
+
+def test_cli_build_path_direct_takes_a_module_factory(tmp_path):
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["build", "tiny_model:TinyNet", "--path", "direct", "--input-shape", "1x3x16x16",
+                                 "--batch", "1:2:4", "--precision", "fp32", "-o", str(out), "--quiet",
+                                 "--cache-dir", str(tmp_path / "cache")])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "tiny_net_fp32.json").read_text())
+    assert data["source"] == {"kind": "torch", "module": "TinyNet", "factory": "tiny_model:TinyNet", "path": "direct"}
+    assert data["profiles"][0]["x"]["max"] == [4, 3, 16, 16]
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["model.onnx", "--path", "direct"], "convert a PyTorch model, not a file"),
+    (["tiny_model:TinyNet", "--path", "direct"], "add --input-shape"),
+    (["tiny_model:TinyNet", "--path", "direct", "--input-shape", "1x3xQ"], "positive sizes joined by x"),
+    (["tiny_model", "--path", "direct", "--input-shape", "1x3"], "package.module:function"),
+    (["tiny_model:Nope", "--path", "direct", "--input-shape", "1x3"], "cannot import factory"),
+    (["model.onnx", "--input-shape", "1x3"], "--input-shape is for --path direct"),
+])
+def test_cli_build_path_direct_bad_input_is_one_line(tmp_path, args, line):
+    result = runner.invoke(app, ["build", *args, "-o", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert line in result.output and "Traceback" not in result.output
