@@ -152,7 +152,7 @@ write_sidecar(folder + "/m_fp16.json", Sidecar(
 runner = CliRunner()
 codes = [runner.invoke(app, args).exit_code for args in (
     ["--help"], ["build", "--help"], ["inspect", folder + "/m_fp16.json"], ["cache", "ls", "--cache-dir", folder + "/c"])]
-heavy = ("torch", "onnx", "onnxscript", "onnx_ir", "onnxruntime", "tensorrt", "tensorrt_rtx", "trtforge.pipeline",
+heavy = ("torch", "numpy", "onnx", "onnxscript", "onnx_ir", "onnxruntime", "tensorrt", "tensorrt_rtx", "trtforge.pipeline",
          "trtforge.capture", "trtforge.passes", "trtforge.quantize", "trtforge.builder.build", "trtforge.vision")
 print(json.dumps({"codes": codes, "loaded": sorted(m for m in sys.modules if m.startswith(heavy))}))
 """

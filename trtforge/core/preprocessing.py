@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from trtforge.core.errors import InvalidArgument, MissingFile, WrongType
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 ImageLike = Any  # str | Path | PIL.Image.Image | np.ndarray | torch.Tensor
@@ -138,6 +137,13 @@ class PreprocessConfig:
         return (self.scale / std).view(1, 3, 1, 1).to(device), (-mean / std).view(1, 3, 1, 1).to(device)
 
 
+def _np():
+    """numpy, imported when an image is handled (reading a sidecar's record needs none of it)."""
+    import numpy
+
+    return numpy
+
+
 def decode_image(image: ImageLike) -> np.ndarray | torch.Tensor:
     """Anything the predictor accepts → an HWC uint8 RGB array (tensors stay tensors, on their device).
 
@@ -152,11 +158,12 @@ def decode_image(image: ImageLike) -> np.ndarray | torch.Tensor:
         if not path.is_file():
             raise MissingFile(f"no image file at {path}; pass the path of an existing image")
         with Image.open(path) as img:
-            return np.asarray(img.convert("RGB"))
+            return _np().asarray(img.convert("RGB"))
     if type(image).__module__.startswith("PIL."):
-        return np.asarray(image.convert("RGB"))
+        return _np().asarray(image.convert("RGB"))
     torch = sys.modules.get("torch")  # a tensor exists only once torch is imported
-    if isinstance(image, np.ndarray) or (torch is not None and isinstance(image, torch.Tensor)):
+    numpy = sys.modules.get("numpy")  # likewise an array exists only once numpy is imported
+    if (numpy is not None and isinstance(image, numpy.ndarray)) or (torch is not None and isinstance(image, torch.Tensor)):
         return _check_pixels(image)
     raise ImageInputError(f"unknown image type {type(image).__name__}; pass {ACCEPTED_IMAGES}")
 
@@ -169,7 +176,7 @@ def _check_pixels(image: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor
             "(x * 255).round().astype(np.uint8)"
         )
     if image.ndim == 2:
-        image = image[..., None].repeat(3, axis=2) if isinstance(image, np.ndarray) else image[..., None].expand(-1, -1, 3)
+        image = image[..., None].expand(-1, -1, 3) if hasattr(image, "expand") else image[..., None].repeat(3, axis=2)
     if image.ndim != 3 or image.shape[2] != 3:
         raise ImageInputError(
             f"image array has shape {tuple(image.shape)}; pass HWC with 3 channels (RGB). "
@@ -240,6 +247,7 @@ def _host_tensor(pixels: np.ndarray | torch.Tensor) -> torch.Tensor:
     """A CPU tensor of ``pixels``; read-only arrays (PIL's) are copied, since torch wants writable ones."""
     import torch
 
+    np = _np()
     if isinstance(pixels, np.ndarray):
         return torch.from_numpy(np.require(pixels, requirements=("C", "W")))
     return pixels.cpu()
