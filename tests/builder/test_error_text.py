@@ -114,3 +114,16 @@ def test_a_build_error_holds_no_tensorrt_builder(tmp_path):
     while tb is not None:
         assert not any(isinstance(v, builder_type) for v in tb.tb_frame.f_locals.values()), tb.tb_frame.f_code
         tb = tb.tb_next
+
+
+def test_a_parse_reason_keeps_the_real_line_beside_a_cuda_line():
+    """The parser's description of an invalid node puts the cause on its second line, among cudaError 35 lines."""
+    from types import SimpleNamespace
+
+    from trtforge.builder.build import _parser_reason
+
+    err = SimpleNamespace(
+        desc=lambda: "Invalid Node - node\nShape Error (squeeze axis is not a constant)\n[checkMacros.cpp] "
+                     "(cudaError 35: CUDA driver version is insufficient for CUDA runtime version)",
+        code=lambda: SimpleNamespace(name="INVALID_NODE"), func=lambda: "parseNode")
+    assert _parser_reason(err) == "INVALID_NODE: Invalid Node - node: Shape Error (squeeze axis is not a constant)"

@@ -37,8 +37,14 @@ UNRELATED_LINES: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+def relevant_lines(message: str) -> list[str]:
+    """The non-empty lines of one TensorRT message that are not ``UNRELATED_LINES``."""
+    return [line.strip() for line in message.splitlines()
+            if line.strip() and not any(p.search(line) for p, _ in UNRELATED_LINES)]
+
+
 def tensorrt_reasons(messages: list[str], limit: int = 3) -> list[str]:
-    """TensorRT's error messages as distinct first lines, unrelated ones dropped, at most ``limit``.
+    """TensorRT's error messages as distinct first relevant lines (unrelated lines dropped), at most ``limit``.
 
     Example:
         >>> tensorrt_reasons(["Myelin refused X\nTraceback ...", "Myelin refused X\nTraceback ..."])
@@ -46,9 +52,9 @@ def tensorrt_reasons(messages: list[str], limit: int = 3) -> list[str]:
     """
     reasons: list[str] = []
     for message in messages:
-        line = next((part.strip() for part in message.splitlines() if part.strip()), "")
-        if line and line not in reasons and not any(p.search(message) for p, _ in UNRELATED_LINES):
-            reasons.append(line)
+        lines = relevant_lines(message)
+        if lines and lines[0] not in reasons:
+            reasons.append(lines[0])
     return reasons[:limit]
 
 
@@ -155,12 +161,14 @@ def _spec(tensor) -> TensorSpec:
 
 
 def _parser_reason(err) -> str:
-    """The parser's reason; its bare ``false`` (a failed check) becomes the error code and the check's name."""
-    desc = " ".join(tensorrt_reasons([err.desc()]) or [""])
+    """The parser's reason: its relevant lines ("Invalid Node - x" then why), or for a bare ``false``
+    (a failed check) the error code and the check's name."""
+    lines = relevant_lines(err.desc())
     code = getattr(err.code(), "name", str(err.code()))
-    if desc.lower() in ("", "false"):
+    if not lines or lines[0].lower() == "false":
         return f"{code} ({err.func()})" if err.func() else code
-    return f"{code}: {desc}"
+    reason = ": ".join(lines[:2]) if lines[0].startswith("Invalid Node") else lines[0]
+    return f"{code}: {reason[:300]}"
 
 
 def _onnx_nodes(path: Path) -> list:
