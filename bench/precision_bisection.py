@@ -54,6 +54,7 @@ def main() -> None:
     parser.add_argument("--calib", type=int, default=64)
     parser.add_argument("--search", type=int, default=128)
     parser.add_argument("--held-out", type=int, default=256)
+    parser.add_argument("--skip-bisection", action="store_true", help="only the depthwise baseline and layer-wise")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     started = time.time()
@@ -65,7 +66,7 @@ def main() -> None:
         model = ensure_node_names(ensure_opset(load_ir(fp32_path), QDQ_OPSET))
         calib = crops(args.calib, 0)
         search, held = split_batches(crops(args.search, 1), 8), split_batches(crops(args.held_out, 2), 8)
-        result = bisect_int8(model, search, held, "top1_agreement", 0.95, calib)
+        result = None if args.skip_bisection else bisect_int8(model, search, held, "top1_agreement", 0.95, calib)
         engine = Int8Search(model, calib, QuantConfig(bias_correction=False), None)
         depthwise = frozenset(c.label for c in engine.analysis.candidates if c.groups > 1)
         held_ref = run_model(model, held)
@@ -82,13 +83,15 @@ def main() -> None:
             f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "json"),
         "machine": f"{platform.node()} {platform.machine()}, Python {platform.python_version()}",
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "seconds": round(time.time() - started),
-        "bisection": {k: v for k, v in result.__dict__.items()},
+        "bisection": None if result is None else dict(result.__dict__),
         "depthwise_kept": {"layers": len(depthwise), "held_out_top1": depthwise_top1},
         "layerwise_int8": {"first": first.label if first else None, "rel_l2": first.rel_l2 if first else None,
-                           "threshold": lw_int8.threshold,
+                           "threshold": lw_int8.threshold, "worst_rel_l2": max(row.rel_l2 for row in lw_int8.layers),
+                           "most_added": [[row.label, row.added] for row in lw_int8.most_added(5)],
                            "sensitivity_rank_of_first": ranking.index(first.label) + 1 if first else None,
                            "sensitivity_top5": ranking[:5]},
         "layerwise_fp16": {"first": lw_fp16.first.label if lw_fp16.first else None,
+                           "most_added": [[row.label, row.added] for row in lw_fp16.most_added(3)],
                            "worst_rel_l2": max(row.rel_l2 for row in lw_fp16.layers), "threshold": lw_fp16.threshold},
     }
     text = json.dumps(record, indent=2)
