@@ -609,6 +609,9 @@ def store_in_cache(engine_cache: EngineCache, key: str, built: _Built, meta: dic
 
 def warn_cache(engine_cache: EngineCache, exc: OSError) -> None:
     """One warning line: the engine cache could not store this build (the engine is still delivered)."""
+    if engine_cache.store_failed:  # said once per compile, not once per file
+        return
+    engine_cache.store_failed = True
     message = (f"the engine cache {engine_cache.directory} could not store this build ({exc.strerror or exc}); "
                "the engine is written all the same. Free space there or pass --no-cache / cache=False")
     log.warning(message)

@@ -385,6 +385,18 @@ def _output_disk_full(ctx: Ctx) -> Case:
     return Case(argv, FAILED, r"No space left on device", fix=lambda: (filler.unlink(), None)[1])
 
 
+@case("output_disk_full_after_engine")
+def _output_disk_full_after_engine(ctx: Ctx) -> Case:
+    # Room for the engine and one page more: the graphs or the sidecar no longer fit. Before issue 15
+    # the engine was left without its sidecar, and the retry was refused.
+    disk = ctx.stack.enter_context(small_tmpfs(ctx.tmp / "disk", "2m"))
+    (disk / "out").mkdir()
+    engine = (ctx.inputs["art"] / "tiny_fp16.engine").stat().st_size
+    filler = fill(disk, leave_bytes=-(-engine // 4096) * 4096 + 4096)
+    argv = ["build", str(ctx.copy("tiny")), "-o", str(disk / "out"), "-q", "--no-cache"]
+    return Case(argv, FAILED, r"No space left on device", fix=lambda: (filler.unlink(), None)[1])
+
+
 # -- Ctrl-C at each stage ------------------------------------------------------------------------------
 for _stage, _function in [
     ("validate", "trtforge.pipeline:validate"),

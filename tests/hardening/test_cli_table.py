@@ -23,7 +23,7 @@ import pytest
 from cases import CASES, Ctx
 from harness import EXIT_CANCELLED, can_mount_tmpfs, error_lines, run_cli, snapshot
 
-TMPFS_CASES = {"output_disk_full"}
+TMPFS_CASES = {"output_disk_full", "output_disk_full_after_engine"}
 
 
 @dataclass

@@ -145,6 +145,8 @@ class EngineCache:
     def __init__(self, directory: str | os.PathLike[str] | None = None, max_bytes: int | None = None) -> None:
         self.directory = Path(directory).expanduser() if directory is not None else default_cache_dir()
         self.max_bytes = default_max_bytes() if max_bytes is None else int(max_bytes)
+        #: Set when a store failed (a full disk): the compile warns once.
+        self.store_failed = False
         if self.max_bytes <= 0:
             raise InvalidArgument(f"cache max_bytes={self.max_bytes} must be positive")
         if self.directory.exists() and not self.directory.is_dir():

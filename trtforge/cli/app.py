@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import sys
@@ -35,6 +36,12 @@ console = Console(width=None if Console().is_terminal else 160, emoji=False)
 err_console = Console(stderr=True, emoji=False, highlight=False)
 
 EXIT_FAILED, EXIT_USER_ERROR, EXIT_CANCELLED = 1, 2, 130
+#: errno → what to do, after the OS's own message (nothing was written: every write is staged).
+OS_ERROR_HINTS = {
+    errno.ENOSPC: "; nothing was written. Free some space (or choose another --output-dir / --cache-dir) "
+                  "and run the command again",
+    errno.EDQUOT: "; nothing was written. Free some of your quota and run the command again",
+}
 #: click's UsageError (an unknown flag, a missing argument, a value of the wrong type), whether typer
 #: vendors click or imports it: the base of ``typer.BadParameter`` of that name.
 USAGE_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
@@ -82,7 +89,7 @@ def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
         except OSError as exc:
             if exc.errno is None:
                 raise _bug(exc) from exc
-            say_error(str(exc))
+            say_error(str(exc) + OS_ERROR_HINTS.get(exc.errno, ""))
             raise typer.Exit(EXIT_FAILED) from exc
         except Exception as exc:  # noqa: BLE001 - anything else is our bug: say so, keep the traceback
             raise _bug(exc) from exc
