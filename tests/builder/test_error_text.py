@@ -80,7 +80,7 @@ def test_a_shape_tensor_input_is_one_line_naming_it_and_its_op(tmp_path):
     graph = helper.make_graph([helper.make_node("Tile", ["x", "repeats"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
                                helper.make_tensor_value_info("repeats", TensorProto.INT64, [2])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
     path = tmp_path / "tile.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     with pytest.raises(ShapeInputError) as info:
