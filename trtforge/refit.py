@@ -55,7 +55,7 @@ TRT_API_USED: tuple[str, ...] = (
 )
 
 #: TensorRT DataType member → numpy dtype for weights handed to the refitter.
-#: Weight dtypes refit can write (spec names, see ``trt.DTYPE_NAMES``).
+#: Weight dtypes refit can write (spec names, see ``DTYPE_NAMES`` in core/trt.py).
 REFIT_DTYPES: tuple[str, ...] = ("float32", "float16", "int32", "int8")
 
 FLOAT_KINDS = ("f",)
