@@ -17,9 +17,14 @@ from trtforge.conformance.onnx_node import float32_cases, run_case
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    logging.getLogger("trtforge").setLevel(logging.ERROR)  # the range probe's "skipped" lines
-    work = tmp_path_factory.mktemp("conformance")
-    return [run_case(case, work) for case in float32_cases(per_op=1)]
+    quiet = logging.getLogger("trtforge")  # the range probe's "skipped" lines; restored for later tests
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        work = tmp_path_factory.mktemp("conformance")
+        yield [run_case(case, work) for case in float32_cases(per_op=1)]
+    finally:
+        quiet.setLevel(level)
 
 
 def test_the_sample_spans_the_op_types(results):

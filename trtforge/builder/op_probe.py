@@ -10,7 +10,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from trtforge.builder.build import BuildFailedError, OnnxParseError, build_engine
+from trtforge.builder.build import BuildFailedError, OnnxParseError, ShapeInputError, build_engine
 from trtforge.core.config import CompileConfig
 
 #: A reason longer than this is cut: Myelin's refusals carry the operation's dump (weights included).
@@ -23,7 +23,10 @@ def _short(reason: str) -> str:
 
 
 def refusal(model_bytes: bytes, precision: str) -> str | None:
-    """Build ``model_bytes`` (lowest optimisation level); TensorRT's reason when it refuses, else None."""
+    """Build ``model_bytes`` (lowest optimisation level); TensorRT's reason when it refuses, else None.
+
+    A probe whose op reads a shape tensor cannot stand alone: None (no verdict), not a refusal.
+    """
     with tempfile.TemporaryDirectory(prefix="trtforge-probe-") as tmp:
         path = Path(tmp) / "probe.onnx"
         path.write_bytes(model_bytes)
@@ -34,4 +37,6 @@ def refusal(model_bytes: bytes, precision: str) -> str | None:
             return _short(exc.failures[0][2])
         except BuildFailedError as exc:
             return _short(str(exc).split(": ", 1)[-1])
+        except ShapeInputError:
+            return None  # a computed integer input that sets shapes (a Reshape's): alone, its values are unknown
     return None

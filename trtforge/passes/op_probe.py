@@ -71,8 +71,8 @@ def single_node_graph(node: ir.Node, dtype: str) -> onnx.ModelProto | None:
             new_inputs.append(const)
             continue
         shape = _concrete(value.shape)
-        if shape is None or value.dtype is None or not is_float:
-            return None  # a computed integer input may set shapes: alone, its values are unknown
+        if shape is None or value.dtype is None:
+            return None
         fresh = ir.Value(name=f"x{i}", type=ir.TensorType(low if is_float else value.dtype), shape=ir.Shape(shape))
         inputs.append(fresh)
         new_inputs.append(fresh)
