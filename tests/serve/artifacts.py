@@ -11,7 +11,8 @@ from pathlib import Path
 
 import torch
 
-from trtforge.core.sidecar import Sidecar, sha256_file, write_sidecar
+from trtforge.core.hashing import sha256_file
+from trtforge.core.sidecar import Sidecar, write_sidecar
 from trtforge.core.specs import TensorSpec
 
 FEATURES, OUT = 4, 3
@@ -47,6 +48,7 @@ def make_artifact(folder: Path, scale: float = 1.0, name: str = "linear", max_ba
         inputs=(TensorSpec("x", "float32", (-1, FEATURES)),), outputs=(TensorSpec("y", "float32", (-1, OUT)),),
         profiles=({"x": {"min": [1, FEATURES], "opt": [4, FEATURES], "max": [max_batch, FEATURES]}},),
         precision={"built": "fp32"}, builder={"flavour": "tensorrt_rtx", "targets": list(targets) or ["portable"]},
-        source={"kind": "onnx", "onnx_file": onnx_path.name, "reference_onnx_file": onnx_path.name},
+        source={"kind": "onnx", "onnx_file": onnx_path.name, "reference_onnx_file": onnx_path.name,
+                "onnx_sha256": sha256_file(onnx_path), "reference_onnx_sha256": sha256_file(onnx_path)},
     )
     return write_sidecar(folder / f"{name}.json", sidecar)

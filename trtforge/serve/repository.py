@@ -171,7 +171,7 @@ def artifact_files(sidecar: Sidecar) -> list[Path]:
     """The sidecar and every file it names that exists beside it."""
     base = sidecar.path.parent
     names = {sidecar.path.name, sidecar.engine_file}
-    names |= {v for k, v in sidecar.source.items() if k.endswith("onnx_file") and isinstance(v, str)}
+    names |= {name for name in (sidecar.source.onnx_file, sidecar.source.reference_onnx_file) if name}
     return [base / n for n in sorted(names) if (base / n).is_file()]
 
 
@@ -196,7 +196,7 @@ def write_matrix(repo: Path, name: str, plans: Sequence[ModelPlan], *, overwrite
     """One TensorRT model ``name`` from single-target engines: ``cc_model_filenames`` picks by GPU."""
     sidecars = [read_sidecar(p.sidecar) for p in plans]
     for sidecar in sidecars:
-        targets = sidecar.builder.get("targets") or []
+        targets = list(sidecar.builder.targets or ())
         if len(targets) != 1 or not str(targets[0]).startswith("sm") or \
                 (sidecar.inputs, sidecar.outputs) != (sidecars[0].inputs, sidecars[0].outputs):
             raise InvalidArgument(f"{sidecar.path}: a build matrix takes engines of one model built for one target "
@@ -205,7 +205,7 @@ def write_matrix(repo: Path, name: str, plans: Sequence[ModelPlan], *, overwrite
     folder = _model_folder(repo, name, overwrite)
     filenames = {}
     for sidecar, engine in zip(sidecars, engines, strict=True):
-        target = sidecar.builder["targets"][0]
+        target = sidecar.builder.targets[0]
         filenames[compute_capability(target)] = f"model_{target}.plan"
         shutil.copyfile(engine, folder / "1" / f"model_{target}.plan")
     first = plans[0]
