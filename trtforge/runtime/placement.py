@@ -139,7 +139,8 @@ def default_device(device: str | torch.device | int | None, devices: DeviceRunti
         device(type='cpu')
     """
     count = devices.count()
-    return resolve_device(device, count=count, current=devices.current() if count else 0)
+    asks_current = device is None or (isinstance(device, (str, torch.device)) and str(device) == "cuda")
+    return resolve_device(device, count=count, current=devices.current() if count and asks_current else 0)
 
 
 @contextlib.contextmanager
