@@ -63,7 +63,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--serve-processes", type=int, default=4)
     p.add_argument("--serve-requests", type=int, default=20000)
     p.add_argument("--serve-max-seconds", type=float, default=60.0)
-    p.add_argument("--serve-timeout", type=float, default=280.0, help="seconds per serve_load.py run")
+    p.add_argument("--serve-timeout", type=float, default=240.0, help="seconds per serve_load.py run")
     p.add_argument("--predictor-only", default=None, help=argparse.SUPPRESS)  # the child process: its device
     return p.parse_args(argv)
 
@@ -186,9 +186,10 @@ def placement_part(args: argparse.Namespace, devices: tuple[torch.device, torch.
                      "tolerance": TOLERANCE[args.route], "wrong_output_devices": both["wrong_devices"][i][:5],
                      "ok": same and error < TOLERANCE[args.route] and not both["wrong_devices"][i]})
         engine.close()
+    after_runs = gpu_memory()  # weights, graphs and workspaces of both engines, per GPU
     total = len(engines) * args.batch * args.iters / both["seconds"]
     ok = all(r["ok"] for r in rows) and all(r["ok"] for r in loads) and not both["errors"]
-    return {"loads": loads, "rows": rows, "concurrent_img_s": total, "concurrent_seconds": both["seconds"],
+    return {"loads": loads, "rows": rows, "memory_after_runs": after_runs, "concurrent_img_s": total, "concurrent_seconds": both["seconds"],
             "scaling_vs_best_alone": total / max(r["alone_img_s"] for r in rows), "errors": both["errors"], "ok": ok}
 
 

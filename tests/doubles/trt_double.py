@@ -116,6 +116,7 @@ class FakeRuntimeConfig:
 
     def __init__(self, engine: FakeTrtEngine) -> None:
         self.engine = engine
+        self.device = FAKE_CUDA.current()  # the current device when the route created it
         self.cuda_graph_strategy = CudaGraphStrategy.DISABLED
         self.cache: FakeRuntimeCache | None = None
 

@@ -145,6 +145,37 @@ def test_tensorrt_route_deserializes_and_runs_on_its_gpu(tmp_path):
     engine.close()
 
 
+def test_runtime_config_and_runtime_cache_are_made_on_the_engines_gpu(tmp_path):
+    from trtforge.cache.runtime_cache import RuntimeCacheStore
+
+    store = RuntimeCacheStore(tmp_path / "runtime")
+    path = write_fake_engine(tmp_path, ONE_PROFILE)
+    engine = TensorRTEngine(path, device="cuda:1", bindings=FAKE_TRT, devices=FAKE_CUDA, runtime_cache=store)
+    engine(np.zeros((2, 3), np.float32))
+    fake = FakeTrtRuntime.last.engines[-1]
+    assert [c.device for c in fake.runtime_configs] == [1]
+    engine.close()  # stores the kernels the first process compiled, with cuda:1 current
+    again = TensorRTEngine(path, device="cuda:1", bindings=FAKE_TRT, devices=FAKE_CUDA, runtime_cache=store)
+    assert again.runtime_cache_loaded
+    again(np.zeros((2, 3), np.float32))
+    assert FakeTrtRuntime.last.engines[-1].compilations == 0  # the stored kernels served the run
+
+
+def test_a_predictor_over_an_engine_on_gpu_1_runs_there(tmp_path):
+    from trtforge.vision import Predictor
+
+    profile = [{"images": [[1, 3, 16, 16], [2, 3, 16, 16], [2, 3, 16, 16]]}]
+    path = write_fake_engine(tmp_path, profile, feature_dims=(3, 16, 16), model="channel_mean",
+                             preprocessing={"resize": [16, 16]})
+    engine = TensorRTEngine(path, device="cuda:1", bindings=FAKE_TRT, devices=FAKE_CUDA)
+    frame = np.zeros((24, 32, 3), np.uint8)
+    frame[..., 2] = 255  # blue: the channel mean puts class 2 first
+    result = Predictor(engine, task="classification", top_k=3)(frame)
+    assert result.class_id[0] == 2
+    (context,) = FakeTrtRuntime.last.engines[-1].contexts
+    assert context.run_devices == [1] and FAKE_CUDA.current() == 0
+
+
 def test_the_double_fails_a_run_on_another_device(tmp_path):
     """What the route guards against: the double refuses a run with the wrong device current."""
     engine = _gpu_engine(tmp_path, 1)
