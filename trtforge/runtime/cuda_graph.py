@@ -60,7 +60,10 @@ def capture(fn: Callable[[], Any], device: torch.device, warmup: int = 2) -> Cap
                 fn()
         caller.wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=side):
+        # thread_local: a capture forbids unsafe CUDA calls (cudaMalloc, a synchronize) in this thread
+        # only. The default, global, forbids them in every thread of the process, so an engine on
+        # another GPU, run from its own thread, would fail while this one captures.
+        with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
             outputs = fn()
         caller.wait_stream(side)
     return CapturedCall(graph, outputs)
