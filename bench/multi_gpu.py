@@ -60,7 +60,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--skip-serve", action="store_true", help="placement and predictor parts only")
     p.add_argument("--serve-inflight", default="64,128")
     p.add_argument("--serve-instances", type=int, default=2, help="serve_load.py --instances (per device)")
-    p.add_argument("--serve-processes", type=int, default=4)
+    p.add_argument("--serve-processes", type=int, default=8, help="client processes (the null model shows their ceiling)")
     p.add_argument("--serve-requests", type=int, default=20000)
     p.add_argument("--serve-max-seconds", type=float, default=60.0)
     p.add_argument("--serve-timeout", type=float, default=240.0, help="seconds per serve_load.py run")
@@ -294,8 +294,8 @@ def serve_run(args: argparse.Namespace, devices: str) -> dict:
     if done.returncode != 0 or not path.is_file():
         return {"command": command, "error": f"rc {done.returncode}: {done.stderr[-2000:]}"}
     rows = json.loads(path.read_text())["rows"]
-    return {"command": command, "rows": [{k: r.get(k) for k in ("inflight", "throughput", "p50_ms", "p99_ms",
-                                                                 "mean_batch", "failed")} for r in rows]}
+    keys = ("inflight", "throughput", "p50_ms", "p99_ms", "mean_batch", "failed", "null_throughput")
+    return {"command": command, "rows": [{k: r.get(k) for k in keys} for r in rows]}
 
 
 def serve_part(args: argparse.Namespace) -> dict:
@@ -311,6 +311,7 @@ def serve_part(args: argparse.Namespace) -> dict:
             ratios.append({"inflight": r["inflight"], "one_gpu_req_s": base["throughput"],
                            "two_gpus_req_s": r["throughput"], "ratio": r["throughput"] / base["throughput"],
                            "one_gpu_p99_ms": base["p99_ms"], "two_gpus_p99_ms": r["p99_ms"],
+                           "null_req_s": r.get("null_throughput"),
                            "failed": (base.get("failed") or 0) + (r.get("failed") or 0)})
     best = max((r["ratio"] for r in ratios), default=float("nan"))
     return {"one_gpu": one, "two_gpus": two, "ratios": ratios, "best_ratio": best, "target": SERVE_TARGET,
@@ -339,11 +340,13 @@ def report(result: dict) -> None:
     serve = result.get("serve")
     if serve and "ratios" in serve:
         table = Table(title=f"trtforge serve, {MODEL}, route {result['route']}: 2 GPUs over 1 (target >= {SERVE_TARGET}x)")
-        for column in ("in flight", "1 GPU req/s", "2 GPUs req/s", "ratio", "1 GPU p99 ms", "2 GPUs p99 ms", "failed"):
+        for column in ("in flight", "1 GPU req/s", "2 GPUs req/s", "ratio", "1 GPU p99 ms", "2 GPUs p99 ms",
+                       "null model req/s (2 GPUs run)", "failed"):
             table.add_column(column, justify="right")
         for r in serve["ratios"]:
             table.add_row(str(r["inflight"]), f"{r['one_gpu_req_s']:.0f}", f"{r['two_gpus_req_s']:.0f}",
-                          f"{r['ratio']:.2f}", f"{r['one_gpu_p99_ms']:.1f}", f"{r['two_gpus_p99_ms']:.1f}", str(r["failed"]))
+                          f"{r['ratio']:.2f}", f"{r['one_gpu_p99_ms']:.1f}", f"{r['two_gpus_p99_ms']:.1f}",
+                          f"{r['null_req_s'] or float('nan'):.0f}", str(r["failed"]))
         console.print(table)
     elif serve:
         console.print(f"serving part failed: {escape(json.dumps(serve, default=str)[-3000:])}")
