@@ -13,17 +13,28 @@ Two models, one float32 input each (see ``MODELS``):
 - ``affine``: ``y = 2 * x + 1`` (same shape as ``x``) and ``total = x.sum(axis=1..)`` (shape ``[batch]``);
 - ``channel_mean``: ``logits = images.mean(axis=(2, 3))`` (shape ``[batch, channels]``), a global
   average pool that an image predictor can run end to end.
+
+Devices: ``FAKE_CUDA`` (a ``trtforge.runtime.placement.DeviceRuntime``, given to the route as
+``devices=``) keeps the CUDA runtime's current device per thread, as cudaSetDevice does, for a
+machine with two GPUs whose tensors live in host memory. TensorRT binds an engine to the device
+current when it is deserialized (its contexts and runs must use that device): the double records
+the current device at ``deserialize_cuda_engine``, ``create_execution_context`` and every
+``execute_async_v3``, and a context created or run on another device fails, as TensorRT would.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import enum
 import json
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from trtforge.core.hashing import sha256_file
 from trtforge.core.sidecar import Sidecar, write_sidecar
@@ -105,6 +116,7 @@ class FakeRuntimeConfig:
 
     def __init__(self, engine: FakeTrtEngine) -> None:
         self.engine = engine
+        self.device = FAKE_CUDA.current()  # the current device when the route created it
         self.cuda_graph_strategy = CudaGraphStrategy.DISABLED
         self.cache: FakeRuntimeCache | None = None
 
@@ -117,6 +129,42 @@ class FakeRuntimeConfig:
 
     def get_runtime_cache(self) -> FakeRuntimeCache | None:
         return self.cache
+
+
+class FakeCudaDevices:
+    """The CUDA runtime's device state for ``count`` GPUs: the current device per thread (0 until a
+    thread sets another), and every switch made (``switches``). Tensors live in host memory."""
+
+    def __init__(self, count: int = 2) -> None:
+        self._count = count
+        self._local = threading.local()
+        self.switches: list[int] = []
+
+    def count(self) -> int:
+        return self._count
+
+    def current(self) -> int:
+        return getattr(self._local, "index", 0)
+
+    @contextlib.contextmanager
+    def use(self, index: int) -> Iterator[None]:
+        """cudaSetDevice(index) for the block, then the previous device again."""
+        if not 0 <= index < self._count:
+            raise RuntimeError(f"cudaErrorInvalidDevice: device {index} of {self._count}")
+        previous = self.current()
+        self._local.index = index
+        self.switches.append(index)
+        try:
+            yield
+        finally:
+            self._local.index = previous
+
+    def memory(self, index: int) -> torch.device:
+        return torch.device("cpu")
+
+
+#: The process's CUDA runtime as the double sees it (two GPUs).
+FAKE_CUDA = FakeCudaDevices(2)
 
 
 class FakeTrtContext:
@@ -134,6 +182,7 @@ class FakeTrtContext:
         self.input_shapes: dict[str, tuple[int, ...]] = {}
         self.addresses: dict[str, int] = {}
         self.calls: list[tuple] = []
+        self.run_devices: list[int] = []  # the current device at each execute_async_v3
 
     def set_optimization_profile_async(self, index: int, stream: int) -> bool:
         self.calls.append(("set_optimization_profile_async", index))
@@ -172,7 +221,11 @@ class FakeTrtContext:
             known.add(kernel)
 
     def execute_async_v3(self, stream: int) -> bool:
+        current = FAKE_CUDA.current()
         self.calls.append(("execute_async_v3", stream))
+        self.run_devices.append(current)
+        if current != self.engine.device:  # the engine's memory and kernels are on its own device
+            return False
         names = (self.engine.input_name, *self.engine.output_names)
         if self.engine.input_name not in self.input_shapes or any(n not in self.addresses for n in names):
             return False
@@ -194,6 +247,7 @@ class FakeTrtEngine:
         self.num_io_tensors = 1 + len(self.output_names)
         self.compilations = 0
         self.runtime_configs: list[FakeRuntimeConfig] = []
+        self.device = FAKE_CUDA.current()  # bound to the device current at deserialization
 
     def get_tensor_name(self, index: int) -> str:
         return (self.input_name, *self.output_names)[index]
@@ -216,7 +270,9 @@ class FakeTrtEngine:
         self.runtime_configs.append(config)
         return config
 
-    def create_execution_context(self, runtime_config: FakeRuntimeConfig | None = None) -> FakeTrtContext:
+    def create_execution_context(self, runtime_config: FakeRuntimeConfig | None = None) -> FakeTrtContext | None:
+        if FAKE_CUDA.current() != self.device:  # a context's memory is allocated on the current device
+            return None
         context = FakeTrtContext(self, runtime_config)
         self.contexts.append(context)
         return context

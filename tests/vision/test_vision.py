@@ -215,3 +215,18 @@ def test_predictor_feeds_an_fp16_input_engine_in_fp16(lite0):
     b = Predictor(fp16_io, LITE0_PREPROCESSING)(photo)  # an FP32 batch would be refused by the engine
     assert a.class_id[0] == b.class_id[0]
     np.testing.assert_allclose(a.score, b.score, atol=2e-2)
+
+
+def test_frames_on_another_device_are_refused_by_name(lite0_sidecar):
+    """A frame on a device other than the predictor's (meta here, another GPU on a GPU machine) is
+    refused with the frame's index and both devices; host frames keep the staged copy."""
+    from trtforge.runtime.placement import InputOnAnotherDevice
+
+    pre = Preprocessor(PreprocessConfig.from_dict(LITE0_PREPROCESSING), torch.device("cpu"))
+    host = np.full((32, 48, 3), 7, np.uint8)
+    with pytest.raises(InputOnAnotherDevice, match=r"^input 'image 1' is on meta; this engine runs on cpu"):
+        pre.upload([host, torch.zeros(32, 48, 3, dtype=torch.uint8, device="meta")])
+    assert torch.equal(pre.upload([host, torch.from_numpy(host)]), torch.from_numpy(np.stack([host, host])))
+    with trtforge.load(lite0_sidecar, route="eager", device="cpu") as engine:
+        with pytest.raises(InputOnAnotherDevice, match="'image 0' is on meta"):
+            Predictor(engine)(torch.zeros(224, 224, 3, dtype=torch.uint8, device="meta"))

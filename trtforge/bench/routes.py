@@ -322,7 +322,7 @@ def run_route_bench(
     ``compile_preprocessing`` is passed to the predictor on the ``cuda_graph`` route (``None``:
     the predictor's default, ``fuse_preprocessing_by_default``).
     """
-    from trtforge.runtime.torch_routes import default_device
+    from trtforge.runtime.placement import default_device
 
     device = default_device(device)
     if image is None:
@@ -464,7 +464,7 @@ def bench_preprocessing(
     """PIL resize + NumPy normalise (CPU) against the GPU path, for one HWC uint8 frame."""
     from PIL import Image
 
-    from trtforge.runtime.torch_routes import default_device
+    from trtforge.runtime.placement import default_device
 
     device = default_device(device)
     result = result or BenchResult()

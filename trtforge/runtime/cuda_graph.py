@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from trtforge.core.errors import InvalidArgument
+from trtforge.runtime.placement import on_device
 
 
 @dataclass
@@ -50,7 +51,7 @@ def capture(fn: Callable[[], Any], device: torch.device, warmup: int = 2) -> Cap
     """Run ``fn`` ``warmup`` times on the side stream (lazy init, autotuning), then capture it."""
     if device.type != "cuda":
         raise InvalidArgument(f"CUDA graphs need a CUDA device, got {device}; use a route without graphs on CPU")
-    with torch.cuda.device(device):
+    with on_device(device):
         caller = torch.cuda.current_stream(device)
         side = capture_stream(device)
         side.wait_stream(caller)
@@ -59,7 +60,10 @@ def capture(fn: Callable[[], Any], device: torch.device, warmup: int = 2) -> Cap
                 fn()
         caller.wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=side):
+        # thread_local: a capture forbids unsafe CUDA calls (cudaMalloc, a synchronize) in this thread
+        # only. The default, global, forbids them in every thread of the process, so an engine on
+        # another GPU, run from its own thread, would fail while this one captures.
+        with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
             outputs = fn()
         caller.wait_stream(side)
     return CapturedCall(graph, outputs)
@@ -92,7 +96,8 @@ class GraphCache:
                 self._entries.popitem(last=False)
         else:
             self._entries.move_to_end(key)
-        entry.graph.replay()
+        with on_device(self.device):  # on the current stream of the graph's own device
+            entry.graph.replay()
         return entry.outputs
 
     def clear(self) -> None:

@@ -71,6 +71,7 @@ def load(
     *,
     model: Any = None,
     trust_factory: bool = False,
+    move_inputs: bool = False,
     **options: Any,
 ) -> Engine:
     """Load the engine at ``path`` (the ``.engine``, its ``.json`` sidecar, or an ``.onnx``).
@@ -80,6 +81,10 @@ def load(
     ``compile_mode``, ``aot_package`` (default: ``<name>_aot_<device>.pt2`` beside the engine, used
     when it exists; ``False``: compile the model instead), ``aot_probe`` (default True: load the
     package in a child process first, see ``aot_probe``); ``onnxruntime``: ``onnx`` ("reference" FP32 graph, default, or "processed").
+
+    ``device`` (``"cuda:1"``, ``1``, ``"cpu"``; default the current GPU, else the CPU) holds every
+    allocation, stream and graph of the engine. An input on another GPU is refused with the fix,
+    unless ``move_inputs=True``, which copies it to ``device`` on each call (``runtime.placement``).
 
     Example:
         >>> engine = trtforge.load("out/efficientnet_lite0_fp16.engine", route="cuda_graph")
@@ -94,27 +99,30 @@ def load(
             raise InvalidArgument(f"{path} is an ONNX file: load it with route='onnxruntime', or load its engine")
         from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
 
-        return OnnxRuntimeEngine(path, device, **options)
+        return OnnxRuntimeEngine(path, device, move_inputs=move_inputs, **options)
     sidecar = read_sidecar(path)
     if route == "tensorrt":
         from trtforge.runtime.tensorrt_route import TensorRTEngine
 
-        return TensorRTEngine(sidecar.engine_path, device, sidecar=sidecar, **options)
+        return TensorRTEngine(sidecar.engine_path, device, sidecar=sidecar, move_inputs=move_inputs, **options)
     if route == "onnxruntime":
         from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
 
         onnx = _onnx_file(sidecar, options.pop("onnx", "reference"))
-        return OnnxRuntimeEngine(onnx, device, profiles=sidecar.profiles, sidecar=sidecar, **options)
-    return _torch_engine(sidecar, route, device, model, trust_factory, options)
+        return OnnxRuntimeEngine(onnx, device, profiles=sidecar.profiles, sidecar=sidecar, move_inputs=move_inputs,
+                                 **options)
+    return _torch_engine(sidecar, route, device, model, trust_factory, {**options, "move_inputs": move_inputs})
 
 
 def _torch_engine(sidecar: Sidecar, route: str, device: Any, model: Any, trust_factory: bool,
                   options: dict[str, Any]) -> Engine:
     """A PyTorch route over the sidecar's model: the AOTInductor package, ``model=``, or its factory."""
-    from trtforge.runtime.torch_routes import TorchEngine, default_device
+    from trtforge.runtime.placement import default_device
+    from trtforge.runtime.torch_routes import TorchEngine
 
     target = default_device(device)
-    common = {"route": route, "device": target, "profiles": sidecar.profiles, "sidecar": sidecar}
+    common = {"route": route, "device": target, "profiles": sidecar.profiles, "sidecar": sidecar,
+              "move_inputs": options.pop("move_inputs", False)}
     if route == "compiled":
         package = options.pop("aot_package", None)  # False: ignore any package, compile the model
         probe = options.pop("aot_probe", True)
@@ -146,7 +154,8 @@ def export_aot_beside(
         >>> export_aot_beside("out/efficientnet_lite0_fp16.json", "cuda")
         PosixPath('out/efficientnet_lite0_fp16_aot_cuda.pt2')
     """
-    from trtforge.runtime.torch_routes import default_device, export_aot_package
+    from trtforge.runtime.placement import default_device
+    from trtforge.runtime.torch_routes import export_aot_package
 
     sidecar = read_sidecar(Path(path))
     target = default_device(device)

@@ -21,6 +21,7 @@ from trtforge.core.errors import InvalidArgument, MissingFile, WrongType
 from trtforge.core.ort_session import session
 from trtforge.core.sidecar import Sidecar
 from trtforge.core.specs import TensorSpec
+from trtforge.runtime.placement import default_device
 from trtforge.runtime.profiles import choose_profile
 from trtforge.runtime.protocol import EngineBase, Profiles
 from trtforge.runtime.tensors import bind_input
@@ -53,14 +54,16 @@ class OnnxRuntimeEngine(EngineBase):
         profiles: Profiles = (),
         threads: int | None = None,
         sidecar: Sidecar | None = None,
+        move_inputs: bool = False,
     ) -> None:
         import onnxruntime as ort
 
         self.sidecar = sidecar
+        self.move_inputs = move_inputs
         onnx_path = Path(onnx_path)
         if not onnx_path.is_file():
             raise MissingFile(f"no ONNX file at {onnx_path}")
-        want = torch.device(device) if device is not None else torch.device("cpu")
+        want = default_device(device if device is not None else "cpu")  # index filled, range checked
         providers = ["CPUExecutionProvider"]
         if want.type == "cuda":
             if "CUDAExecutionProvider" not in ort.get_available_providers():
@@ -68,9 +71,7 @@ class OnnxRuntimeEngine(EngineBase):
                     f"device {want} asked for, but this onnxruntime has no CUDA provider "
                     f"({ort.get_available_providers()}); use device='cpu' or install onnxruntime-gpu"
                 )
-            index = want.index if want.index is not None else 0
-            providers = [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
-            want = torch.device("cuda", index)
+            providers = [("CUDAExecutionProvider", {"device_id": want.index}), "CPUExecutionProvider"]
         # Through the project's session factory: it disables the ORT optimisers that break our graphs.
         self._session = session(onnx_path, providers=providers, threads=threads)
         self._device = want
@@ -90,10 +91,13 @@ class OnnxRuntimeEngine(EngineBase):
     def __call__(self, *tensors: Any, **named: Any) -> dict[str, torch.Tensor]:
         self._check_open()
         values = self._arrange(tensors, named)
-        host = torch.device("cpu")
         feeds: dict[str, np.ndarray] = {}
+        host = torch.device("cpu")
         for spec, value in zip(self.inputs, values, strict=True):
-            feeds[spec.name] = bind_input(spec, value, host).numpy()
+            # ONNX Runtime is fed from host memory; a device tensor must be on the engine's device.
+            on_device = isinstance(value, torch.Tensor) and value.device.type != "cpu"
+            bound = bind_input(spec, value, self._device if on_device else host, self.move_inputs)
+            feeds[spec.name] = bound.cpu().numpy()
         choose_profile(self.profiles, {k: v.shape for k, v in feeds.items()})
         results = self._session.run([s.name for s in self.outputs], feeds)
         return {s.name: torch.from_numpy(r).to(self._device) for s, r in zip(self.outputs, results, strict=True)}

@@ -95,6 +95,8 @@ class EngineBase:
     outputs: tuple[TensorSpec, ...] = ()
     profiles: Profiles = ()
     sidecar: Sidecar | None = None
+    #: Move inputs on another device to the engine's (a copy per call) instead of refusing them.
+    move_inputs: bool = False
     _closed: bool = False
 
     def __enter__(self) -> EngineBase:

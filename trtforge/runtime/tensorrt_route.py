@@ -26,9 +26,16 @@ How a call runs:
   one CUDA graph around it. TensorRT supports capturing ``enqueueV3`` in a CUDA graph once a call
   with the same shapes has run (the capture's warm-up calls are that run).
 
+Devices: the engine runs on ``device`` (default: the current GPU). TensorRT binds an engine to the
+device current when it is deserialized, so the route makes its GPU current (cudaSetDevice through
+``torch.cuda.device``, the previous device restored after) around deserializing, creating contexts
+and every ``execute_async_v3``; its streams, output buffers and graphs are that GPU's. Inputs on
+another GPU are refused (``move_inputs=True`` copies them; see ``trtforge.runtime.placement``).
+
 The real TensorRT bindings run on a CUDA device only. ``bindings=`` injects another module with
 TensorRT's runtime API; the engine then runs on whatever ``device`` the caller names (the test
-double works on host memory).
+double works on host memory), and ``devices=`` another ``DeviceRuntime`` (the double's current
+CUDA device).
 
 Threads: one lock per engine guards the contexts, so calls from several threads are safe and run
 one at a time (a context per thread would multiply activation memory; run one engine per thread
@@ -66,6 +73,7 @@ from trtforge.core.errors import (
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime.cuda_graph import GraphCache
+from trtforge.runtime.placement import TORCH_CUDA, DeviceRuntime, default_device
 from trtforge.runtime.profiles import choose_profile, max_shapes
 from trtforge.runtime.protocol import EngineBase, EngineInputError
 from trtforge.runtime.tensors import BINDABLE_DTYPES, bind_input, torch_dtype
@@ -124,6 +132,28 @@ class _ContextState:
     graphs: GraphCache | None = None
 
 
+def _place(device: Any, injected: bool, devices: DeviceRuntime, name: str) -> tuple[torch.device, int | None]:
+    """(where the engine's tensors live, its CUDA device index or None) for ``device`` as asked.
+
+    Real bindings need a GPU; injected ones (the test double) may run on the CPU, or on a GPU index
+    of an injected ``DeviceRuntime`` whose tensors live in host memory.
+    """
+    target = "cuda" if device is None else device
+    if (isinstance(target, int) or str(target).startswith("cuda")) and devices.count() == 0:
+        raise MissingDependency(
+            f"the TensorRT route runs {name} on a CUDA GPU, and this machine has none that torch "
+            "can use (torch.cuda.is_available() is False); use route='onnxruntime' or route='eager' here")
+    target = default_device(target, devices)
+    if target.type == "cuda":
+        return devices.memory(target.index), target.index
+    if not injected:  # injected bindings choose their memory
+        raise InvalidArgument(
+            f"the TensorRT route needs a CUDA device, got {target}; use route='onnxruntime' "
+            "or route='eager' on a machine without a GPU"
+        )
+    return target, None
+
+
 class TensorRTEngine(EngineBase):
     """A TensorRT engine behind the ``Engine`` protocol (see the module docstring)."""
 
@@ -139,8 +169,13 @@ class TensorRTEngine(EngineBase):
         bindings: ModuleType | None = None,
         sidecar: Sidecar | None = None,
         runtime_cache: RuntimeCacheStore | None = None,
+        move_inputs: bool = False,
+        devices: DeviceRuntime | None = None,
     ) -> None:
         self.sidecar = sidecar if sidecar is not None else read_sidecar(Path(path))
+        self._devices = devices if devices is not None else TORCH_CUDA
+        # The device first: a GPU this machine lacks is refused before the engine is read.
+        self._device, self.gpu = _place(device, bindings is not None, self._devices, self.sidecar.engine_path.name)
         engine_path = self.sidecar.verify_engine()  # refuse changed bytes before deserializing
         if self.sidecar.builder.host_code and not allow_host_code:
             raise HostCodeRefused(
@@ -150,20 +185,10 @@ class TensorRTEngine(EngineBase):
             )
         trt = bindings if bindings is not None else trt_shim.bindings()
         self._trt = trt
-        self._device = torch.device(device) if device is not None else torch.device("cuda")
-        if self._device.type == "cuda" and not torch.cuda.is_available():
-            raise MissingDependency(
-                f"the TensorRT route runs {engine_path.name} on a CUDA GPU, and this machine has none that torch "
-                "can use (torch.cuda.is_available() is False); use route='onnxruntime' or route='eager' here")
-        if self._device.type == "cuda" and self._device.index is None:
-            self._device = torch.device("cuda", torch.cuda.current_device())
-        if self._device.type != "cuda" and bindings is None:  # injected bindings choose their memory
-            raise InvalidArgument(
-                f"the TensorRT route needs a CUDA device, got {self._device}; use route='onnxruntime' "
-                "or route='eager' on a machine without a GPU"
-            )
+        self.move_inputs = move_inputs
         self.cuda_graph = cuda_graph and self._device.type == "cuda"
         self._lock = threading.Lock()
+        # TensorRT binds an engine to the device current when it is deserialized: make it ours.
         with self._device_guard():
             self._runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
             if hasattr(self._runtime, "engine_host_code_allowed"):
@@ -179,7 +204,8 @@ class TensorRTEngine(EngineBase):
         self.inputs, self.outputs = self._read_io()
         self.profiles = self._read_profiles()
         self._contexts: dict[int, _ContextState] = {}
-        self._configure_runtime(cuda_graph, runtime_cache)
+        with self._device_guard():
+            self._configure_runtime(cuda_graph, runtime_cache)
 
     # -- TensorRT-RTX runtime config -----------------------------------------------------------
     def _configure_runtime(self, cuda_graph: bool, store: RuntimeCacheStore | None) -> None:
@@ -254,7 +280,8 @@ class TensorRTEngine(EngineBase):
         return self._device
 
     def _device_guard(self) -> contextlib.AbstractContextManager:
-        return torch.cuda.device(self._device) if self._device.type == "cuda" else contextlib.nullcontext()
+        """cudaSetDevice(our GPU) for the block, the previous device restored after."""
+        return self._devices.use(self.gpu) if self.gpu is not None else contextlib.nullcontext()
 
     def _stream_handle(self) -> int:
         if self._device.type == "cuda":
@@ -331,7 +358,8 @@ class TensorRTEngine(EngineBase):
     def __call__(self, *tensors: Any, **named: Any) -> dict[str, torch.Tensor]:
         self._check_open()
         values = self._arrange(tensors, named)
-        bound = [bind_input(spec, value, self._device) for spec, value in zip(self.inputs, values, strict=True)]
+        bound = [bind_input(spec, value, self._device, self.move_inputs)
+                 for spec, value in zip(self.inputs, values, strict=True)]
         with self._lock, self._device_guard():
             state, result = self._bind(bound)
             if state.graphs is not None:
@@ -374,7 +402,7 @@ class TensorRTEngine(EngineBase):
 
     def close(self) -> None:
         """Store the runtime cache; free contexts, graphs, output buffers and the engine (idempotent)."""
-        with self._lock:
+        with self._lock, self._device_guard():
             if self._engine is not None:
                 self.save_runtime_cache()
             for state in self._contexts.values():

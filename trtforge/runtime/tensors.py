@@ -5,8 +5,9 @@ Rules shared by the routes:
 - a torch tensor already on the engine's device is used as it is (bound by pointer, no copy);
   it must have the spec's dtype and be contiguous;
 - a numpy array or a CPU tensor is copied to the engine's device, explicitly, once;
-- a tensor on another CUDA device, a wrong dtype, or any other type is refused with a message
-  that names the fix.
+- a tensor on another device is refused with a message that names the fix, or moved when the
+  engine was loaded with ``move_inputs=True`` (``trtforge.runtime.placement`` holds the rule);
+- a wrong dtype or any other type is refused with a message that names the fix.
 
 Example:
     >>> spec = TensorSpec("x", "float32", (-1, 3))
@@ -23,6 +24,7 @@ import torch
 
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.specs import TensorSpec
+from trtforge.runtime.placement import Placement, placement, refusal
 from trtforge.runtime.profiles import check_rank_and_dims
 from trtforge.runtime.protocol import EngineInputError
 
@@ -51,17 +53,7 @@ def dtype_name(dtype: torch.dtype) -> str:
     raise InvalidArgument(f"torch dtype {dtype} has no spec name")
 
 
-def same_device(a: torch.device, b: torch.device) -> bool:
-    if a.type != b.type:
-        return False
-    if a.type != "cuda":
-        return True
-    ia = a.index if a.index is not None else torch.cuda.current_device()
-    ib = b.index if b.index is not None else torch.cuda.current_device()
-    return ia == ib
-
-
-def bind_input(spec: TensorSpec, value: Any, device: torch.device) -> torch.Tensor:
+def bind_input(spec: TensorSpec, value: Any, device: torch.device, move_inputs: bool = False) -> torch.Tensor:
     """Check ``value`` against ``spec`` and return a tensor on ``device`` (no copy when possible)."""
     want = torch_dtype(spec.dtype)
     if isinstance(value, np.ndarray):
@@ -83,16 +75,16 @@ def bind_input(spec: TensorSpec, value: Any, device: torch.device) -> torch.Tens
             f"x.to({want})"
         )
     check_rank_and_dims(spec, value.shape)
-    if same_device(value.device, device):
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    rule = placement(value.device, device, move_inputs)
+    if rule is Placement.USE:
         if not value.is_contiguous():
             raise EngineInputError(
                 f"input {spec.name!r} is not contiguous (strides {list(value.stride())}); the engine "
                 "binds it by pointer. Call x.contiguous() first"
             )
         return value
-    if value.device.type == "cpu":
-        return value.contiguous().to(device)
-    raise EngineInputError(
-        f"input {spec.name!r} is on {value.device}; this engine was loaded on {device}. Move it with "
-        f"x.to('{device}'), or load the engine with device='{value.device}'"
-    )
+    if rule is Placement.REFUSE:
+        raise refusal(spec.name, value.device, device)
+    return value.contiguous().to(device)

@@ -19,7 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -34,6 +33,7 @@ from trtforge.core.sidecar import Sidecar
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime.aot_probe import check_aot_package
 from trtforge.runtime.cuda_graph import GraphCache
+from trtforge.runtime.placement import default_device, on_device
 from trtforge.runtime.profiles import choose_profile
 from trtforge.runtime.protocol import EngineBase, Profiles
 from trtforge.runtime.tensors import bind_input, torch_dtype
@@ -55,19 +55,6 @@ class TorchRoutePlan:
     @property
     def precision(self) -> str:
         return {torch.float32: "fp32", torch.float16: "fp16"}[self.compute_dtype]
-
-
-def default_device(device: str | torch.device | None) -> torch.device:
-    """``None`` → the current CUDA device when there is one, else the CPU."""
-    if device is None:
-        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    device = torch.device(device)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise InvalidArgument(f"device {device} asked for, but this machine has no CUDA GPU; use device='cpu'")
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 def plan_torch_route(route: str, device: torch.device, compile_mode: str = "max-autotune") -> TorchRoutePlan:
@@ -111,9 +98,11 @@ class TorchEngine(EngineBase):
         aot_package: str | Path | None = None,
         aot_probe: bool = True,
         sidecar: Sidecar | None = None,
+        move_inputs: bool = False,
     ) -> None:
         self.sidecar = sidecar
         self._device = default_device(device)
+        self.move_inputs = move_inputs
         self.plan = plan_torch_route(route, self._device, compile_mode)
         if aot_package is not None:  # the package fixed its own layout when it was compiled
             self.plan = replace(self.plan, channels_last=False, compile_mode=None)
@@ -144,7 +133,8 @@ class TorchEngine(EngineBase):
     # -- setup ----------------------------------------------------------------------------
     def _prepare(self, module: nn.Module) -> nn.Module:
         module = copy.deepcopy(module).eval()  # never change the caller's model in place
-        module = module.to(device=self._device, dtype=self.plan.compute_dtype)
+        with on_device(self._device):
+            module = module.to(device=self._device, dtype=self.plan.compute_dtype)
         if self.plan.channels_last:
             module = module.to(memory_format=torch.channels_last)
         for parameter in module.parameters():
@@ -198,8 +188,13 @@ class TorchEngine(EngineBase):
     def __call__(self, *tensors: Any, **named: Any) -> dict[str, torch.Tensor]:
         self._check_open()
         values = self._arrange(tensors, named)
-        bound = [bind_input(spec, value, self._device) for spec, value in zip(self.inputs, values, strict=True)]
+        bound = [bind_input(spec, value, self._device, self.move_inputs)
+                 for spec, value in zip(self.inputs, values, strict=True)]
         choose_profile(self.profiles, {s.name: tuple(t.shape) for s, t in zip(self.inputs, bound, strict=True)})
+        with on_device(self._device):  # every allocation, stream and graph of the call on the engine's device
+            return self._run(bound)
+
+    def _run(self, bound: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         if self._graphs is None:
             return self.capturable_forward(*bound)
         key = tuple(tuple(t.shape) for t in bound)
@@ -237,7 +232,7 @@ def _load_aot_package(path: Path, device: torch.device, probe: bool = True) -> C
     if probe:
         check_aot_package(path, device)
 
-    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+    with on_device(device):
         return aoti_load_package(str(path))
 
 
@@ -270,8 +265,9 @@ def export_aot_package(
         example.append(torch.rand(shape, device=device).to(torch_dtype(spec.dtype)).to(dtype))
     batch_dim = torch.export.Dim("batch", min=lo, max=hi) if lo != hi else None
     dynamic = tuple({0: batch_dim} if batch_dim is not None and spec.shape[0] < 0 else {} for spec in inputs)
-    with torch.inference_mode(False), torch.no_grad():
-        program = torch.export.export(model, tuple(example), dynamic_shapes=dynamic)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return Path(aoti_compile_and_package(program, package_path=str(path)))
+    with on_device(device):
+        with torch.inference_mode(False), torch.no_grad():
+            program = torch.export.export(model, tuple(example), dynamic_shapes=dynamic)
+        return Path(aoti_compile_and_package(program, package_path=str(path)))

@@ -43,6 +43,7 @@ import torch
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig, decode_image
 from trtforge.runtime.cuda_graph import GraphCache
+from trtforge.runtime.placement import on_device
 from trtforge.runtime.protocol import CapturableEngine, Engine
 from trtforge.runtime.tensors import torch_dtype
 from trtforge.vision.decode import (
@@ -121,7 +122,8 @@ class Predictor:
         self.threshold = threshold
         self.device = torch.device(engine.device)
         # The model input's dtype (FP16 I/O engines take half): the cast happens on the GPU.
-        self.pre = Preprocessor(config, self.device, torch_dtype(engine.inputs[0].dtype))
+        self.pre = Preprocessor(config, self.device, torch_dtype(engine.inputs[0].dtype),
+                                move_inputs=bool(getattr(engine, "move_inputs", False)))
         names = [s.name for s in engine.outputs]
         self._logits = _pick(names, DETR_LOGITS, 0) if task == "detection" else names[0]
         self._boxes = _pick(names, DETR_BOXES, 1) if task == "detection" else None
@@ -228,6 +230,10 @@ class Predictor:
         """A list of images → a list of results (one per image)."""
         if not images:
             return []
+        with on_device(self.device):  # pinned buffers, graphs and streams: the engine's GPU's
+            return self._run_batch(images)
+
+    def _run_batch(self, images: Sequence[Any]) -> list[Classification] | list[Detections]:
         if self._graphs is not None:  # frames already in the pinned buffer, graph captured: just replay
             key = self._frame_buffer_key(images)
             if key in self._graphs:

@@ -22,6 +22,7 @@ import torch
 
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig, transform, transform_tensor
+from trtforge.runtime.placement import Placement, default_device, on_device, placement, refusal
 
 __all__ = ["Preprocessor", "fused_transform", "is_pageable"]
 
@@ -82,10 +83,13 @@ def _warn_unfused() -> None:
 class Preprocessor:
     """Uploads uint8 images and turns them into the model's input tensor on ``device``."""
 
-    def __init__(self, config: PreprocessConfig, device: torch.device, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, config: PreprocessConfig, device: torch.device, dtype: torch.dtype = torch.float32, *,
+                 move_inputs: bool = False) -> None:
         self.config = config
-        self.device = torch.device(device)
+        self.device = default_device(device)  # cuda → cuda:N: every buffer below is that GPU's
         self.dtype = dtype
+        # Frames on another GPU: refused (the default), or copied across when the caller opted in.
+        self.move_inputs = move_inputs
         # x * scale, minus mean, over std  ==  x * a + b, one fused multiply-add on the GPU.
         self._coefficients = config.coefficients(self.device)
         # The pinned buffer for frames of one shape, and the host address of each of its frames.
@@ -96,7 +100,8 @@ class Preprocessor:
     def _pinned(self, shape: tuple[int, ...]) -> torch.Tensor:
         entry = self._staging.get(shape)
         if entry is None:
-            buffer = torch.empty(shape, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
+            with on_device(self.device):
+                buffer = torch.empty(shape, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
             per_image = buffer[0].numel() if shape[0] else 0
             entry = (buffer, tuple(buffer.data_ptr() + i * per_image for i in range(shape[0])))
             self._staging = {shape: entry}  # keep one: frames of one stream share a size
@@ -117,7 +122,8 @@ class Preprocessor:
         shape = (len(images), *tuple(images[0].shape))
         buffer = self._pageable.get(shape)
         if buffer is None:
-            buffer = torch.empty(shape, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
+            with on_device(self.device):
+                buffer = torch.empty(shape, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
             self._pageable = {shape: buffer}  # keep one, as for the frame buffer
         for i, im in enumerate(images):
             buffer[i].copy_(torch.as_tensor(im))
@@ -155,6 +161,9 @@ class Preprocessor:
         shape = (len(images), *tuple(images[0].shape))
         if any(tuple(im.shape) != shape[1:] for im in images):
             raise InvalidArgument("upload() takes images of one size; pass images of another size in another call")
+        for i, im in enumerate(images):
+            if isinstance(im, torch.Tensor) and placement(im.device, self.device, self.move_inputs) is Placement.REFUSE:
+                raise refusal(f"image {i}", im.device, self.device)
         if out is None:
             out = torch.empty(shape, dtype=torch.uint8, device=self.device)
         if self.device.type != "cuda":
@@ -167,7 +176,7 @@ class Preprocessor:
         for i, im in enumerate(images):
             if i < len(addresses) and _address(im) == addresses[i]:  # decoded into frame_buffer(): no memcpy
                 out[i].copy_(frames[0][i], non_blocking=True)
-            elif isinstance(im, torch.Tensor) and im.device == out.device:
+            elif isinstance(im, torch.Tensor) and im.device.type != "cpu":  # ours, or another GPU's when moved
                 out[i].copy_(im)
             elif isinstance(im, torch.Tensor) and im.is_pinned() and im.is_contiguous():
                 out[i].copy_(im, non_blocking=True)
