@@ -10,6 +10,7 @@ and loaded on the GPU machine as a user would load it (sha256 of every plan chec
 
     PYTHONPATH=.:tests/doubles python bench/direct_gpu.py --save /tmp/direct_jiggle     # here: build
     PYTHONPATH=.:tests/doubles python bench/direct_gpu.py --folder /tmp/direct_jiggle --out "$OUT"  # GPU
+    PYTHONPATH=.:tests/doubles python bench/direct_gpu.py --fresh --out "$OUT"  # GPU, another torch release
 
 Writes direct_gpu.json (every number) and prints the table.
 """
@@ -70,9 +71,13 @@ def timed(fn, x: torch.Tensor, repeats: int = 50) -> float:
     return (time.perf_counter() - start) / repeats * 1e3
 
 
-def run(folder: Path, device: str) -> dict:
+def run(folder: Path | None, device: str) -> dict:
     reference = conv_jiggle_head().to(device)
-    loaded, report = load_partitioned(folder, runner=host_hop_runner)
+    if folder is None:  # partition here (torch.export of another torch release names the splits differently)
+        loaded, report = partition(conv_jiggle_head(), (example(2, "cpu"),), batch=(1, 2, 4), min_block_size=2,
+                                   runner=host_hop_runner, build=False)
+    else:
+        loaded, report = load_partitioned(folder, runner=host_hop_runner)
     loaded = loaded.to(device)
     engines = [m for m in loaded.modules() if isinstance(m, EngineModule)]
     rows = []
@@ -117,6 +122,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--save", type=Path, help="partition and build here (TensorRT-RTX), save the folder")
     parser.add_argument("--folder", type=Path, help="a folder --save wrote: load and run it")
+    parser.add_argument("--fresh", action="store_true", help="partition here without building (no TensorRT)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -124,9 +130,9 @@ def main() -> None:
         module, report = partition(conv_jiggle_head(), (example(2, "cpu"),), batch=(1, 2, 4), min_block_size=2)
         print(save_partitioned(args.save, module, report), report.engines)
         return
-    if not args.folder:
-        parser.error("give --save FOLDER (build) or --folder FOLDER (run)")
-    result = run(args.folder, args.device)
+    if not (args.folder or args.fresh):
+        parser.error("give --save FOLDER (build), --folder FOLDER (run it) or --fresh (partition and run)")
+    result = run(None if args.fresh else args.folder, args.device)
     result.update(machine=f"{platform.node()} {platform.machine()}", torch=torch.__version__,
                   date_utc=time.strftime("%Y-%m-%d %H:%M", time.gmtime()))
     show(result)
