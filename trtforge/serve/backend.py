@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from trtforge.core.errors import InvalidArgument
-from trtforge.serve.batching import BadRequest, check_request, max_shapes, run_together
+from trtforge.serve.batching import BadRequest, check_request, graph_buckets, max_shapes, run_together
 from trtforge.serve.health import FallbackState, HealthPolicy, run_with_timeout
 
 
@@ -144,6 +144,7 @@ class TritonPythonModel:
                                       for k in ("interval_s", "timeout_s", "fallback_after", "recover_after")
                                       if k in params})
         device = instance_device(args.get("model_instance_kind", ""), args.get("model_instance_device_id", 0))
+        self.buckets: dict[int, tuple[int, ...]] = {}
         self.primary = self._open(sidecar, params.get("route", "onnxruntime"), params, device)
         self.fallback = None
         if params.get("fallback_route"):
@@ -159,16 +160,19 @@ class TritonPythonModel:
         if self.fallback is not None:
             threading.Thread(target=self._health_loop, daemon=True, name="trtforge-health").start()
 
-    @staticmethod
-    def _open(sidecar: Path, route: str, params: dict[str, str], device: str | None) -> Any:
-        """Open ``route`` (taking uint8 frames when the input format says so) and warm it up."""
+    def _open(self, sidecar: Path, route: str, params: dict[str, str], device: str | None) -> Any:
+        """Open ``route`` (taking uint8 frames when the input format says so) and warm it up; an engine
+        that replays CUDA graphs is captured at every bucket size it will be called with."""
         engine = open_engine(sidecar, route, params, device)
         if params.get("input_format", "native") == "uint8":
             from trtforge.core.sidecar import read_sidecar
             from trtforge.serve.frames import FrameEngine
 
             engine = FrameEngine(engine, read_sidecar(sidecar))
-        engine(*warm_input(engine))
+        buckets = graph_buckets(self.max_batch) if getattr(engine, "cuda_graph", False) else ()
+        self.buckets[id(engine)] = buckets
+        for rows in buckets or (1,):
+            engine(*(np.repeat(a, rows, axis=0) if self.max_batch > 0 else a for a in warm_input(engine)))
         return engine
 
     def _active(self) -> Any:
@@ -212,7 +216,7 @@ class TritonPythonModel:
         output_names = [s.name for s in engine.outputs]
         try:
             with self._lock:  # engines reuse output buffers: one call at a time per engine
-                results = run_together(engine, checked, output_names, self.max_batch > 0)
+                results = run_together(engine, checked, output_names, self.max_batch > 0, self.buckets[id(engine)])
             self.metrics.calls.increment(1)
             self.metrics.rows.increment(sum(c.rows for c in checked))
         except Exception as exc:  # an engine failure fails this batch's requests, with the reason

@@ -58,7 +58,7 @@ class FrameEngine:
         from trtforge.vision.preprocess import Preprocessor
 
         self.engine, self.inputs, self.outputs = engine, frame_specs(sidecar), engine.outputs
-        self.route, self.profiles = engine.route, ()
+        self.route, self.profiles, self.cuda_graph = engine.route, (), bool(getattr(engine, "cuda_graph", False))
         self.passthrough = bool(getattr(engine, "skips_preprocessing", False))
         dtype = torch_dtype(engine.inputs[0].dtype)
         self.preprocessor = None if self.passthrough else Preprocessor(sidecar.preprocessing,

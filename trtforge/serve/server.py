@@ -24,6 +24,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,21 @@ ADMIN_TOKEN_VARIABLE = "TRTFORGE_ADMIN_TOKEN"
 ADMIN_HEADER = "admin-key"
 #: The artifact watcher's polling interval must lie in this range (seconds).
 WATCH_BOUNDS: tuple[float, float] = (0.1, 3600.0)
+
+
+def free_ports(count: int = 3, host: str = "127.0.0.1") -> list[int]:
+    """Ports the kernel hands out on ``host`` now (closed again before tritonserver binds them), for
+    servers that must not collide with another on this machine (tests, benchmarks).
+
+    Example:
+        >>> http, grpc, metrics = free_ports()
+        >>> ServeConfig(http_port=http, grpc_port=grpc, metrics_port=metrics)
+    """
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
 
 
 def check_devices(devices: Sequence[int], available: int, option: str = "devices") -> tuple[int, ...]:
