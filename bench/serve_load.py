@@ -102,14 +102,18 @@ def served_runs(sidecar: Path, config: ServeConfig, args: argparse.Namespace, la
     started = time.perf_counter()
     with Server([sidecar], config) as server:
         startup_s = time.perf_counter() - started
-        for transport in args.transport:  # warm-up, and a check that the transport works at all
-            run_load(server.url("grpc"), name, inputs, requests=4 * args.processes, processes=args.processes,
-                     threads=2, max_seconds=60, transport=transport)
+        run_load(server.url("grpc"), name, inputs, requests=4 * args.processes, processes=args.processes,
+                 threads=2, max_seconds=60)  # warm-up
         for transport, inflight in itertools.product(args.transport, args.inflight):
             before = counters(server, name)
-            load = run_load(server.url("grpc"), name, inputs, requests=args.requests, processes=args.processes,
-                            threads=max(1, inflight // args.processes), max_seconds=args.max_seconds,
-                            transport=transport)
+            try:
+                load = run_load(server.url("grpc"), name, inputs, requests=args.requests, processes=args.processes,
+                                threads=max(1, inflight // args.processes), max_seconds=args.max_seconds,
+                                transport=transport)
+            except RuntimeError as exc:  # recorded, and the other runs go on
+                runs.append({**label, "transport": transport, "inflight": inflight, "error": str(exc)})
+                console.print(f"{label} {transport} in flight {inflight}: FAILED {exc}")
+                continue
             after = counters(server, name)
             delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
             batch = delta["rows"] / delta["calls"] if delta["calls"] else float("nan")
@@ -181,7 +185,7 @@ def main(argv: list[str]) -> dict:
         for instances, input_format in itertools.product(args.instances, args.input_format):
             base = dict(route=args.route, instances=instances, devices=devices, max_delay_ms=args.max_delay_ms,
                         input_format=input_format)
-            for model, factory in (("route", None), ("null", NULL_FACTORY)):
+            for model, factory in (("served", None), ("null", NULL_FACTORY)):
                 label = {"server": model, "instances": instances, "input_format": input_format}
                 if time.perf_counter() - clock > args.budget_s:
                     skipped.append(label)
@@ -205,8 +209,9 @@ def compare(runs: list[dict], offline_ips: dict[str, dict[int, float]]) -> list[
     """Each served run beside its null-model twin (same configuration, transport, in flight) and offline."""
     rows = []
     keys = ("instances", "input_format", "transport", "inflight")
-    for run in (r for r in runs if r["server"] == "route"):
-        null = next((r for r in runs if r["server"] == "null" and all(r[k] == run[k] for k in keys)), None)
+    for run in (r for r in runs if r["server"] == "served" and "error" not in r):
+        null = next((r for r in runs if r["server"] == "null" and "error" not in r
+                     and all(r[k] == run[k] for k in keys)), None)
         table = offline_ips[run["input_format"]]
         batch = nearest(table, run["mean_batch"])
         null_ips = null["throughput"] if null else float("nan")
@@ -232,6 +237,8 @@ def report(args: argparse.Namespace, runs: list[dict], offline_ips: dict, raw: d
                       f"{r['offline_throughput']:.1f} @{r['offline_batch']}", f"{r['null_throughput']:.1f}",
                       f"{r['null_p99_ms']:.1f}", f"{r['served_over_ceiling']:.2f}", str(r["failed"]))
     console.print(table)
+    for failed in (r for r in runs if "error" in r):
+        console.print(f"failed: {failed}")
     if skipped:
         console.print(f"skipped (over --budget-s {args.budget_s:g}): {skipped}")
     best = max(rows, key=lambda r: r["throughput"], default=None)

@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -74,12 +75,13 @@ class LoadResult:
 TRANSPORTS: tuple[str, ...] = ("grpc", "shm")
 
 
-def _request(url: str, inputs: dict[str, np.ndarray], shm_prefix: str | None = None) -> tuple[Any, list[Any], list]:
-    """(client, prepared inputs, shared-memory regions to release) for one load thread."""
+def _request(url: str, inputs: dict[str, np.ndarray], shm_prefix: str | None, regions: list) -> tuple[Any, list[Any]]:
+    """(client, prepared inputs) for one load thread; shared-memory regions it makes go into ``regions``
+    (the caller releases them, also when this fails half way)."""
     from tritonclient.grpc import InferenceServerClient, InferInput
     from tritonclient.utils import np_to_triton_dtype
 
-    client, tensors, regions = InferenceServerClient(url), [], []
+    client, tensors = InferenceServerClient(url), []
     for i, (name, value) in enumerate(inputs.items()):
         tensor = InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
         if shm_prefix is None:
@@ -89,19 +91,24 @@ def _request(url: str, inputs: dict[str, np.ndarray], shm_prefix: str | None = N
 
             region = f"{shm_prefix}-{i}"
             handle = shm.create_shared_memory_region(region, f"/{region}", value.nbytes)
-            regions.append((region, handle))
+            regions.append((client, region, handle))
             shm.set_shared_memory_region(handle, [np.ascontiguousarray(value)])
             client.register_system_shared_memory(region, f"/{region}", value.nbytes)
             tensor.set_shared_memory(region, value.nbytes)
         tensors.append(tensor)
-    return client, tensors, regions
+    return client, tensors
 
 
-def _release(client: Any, regions: list) -> None:
+def _release(regions: list) -> None:
+    """Unregister (where the server still answers) and destroy every region a load thread made."""
     import tritonclient.utils.shared_memory as shm
+    from tritonclient.utils import InferenceServerException
 
-    for region, handle in regions:
-        client.unregister_system_shared_memory(region)
+    for client, region, handle in regions:
+        try:
+            client.unregister_system_shared_memory(region)
+        except InferenceServerException as exc:  # never registered, or the server is gone: destroy it anyway
+            print(f"shared memory {region}: not unregistered ({exc})")
         shm.destroy_shared_memory_region(handle)
 
 
@@ -113,9 +120,17 @@ def _client_process(url: str, model: str, inputs: dict[str, np.ndarray], count: 
     failed = [0]
     lock = threading.Lock()
     prefix = f"trtforge-load-{os.getpid()}" if transport == "shm" else None
-    prepared = [_request(url, inputs, prefix and f"{prefix}-{t}") for t in range(threads)]
+    prepared, regions = [], []
+    try:
+        for t in range(threads):
+            prepared.append(_request(url, inputs, prefix and f"{prefix}-{t}", regions))
+    except Exception as exc:  # e.g. /dev/shm too small: the run fails with the reason, nothing hangs
+        _release(regions)
+        results.put(f"{type(exc).__name__}: {exc}")
+        barrier.abort()
+        return
 
-    def worker(share: int, client: Any, tensors: list[Any], regions: list) -> None:
+    def worker(share: int, client: Any, tensors: list[Any]) -> None:
         for _ in range(share):
             if time.time() > deadline:
                 return
@@ -131,14 +146,17 @@ def _client_process(url: str, model: str, inputs: dict[str, np.ndarray], count: 
 
     pool = [threading.Thread(target=worker, args=(count // threads + (i < count % threads), *prepared[i]))
             for i in range(threads)]
-    barrier.wait(timeout=120)  # every client process is ready: the clock starts now
+    try:
+        barrier.wait(timeout=120)  # every client process is ready: the clock starts now
+    except threading.BrokenBarrierError:  # another client could not start: release ours and leave
+        _release(regions)
+        return
     deadline = time.time() + max_seconds
     for t in pool:
         t.start()
     for t in pool:
         t.join()
-    for client, _, regions in prepared:
-        _release(client, regions)
+    _release(regions)
     results.put((latencies, failed[0]))
 
 
@@ -155,7 +173,16 @@ def run_load(url: str, model: str, inputs: dict[str, np.ndarray], *, requests: i
                for s in share]
     for w in workers:
         w.start()
-    barrier.wait(timeout=120)
+    try:
+        barrier.wait(timeout=120)
+    except threading.BrokenBarrierError:
+        try:
+            reason = results.get(timeout=10)
+        except queue.Empty:
+            reason = "a client process did not start in 120 s"
+        for w in workers:
+            w.join(timeout=30)
+        raise RuntimeError(f"load clients ({transport}) could not start: {reason}") from None
     start = time.perf_counter()
     latencies, failed = [], 0
     for _ in workers:
