@@ -23,6 +23,18 @@ def test_load_over_grpc_and_shared_memory_is_answered_and_counted(start_server, 
         assert load.p50_ms <= load.p99_ms and load.throughput > 0
         assert metric(server, "nv_inference_request_success") == sent  # every request reached the model
     assert not [f for f in set(os.listdir("/dev/shm")) - before if f.startswith("trtforge-load")]  # released
+    assert rows_by_device(server) == {"cpu": 48.0}  # our per-device counter: one row per request
+
+
+def rows_by_device(server) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(server.metrics_text()):
+        for sample in family.samples:
+            if sample.name == "trtforge_model_rows_total" and sample.labels.get("model") == "linear":
+                found[sample.labels["device"]] = found.get(sample.labels["device"], 0.0) + sample.value
+    return found
 
 
 def test_null_model_with_uint8_frames_answers_zeros_without_the_model(start_server, tmp_path):
