@@ -171,7 +171,7 @@ class TritonPythonModel:
             engine = FrameEngine(engine, read_sidecar(sidecar))
         buckets = graph_buckets(self.max_batch) if getattr(engine, "cuda_graph", False) else ()
         self.buckets[id(engine)] = buckets
-        for rows in buckets or (1,):
+        for rows in sorted(buckets or (1,), reverse=True):  # largest first: buffers sized once
             engine(*(np.repeat(a, rows, axis=0) if self.max_batch > 0 else a for a in warm_input(engine)))
         return engine
 

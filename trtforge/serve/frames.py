@@ -3,7 +3,7 @@
 An image model whose sidecar has a ``preprocessing`` record can take (H, W, 3) uint8 RGB frames of
 the record's size instead of its float input: 4x fewer bytes per request (1 instead of 4 per value),
 and the resize-free part of the transform (channel order, scale, mean, std, layout) runs where the
-engine runs, through the vision predictor's ``Preprocessor`` (``trtforge.core.preprocessing``'s
+engine runs, through the vision predictor's ``Preprocessor.transform`` (``trtforge.core.preprocessing``'s
 transform, on the GPU for the GPU routes).
 
 Example:
@@ -63,15 +63,32 @@ class FrameEngine:
         dtype = torch_dtype(engine.inputs[0].dtype)
         self.preprocessor = None if self.passthrough else Preprocessor(sidecar.preprocessing,
                                                                       torch.device(engine.device), dtype)
+        self._pinned: Any = None
 
     @property
     def device(self) -> str:
         return self.engine.device
 
+    def upload(self, frames: Any) -> Any:
+        """(B, H, W, 3) uint8 host frames → a tensor on the engine's device: on a GPU, through one pinned
+        buffer that only grows (the batcher's sizes vary; re-pinning per size would cost more than the
+        copy), then one non-blocking copy. The caller reads the outputs back before the next call."""
+        import torch
+
+        host = torch.from_numpy(frames) if not isinstance(frames, torch.Tensor) else frames
+        device = self.preprocessor.device
+        if device.type != "cuda":
+            return host.to(device)
+        if self._pinned is None or self._pinned.shape[0] < len(host) or self._pinned.shape[1:] != host.shape[1:]:
+            self._pinned = torch.empty(host.shape, dtype=torch.uint8, pin_memory=True)
+        staged = self._pinned[:len(host)]
+        staged.copy_(host)
+        return staged.to(device, non_blocking=True)
+
     def __call__(self, frames: Any) -> Any:
         if self.preprocessor is None:
             return self.engine(frames)
-        return self.engine(self.preprocessor.transform(self.preprocessor.upload(list(frames))))
+        return self.engine(self.preprocessor.transform(self.upload(frames)))
 
     def close(self) -> None:
         self.engine.close()
