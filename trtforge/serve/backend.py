@@ -4,7 +4,10 @@
 parameters say what to serve: ``artifact`` (the sidecar, absolute or relative to the version
 folder), ``route``, optionally ``fallback_route``, ``sha256`` (the engine's expected digest),
 ``allow_host_code``, ``engine_factory`` (``module:function`` taking ``(sidecar_path, route)``,
-set only by the serving API, e.g. for test doubles) and the health policy.
+set only by the serving API, e.g. for test doubles), ``input_format`` (``uint8``: HWC frames through
+``trtforge.serve.frames.FrameEngine``) and the health policy. An instance of ``KIND_GPU`` loads its
+route on ``cuda:<model_instance_device_id>``; an engine that replays CUDA graphs is called only at
+``graph_buckets`` sizes (padded), each captured at load.
 
 Loading verifies the engine's sha256 and warms the engine up; a failure raises, so Triton keeps
 the model it had (hot swap) or reports the load error. Metrics are Triton custom metrics, on
