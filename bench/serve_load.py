@@ -1,13 +1,22 @@
 """Served throughput on Triton against the same route offline and against a null model, in one run.
 
-For each in-flight count: a bounded multi-process gRPC load on loopback (``trtforge.bench.serving``)
-against ``trtforge serve`` running the route, then against the same server with a null model (zeros,
-no model: the serving path's own ceiling). Offline: the same route through ``trtforge.load`` at the
-batch sizes the dynamic batcher formed (mean rows per engine call, from Triton's metrics).
+For each server configuration (``--instances`` × ``--input-format``): ``trtforge serve`` running the
+route, then the same server with a null model (zeros, no model: the serving path's own ceiling);
+against each, a bounded multi-process gRPC load on loopback (``trtforge.bench.serving``) for each
+``--transport`` × ``--inflight``. Offline: the same route through ``trtforge.load`` (uint8: the same
+``FrameEngine`` the server runs, fed host frames) at the batch sizes the dynamic batcher formed
+(mean rows per engine call, from Triton's metrics), measured before and after the served runs.
+
+The levers, side by side in one run: model instances in separate processes (``--instances 1,4``),
+uint8 frames preprocessed in the server (``--input-format native,uint8``: 4x fewer request bytes),
+and Triton system shared memory for the inputs of local clients (``--transport grpc,shm``: the gRPC
+message carries a region name, not the tensor). ``--budget-s`` bounds the whole run: configurations
+that would start after it are skipped and listed as skipped.
 
     PYTHONPATH=. python bench/serve_load.py --route eager --inflight 4,8 --requests 200 --max-batch 8 --out /tmp/sl
-    PYTHONPATH=. python bench/serve_load.py --route cuda_graph --model zoo:efficientnet_lite0 \\
-        --inflight 64,128 --devices 0 --instances 4 --requests 20000 --out "$OUT"      # on the H200
+    PYTHONPATH=. python bench/serve_load.py --route cuda_graph --model zoo:efficientnet_lite0 --devices 0 \\
+        --inflight 64,128 --instances 1,4 --input-format uint8,native --transport shm,grpc --processes 8 \\
+        --requests 20000 --max-seconds 20 --budget-s 480 --out "$OUT"                     # on the H200
 
 Writes serve_load.json (every number) and prints the table.
 """
@@ -16,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import sys
@@ -33,9 +43,10 @@ from trtforge.bench.routes import machine_info, write_zoo_sidecar
 from trtforge.bench.serving import run_load
 from trtforge.bench.timing import measure
 from trtforge.core.sidecar import read_sidecar, write_sidecar
-from trtforge.serve.server import ServeConfig, Server
+from trtforge.serve.server import ServeConfig, Server, free_ports
 
-console = Console(width=180)
+console = Console(width=200)
+NULL_FACTORY = "trtforge.bench.serving:null_engine"
 
 
 def artifact(model: str, folder: Path, max_batch: int) -> Path:
@@ -51,83 +62,140 @@ def artifact(model: str, folder: Path, max_batch: int) -> Path:
     return write_sidecar(path, dataclasses.replace(record, profiles=(profile,), path=None))
 
 
-def counters(server: Server, model: str) -> tuple[float, float]:
-    """(rows inferred, engine calls) from Triton's metrics."""
+def request_inputs(sidecar: Path, input_format: str) -> dict[str, np.ndarray]:
+    """One request: a row of the model's input, or one uint8 frame of the preprocessing record's size."""
+    from trtforge.serve.frames import frame_specs
+
+    record = read_sidecar(sidecar)
+    rng = np.random.default_rng(0)
+    if input_format == "uint8":
+        spec = frame_specs(record)[0]
+        return {spec.name: rng.integers(0, 256, (1, *spec.shape[1:]), dtype=np.uint8)}
+    spec = record.inputs[0]
+    return {spec.name: rng.random((1, *spec.shape[1:])).astype(spec.dtype)}
+
+
+def counters(server: Server, model: str) -> dict[str, float]:
+    """Rows inferred and engine calls (Triton's metrics), and rows per device (ours)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    rows = calls = 0.0
+    found: dict[str, float] = {"rows": 0.0, "calls": 0.0}
     for family in text_string_to_metric_families(server.metrics_text()):
         for s in family.samples:
-            if s.labels.get("model") == model and s.name == "nv_inference_count_total":
-                rows += s.value
-            if s.labels.get("model") == model and s.name == "nv_inference_exec_count_total":
-                calls += s.value
-    return rows, calls
+            if s.labels.get("model") != model:
+                continue
+            if s.name == "nv_inference_count_total":
+                found["rows"] += s.value
+            elif s.name == "nv_inference_exec_count_total":
+                found["calls"] += s.value
+            elif s.name == "trtforge_model_rows_total":
+                key = f"rows@{s.labels.get('device', 'cpu')}"
+                found[key] = found.get(key, 0.0) + s.value
+    return found
 
 
-def served_runs(sidecar: Path, config: ServeConfig, inputs: dict, args: argparse.Namespace, label: str) -> list[dict]:
+def served_runs(sidecar: Path, config: ServeConfig, args: argparse.Namespace, label: dict) -> list[dict]:
+    """Start one server; one bounded load per transport × in-flight count; stop it."""
     name = read_sidecar(sidecar).name
+    inputs = request_inputs(sidecar, config.input_format)
     runs = []
+    started = time.perf_counter()
     with Server([sidecar], config) as server:
+        startup_s = time.perf_counter() - started
         run_load(server.url("grpc"), name, inputs, requests=4 * args.processes, processes=args.processes,
                  threads=2, max_seconds=60)  # warm-up
-        for inflight in args.inflight:
+        for transport, inflight in itertools.product(args.transport, args.inflight):
             before = counters(server, name)
-            load = run_load(server.url("grpc"), name, inputs, requests=args.requests, processes=args.processes,
-                            threads=max(1, inflight // args.processes), max_seconds=args.max_seconds)
+            try:
+                load = run_load(server.url("grpc"), name, inputs, requests=args.requests, processes=args.processes,
+                                threads=max(1, inflight // args.processes), max_seconds=args.max_seconds,
+                                transport=transport)
+            except RuntimeError as exc:  # recorded, and the other runs go on
+                runs.append({**label, "transport": transport, "inflight": inflight, "error": str(exc)})
+                console.print(f"{label} {transport} in flight {inflight}: FAILED {exc}")
+                continue
             after = counters(server, name)
-            calls = after[1] - before[1]
-            batch = (after[0] - before[0]) / calls if calls else float("nan")
-            runs.append({"server": label, "inflight": inflight, "mean_batch": batch, **load.as_dict()})
-            console.print(f"{label} in flight {inflight}: {load.throughput:.1f} req/s, p50 {load.p50_ms:.1f} ms, "
-                          f"p99 {load.p99_ms:.1f} ms, mean batch {batch:.1f}, failed {load.failed}")
+            delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+            batch = delta["rows"] / delta["calls"] if delta["calls"] else float("nan")
+            per_device = {k.removeprefix("rows@"): v for k, v in delta.items() if k.startswith("rows@")}
+            runs.append({**label, "transport": transport, "inflight": inflight, "mean_batch": batch,
+                         "engine_calls": delta["calls"], "rows_per_device": per_device, "startup_s": startup_s,
+                         **load.as_dict()})
+            console.print(f"{label} {transport} in flight {inflight}: {load.throughput:.1f} req/s, p50 "
+                          f"{load.p50_ms:.1f} ms, p99 {load.p99_ms:.1f} ms, mean batch {batch:.1f}, "
+                          f"failed {load.failed}, rows per device {per_device}")
     return runs
 
 
-def offline(sidecar: Path, route: str, device: str | None, batches: set[int], repeats: int) -> dict[int, float]:
-    """Items per second of the route called directly, at each batch size."""
+def offline(sidecar: Path, route: str, device: str | None, batches: set[int], repeats: int,
+            input_format: str) -> dict[int, float]:
+    """Items per second of the route called directly at each batch size (uint8: host frames in)."""
+    from trtforge.serve.frames import FrameEngine
+
     result = {}
     with trtforge.load(sidecar, route=route, device=device) as engine:
-        spec = engine.inputs[0]
+        call = FrameEngine(engine, read_sidecar(sidecar)) if input_format == "uint8" else engine
+        one = request_inputs(sidecar, input_format)
         for batch in sorted(batches):
-            x = torch.rand(batch, *spec.shape[1:], device=engine.device)
-            result[batch] = measure(lambda x=x: engine(x), torch.device(engine.device), warmup=3,
+            row = next(iter(one.values()))
+            x = np.repeat(row, batch, axis=0) if input_format == "uint8" else \
+                torch.rand(batch, *engine.inputs[0].shape[1:], device=engine.device)
+            result[batch] = measure(lambda x=x: call(x), torch.device(engine.device), warmup=3,
                                     repeats=repeats, batch=batch).throughput
     return result
 
 
-def main(argv: list[str]) -> dict:
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    def ints(text: str) -> list[int]:
+        return [int(v) for v in text.split(",")]
+
+    def words(text: str) -> list[str]:
+        return [v for v in text.split(",") if v]
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="zoo:efficientnet_lite0", help="zoo:NAME or a sidecar path")
     p.add_argument("--route", default="eager")
-    p.add_argument("--inflight", default="4,8", type=lambda s: [int(v) for v in s.split(",")])
+    p.add_argument("--inflight", default="4,8", type=ints, help="requests in flight, e.g. 64,128")
     p.add_argument("--processes", type=int, default=2, help="client processes")
-    p.add_argument("--requests", type=int, default=200, help="requests per in-flight setting (bounded)")
+    p.add_argument("--requests", type=int, default=200, help="requests per load run (bounded)")
     p.add_argument("--max-seconds", type=float, default=120.0, help="time bound per load run")
-    p.add_argument("--instances", type=int, default=1)
-    p.add_argument("--devices", default="", help="GPU indices for the instances, e.g. 0")
+    p.add_argument("--budget-s", type=float, default=540.0, help="no new configuration starts after this")
+    p.add_argument("--instances", default="1", type=ints, help="model instances per GPU (separate processes), "
+                                                                "e.g. 1,4: each is a configuration")
+    p.add_argument("--input-format", default="native", type=words, help="native and/or uint8 (configurations)")
+    p.add_argument("--transport", default="grpc", type=words, help="grpc and/or shm (per configuration)")
+    p.add_argument("--devices", default="", help="GPU indices for the instances, e.g. 0 or 0,1")
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--max-delay-ms", type=float, default=2.0)
     p.add_argument("--offline-repeats", type=int, default=20)
     p.add_argument("--out", type=Path, default=Path("serve_load_out"))
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> dict:
+    args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     devices = tuple(int(d) for d in args.devices.split(",") if d)
+    clock, runs, skipped = time.perf_counter(), [], []
     with tempfile.TemporaryDirectory() as tmp:
         sidecar = artifact(args.model, Path(tmp), args.max_batch)
-        spec = read_sidecar(sidecar).inputs[0]
-        inputs = {spec.name: np.random.default_rng(0).random((1, *spec.shape[1:])).astype(spec.dtype)}
-        base = dict(route=args.route, instances=args.instances, devices=devices, max_delay_ms=args.max_delay_ms)
         device = f"cuda:{devices[0]}" if devices else None
-        candidates = {1, 2, 4, 8, 16, 32, 64, args.max_batch}
-        batches = {b for b in candidates if b <= args.max_batch}
-        before = offline(sidecar, args.route, device, batches, args.offline_repeats)  # offline around the
-        runs = served_runs(sidecar, ServeConfig(**base), inputs, args, "served")  # served runs: a busy
-        after = offline(sidecar, args.route, device, batches, args.offline_repeats)  # machine shows here
-        runs += served_runs(sidecar, ServeConfig(**base, engine_factory="trtforge.bench.serving:null_engine"),
-                            inputs, args, "null")
-        offline_ips = {b: (before[b] + after[b]) / 2 for b in batches}
-    return report(args, runs, offline_ips, {"before": before, "after": after})
+        batches = {b for b in {1, 2, 4, 8, 16, 32, 64, 128, args.max_batch} if b <= args.max_batch}
+        before = {f: offline(sidecar, args.route, device, batches, args.offline_repeats, f) for f in args.input_format}
+        for instances, input_format in itertools.product(args.instances, args.input_format):
+            base = dict(route=args.route, instances=instances, devices=devices, max_delay_ms=args.max_delay_ms,
+                        input_format=input_format)
+            for model, factory in (("served", None), ("null", NULL_FACTORY)):
+                label = {"server": model, "instances": instances, "input_format": input_format}
+                if time.perf_counter() - clock > args.budget_s:
+                    skipped.append(label)
+                    continue
+                ports = dict(zip(("http_port", "grpc_port", "metrics_port"), free_ports(), strict=True))
+                runs += served_runs(sidecar, ServeConfig(**base, **ports, engine_factory=factory), args, label)
+        after = {f: offline(sidecar, args.route, device, batches, args.offline_repeats, f) for f in args.input_format}
+    offline_ips = {f: {b: (before[f][b] + after[f][b]) / 2 for b in batches} for f in args.input_format}
+    raw = {"before": before, "after": after}
+    return report(args, runs, offline_ips, raw, skipped, time.perf_counter() - clock)
 
 
 def nearest(batches: dict[int, float], mean_batch: float) -> int:
@@ -137,26 +205,51 @@ def nearest(batches: dict[int, float], mean_batch: float) -> int:
     return min(batches, key=lambda b: abs(b - mean_batch))
 
 
-def report(args: argparse.Namespace, runs: list[dict], offline_ips: dict[int, float], raw: dict) -> dict:
-    table = Table(title=f"{args.model} on route {args.route}: served vs offline vs null model (req = 1 image)")
-    for column in ("in flight", "served req/s", "p50 ms", "p99 ms", "mean batch", "offline img/s @batch",
-                   "null req/s", "served / min(offline, null)"):
-        table.add_column(column, justify="right")
+def compare(runs: list[dict], offline_ips: dict[str, dict[int, float]]) -> list[dict]:
+    """Each served run beside its null-model twin (same configuration, transport, in flight) and offline."""
     rows = []
-    for run in (r for r in runs if r["server"] == "served"):
-        null = next(r for r in runs if r["server"] == "null" and r["inflight"] == run["inflight"])
-        batch = nearest(offline_ips, run["mean_batch"])
-        ceiling = min(offline_ips[batch], null["throughput"])
-        ratio = run["throughput"] / ceiling if ceiling else float("nan")
-        rows.append({**run, "offline_batch": batch, "offline_throughput": offline_ips[batch],
-                     "null_throughput": null["throughput"], "served_over_ceiling": ratio})
-        table.add_row(str(run["inflight"]), f"{run['throughput']:.1f}", f"{run['p50_ms']:.1f}", f"{run['p99_ms']:.1f}",
-                      f"{run['mean_batch']:.1f}", f"{offline_ips[batch]:.1f} @{batch}", f"{null['throughput']:.1f}",
-                      f"{ratio:.2f}")
+    keys = ("instances", "input_format", "transport", "inflight")
+    for run in (r for r in runs if r["server"] == "served" and "error" not in r):
+        null = next((r for r in runs if r["server"] == "null" and "error" not in r
+                     and all(r[k] == run[k] for k in keys)), None)
+        table = offline_ips[run["input_format"]]
+        batch = nearest(table, run["mean_batch"])
+        null_ips = null["throughput"] if null else float("nan")
+        ceiling = min(table[batch], null_ips) if null else table[batch]
+        rows.append({**run, "offline_batch": batch, "offline_throughput": table[batch], "null_throughput": null_ips,
+                     "null_p99_ms": null["p99_ms"] if null else float("nan"),
+                     "served_over_ceiling": run["throughput"] / ceiling if ceiling else float("nan"),
+                     "meets_5000": run["throughput"] >= 5000, "meets_0.8": run["throughput"] >= 0.8 * ceiling})
+    return rows
+
+
+def report(args: argparse.Namespace, runs: list[dict], offline_ips: dict, raw: dict, skipped: list[dict],
+           seconds: float) -> dict:
+    rows = compare(runs, offline_ips)
+    table = Table(title=f"{args.model} on route {args.route}, devices {args.devices or 'cpu'}: served vs offline "
+                        "vs null model (1 request = 1 image)")
+    for column in ("instances", "input", "transport", "in flight", "served img/s", "p50 ms", "p99 ms", "mean batch",
+                   "offline img/s @batch", "null req/s", "null p99 ms", "served / min(offline, null)", "failed"):
+        table.add_column(column, justify="right")
+    for r in rows:
+        table.add_row(str(r["instances"]), r["input_format"], r["transport"], str(r["inflight"]),
+                      f"{r['throughput']:.1f}", f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}", f"{r['mean_batch']:.1f}",
+                      f"{r['offline_throughput']:.1f} @{r['offline_batch']}", f"{r['null_throughput']:.1f}",
+                      f"{r['null_p99_ms']:.1f}", f"{r['served_over_ceiling']:.2f}", str(r["failed"]))
     console.print(table)
+    for failed in (r for r in runs if "error" in r):
+        console.print(f"failed: {failed}")
+    if skipped:
+        console.print(f"skipped (over --budget-s {args.budget_s:g}): {skipped}")
+    best = max(rows, key=lambda r: r["throughput"], default=None)
+    if best:
+        console.print(f"best: {best['throughput']:.1f} img/s ({best['instances']} instances, {best['input_format']}, "
+                      f"{best['transport']}, in flight {best['inflight']}); p99 {best['p99_ms']:.1f} ms")
     result = {"command": " ".join(["python", *sys.argv]), "machine": machine_info(), "date": time.strftime("%Y-%m-%d"),
-              "rows": rows, "runs": runs, "offline": {str(k): v for k, v in offline_ips.items()},
-              "offline_before_after": {k: {str(b): v for b, v in d.items()} for k, d in raw.items()}}
+              "seconds": seconds, "rows": rows, "runs": runs, "skipped": skipped, "best": best,
+              "offline": {f: {str(k): v for k, v in d.items()} for f, d in offline_ips.items()},
+              "offline_before_after": {k: {f: {str(b): v for b, v in d.items()} for f, d in per.items()}
+                                       for k, per in raw.items()}}
     (args.out / "serve_load.json").write_text(json.dumps(result, indent=2))
     return result
 

@@ -52,3 +52,41 @@ def make_artifact(folder: Path, scale: float = 1.0, name: str = "linear", max_ba
                 "onnx_sha256": sha256_file(onnx_path), "reference_onnx_sha256": sha256_file(onnx_path)},
     )
     return write_sidecar(folder / f"{name}.json", sidecar)
+
+
+class TinyConv(torch.nn.Module):
+    """(N, 3, 8, 8) float → (N, 2): a conv, a pooled mean and a linear layer, fixed weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.head = torch.nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.conv(x).mean(dim=(2, 3)))
+
+
+#: The image artifact's preprocessing: BGR, ImageNet-like mean and std (what a uint8 frame turns into).
+IMAGE_PREPROCESSING = {"resize": [8, 8], "mean": [0.4, 0.5, 0.6], "std": [0.2, 0.25, 0.3], "channel_order": "BGR"}
+
+
+def make_image_artifact(folder: Path, name: str = "tinyconv", max_batch: int = 8) -> Path:
+    """An image model's artifact with a preprocessing record (served with ``input_format="uint8"``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx_path = folder / f"{name}.onnx"
+    torch.onnx.export(TinyConv().eval(), (torch.zeros(1, 3, 8, 8),), str(onnx_path), dynamo=False,
+                      input_names=["image"], output_names=["logits"],
+                      dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}})
+    engine = folder / f"{name}.engine"
+    engine.write_bytes(b"placeholder engine of the tiny conv model")
+    sidecar = Sidecar(
+        name=name, engine_file=engine.name, engine_size=engine.stat().st_size, engine_sha256=sha256_file(engine),
+        inputs=(TensorSpec("image", "float32", (-1, 3, 8, 8)),), outputs=(TensorSpec("logits", "float32", (-1, 2)),),
+        profiles=({"image": {"min": [1, 3, 8, 8], "opt": [4, 3, 8, 8], "max": [max_batch, 3, 8, 8]}},),
+        precision={"built": "fp32"}, builder={"flavour": "tensorrt_rtx", "targets": ["portable"]},
+        source={"kind": "onnx", "onnx_file": onnx_path.name, "reference_onnx_file": onnx_path.name,
+                "onnx_sha256": sha256_file(onnx_path), "reference_onnx_sha256": sha256_file(onnx_path)},
+        preprocessing=IMAGE_PREPROCESSING,
+    )
+    return write_sidecar(folder / f"{name}.json", sidecar)

@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import socket
 import urllib.request
-from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.serve.artifacts import make_artifact
-from trtforge.serve.server import ServeConfig, Server
+from trtforge.serve.server import ServeConfig, Server, free_ports  # noqa: F401 (tests import it from here)
 
 TOKEN = "test-admin-token"
-
-
-def free_ports(count: int = 3) -> list[int]:
-    """Ports the kernel hands out on 127.0.0.1 (closed again before tritonserver binds them)."""
-    with ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
 
 
 def serve_config(**fields) -> ServeConfig:

@@ -36,3 +36,19 @@ class FailingOnCommand(EngineBase):
 
 def failing_on_command(sidecar: Path, route: str) -> FailingOnCommand:
     return FailingOnCommand(sidecar, route)
+
+
+class RecordingGraphEngine(FailingOnCommand):
+    """Says it replays CUDA graphs (``cuda_graph = True``) and appends each call's batch size to
+    ``batch-sizes.txt`` beside the sidecar: what the server calls a graph engine with."""
+
+    cuda_graph = True
+
+    def __call__(self, *tensors, **named):
+        with open(Path(self.flag).parent / "batch-sizes.txt", "a") as log:
+            log.write(f"{len(tensors[0])}\n")
+        return super().__call__(*tensors, **named)
+
+
+def recording_graph_engine(sidecar: Path, route: str) -> RecordingGraphEngine:
+    return RecordingGraphEngine(sidecar, route)

@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from trtforge.core.specs import TensorSpec
-from trtforge.serve.batching import BadRequest, check_request, max_shapes, run_together
+from trtforge.serve.batching import (
+    BadRequest,
+    check_request,
+    graph_buckets,
+    max_shapes,
+    padded_rows,
+    run_together,
+)
 from trtforge.serve.health import FallbackState, HealthPolicy, run_with_timeout
 
 SPECS = (TensorSpec("a", "float32", (-1, 2)), TensorSpec("b", "int64", (-1, 3)))
@@ -28,6 +35,24 @@ def test_requests_run_as_one_call_and_each_gets_exactly_its_rows():
     for request, result in zip(requests, results, strict=True):
         np.testing.assert_array_equal(result["sum"], request["a"].sum(axis=1) + 3)
         np.testing.assert_array_equal(result["first"], request["a"][:, :1])
+
+
+def test_cuda_graph_engines_get_bucket_sizes_and_requests_still_get_their_own_rows():
+    assert graph_buckets(48) == (1, 2, 4, 8, 16, 32, 48)
+    assert graph_buckets(64) == (1, 2, 4, 8, 16, 32, 64) and graph_buckets(1) == (1,)
+    assert [padded_rows(n, graph_buckets(48)) for n in (1, 3, 5, 17, 33, 48)] == [1, 4, 8, 32, 48, 48]
+    calls = []
+
+    def engine(a, b):
+        calls.append((len(a), a[-1].tolist()))
+        return {"sum": a.sum(axis=1) + b.sum(axis=1)}
+
+    requests = [{"a": np.full((n, 2), n, np.float32), "b": np.ones((n, 3), np.int64)} for n in (1, 3, 2)]
+    checked = [check_request(SPECS, r, max_batch=8) for r in requests]
+    results = run_together(engine, checked, ["sum"], batched=True, buckets=graph_buckets(8))
+    assert calls == [(8, [0.0, 0.0])]  # 6 rows padded with zeros to the bucket of 8
+    for request, result in zip(requests, results, strict=True):
+        np.testing.assert_array_equal(result["sum"], request["a"].sum(axis=1) + 3)
 
 
 @pytest.mark.parametrize("request_, message", [

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.serve.artifacts import expected, make_artifact
-from tests.serve.conftest import TOKEN, grpc_infer, metric
+from tests.serve.conftest import TOKEN, grpc_infer, http_status, metric
 from trtforge.serve.health import HealthPolicy
 
 CLIENTS, REQUESTS = 16, 2000
@@ -83,18 +86,54 @@ def test_health_failures_fall_back_and_recovery_switches_back(start_server, tmp_
     server = start_server([artifact], route="tensorrt", fallback_route="onnxruntime", health=policy,
                           engine_factory="tests.serve.doubles:failing_on_command")
     x = np.ones((2, 4), np.float32)
-    assert server.status("linear") == {"ready": True, "degraded": False, "route": "tensorrt", "reason": ""}
+    assert server.status("linear") == {"ready": True, "degraded": False, "route": "tensorrt", "reason": "",
+                                      "state": "ready"}
     flag = artifact.parent / "FAIL-tensorrt"
     flag.touch()
     assert _wait_for(lambda: server.status("linear")["degraded"]), server.log_tail()
     status = server.status("linear")
-    assert status["route"] == "onnxruntime" and status["ready"]
+    assert status["route"] == "onnxruntime" and status["ready"] and status["state"] == "degraded"
     assert "tensorrt engine failing on command" in status["reason"]
+    assert metric(server, "trtforge_degraded") == 1
+    assert http_status(f"{server.url('http')}/v2/health/ready") == 200  # Triton's own: ready, carries no reason
     np.testing.assert_allclose(grpc_infer(server, x), expected(x, 1.0), rtol=1e-5)  # served by the fallback
     assert metric(server, "trtforge_fallbacks") == 1
     assert metric(server, "trtforge_health_failures") >= 2
     flag.unlink()
     assert _wait_for(lambda: not server.status("linear")["degraded"]), server.log_tail()
-    assert server.status("linear") == {"ready": True, "degraded": False, "route": "tensorrt", "reason": ""}
+    assert server.status("linear") == {"ready": True, "degraded": False, "route": "tensorrt", "reason": "",
+                                      "state": "ready"}
     np.testing.assert_allclose(grpc_infer(server, x), expected(x, 1.0), rtol=1e-5)
+    assert metric(server, "trtforge_degraded") == 0
     assert "degraded, serving onnxruntime" in server.log_tail(200)
+
+
+def _replace_artifact(source: Path, target: Path) -> None:
+    """Move ``source``'s artifact files over ``target``'s (each an atomic rename; the sidecar last)."""
+    for file in sorted(source.parent.iterdir(), key=lambda f: f.suffix == ".json"):
+        staged = target.parent / f".{file.name}.new"
+        shutil.copyfile(file, staged)
+        os.replace(staged, target.parent / file.name)
+
+
+def test_watcher_reloads_a_changed_artifact_and_keeps_the_old_one_on_a_corrupt_one(start_server, tmp_path):
+    artifact = make_artifact(tmp_path / "served", scale=1.0)
+    server = start_server([artifact], route="onnxruntime", watch_s=0.2)
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_allclose(grpc_infer(server, x), expected(x, 1.0), rtol=1e-5)
+    _replace_artifact(make_artifact(tmp_path / "v2", scale=2.0), artifact)
+    assert _wait_for(lambda: len(server.watch_events) == 1, 60), server.log_tail()
+    assert server.watch_events[0]["ok"], server.watch_events
+    np.testing.assert_allclose(grpc_infer(server, x), expected(x, 2.0), rtol=1e-5)
+    assert metric(server, "trtforge_swaps") == 1
+
+    corrupt = make_artifact(tmp_path / "v3", scale=3.0)
+    corrupt.with_suffix(".engine").write_bytes(b"not the engine the sidecar names")  # sha256 mismatch
+    _replace_artifact(corrupt, artifact)
+    assert _wait_for(lambda: len(server.watch_events) == 2, 60), server.log_tail()
+    event = server.watch_events[1]
+    assert not event["ok"] and "old model is still serving" in event["reason"], event
+    np.testing.assert_allclose(grpc_infer(server, x), expected(x, 2.0), rtol=1e-5)  # v2 serves on
+    assert metric(server, "trtforge_swap_failures") == 1
+    time.sleep(1.0)  # unchanged files: no retry of the refused artifact
+    assert len(server.watch_events) == 2

@@ -35,7 +35,8 @@ def test_answers_match_the_model_over_grpc_and_http(server):
     tensor = InferInput("x", [3, 4], "FP32")
     tensor.set_data_from_numpy(x)
     np.testing.assert_allclose(client.infer("linear", [tensor]).as_numpy("y"), expected(x, 1.0), rtol=1e-5, atol=1e-6)
-    assert server.status("linear") == {"ready": True, "degraded": False, "route": "onnxruntime", "reason": ""}
+    assert server.status("linear") == {"ready": True, "degraded": False, "route": "onnxruntime", "reason": "",
+                                       "state": "ready"}
 
 
 def test_config_comes_from_the_sidecar(server):
@@ -129,3 +130,19 @@ def test_corrupt_new_artifact_is_refused_while_the_old_one_serves(server, tmp_pa
     time.sleep(0.5)
     np.testing.assert_allclose(grpc_infer(server, x), expected(x, 1.0), rtol=1e-5, atol=1e-6)
     assert server.status("linear")["ready"]
+
+
+def test_a_cuda_graph_engine_is_only_called_at_bucket_sizes(start_server, tmp_path):
+    from trtforge.serve.batching import graph_buckets
+
+    artifact = make_artifact(tmp_path / "graphs", scale=1.0, max_batch=16)
+    server = start_server([artifact], route="cuda_graph", max_delay_ms=20,
+                          engine_factory="tests.serve.doubles:recording_graph_engine")
+    xs = [np.random.default_rng(i).random((1 + i % 3, 4), dtype=np.float32) for i in range(24)]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda x: grpc_infer(server, x), xs))
+    for x, y in zip(xs, answers, strict=True):
+        np.testing.assert_allclose(y, expected(x, 1.0), rtol=1e-5, atol=1e-6)
+    sizes = [int(line) for line in (tmp_path / "graphs" / "batch-sizes.txt").read_text().split()]
+    assert set(sizes) <= set(graph_buckets(16)), sizes
+    assert set(graph_buckets(16)) <= set(sizes)  # every bucket was captured at load (warm-up)

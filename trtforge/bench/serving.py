@@ -2,7 +2,9 @@
 
 The load runs in ``processes`` client processes with ``threads`` synchronous gRPC clients each
 (``processes × threads`` requests in flight), on loopback, until ``requests`` are answered or
-``max_seconds`` pass, whichever comes first.
+``max_seconds`` pass, whichever comes first. ``transport="shm"`` puts each client's inputs in a
+Triton system shared-memory region (registered once, ``tritonclient.utils.shared_memory``): the
+gRPC message then carries only the region's name, not the tensor bytes (local clients only).
 
 Example:
     >>> load = run_load("127.0.0.1:8001", "lite0", {"images": frame}, requests=2000, processes=4, threads=16)
@@ -12,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -28,6 +31,7 @@ class NullEngine(EngineBase):
     """Zeros of the artifact's output shapes, without running a model: what serving costs alone."""
 
     route = "null"
+    skips_preprocessing = True  # with uint8 frames it takes them as they are: the serving path alone
 
     def __init__(self, sidecar: Path, route: str = "null") -> None:
         record = read_sidecar(sidecar)
@@ -67,24 +71,64 @@ class LoadResult:
                 "p99_ms": self.p99_ms, "in_flight": self.in_flight, "throughput": self.throughput}
 
 
-def _request(url: str, inputs: dict[str, np.ndarray]) -> tuple[Any, list[Any]]:
+#: How a load client sends its inputs: in the gRPC message, or through system shared memory.
+TRANSPORTS: tuple[str, ...] = ("grpc", "shm")
+
+
+def _request(url: str, inputs: dict[str, np.ndarray], shm_prefix: str | None, regions: list) -> tuple[Any, list[Any]]:
+    """(client, prepared inputs) for one load thread; shared-memory regions it makes go into ``regions``
+    (the caller releases them, also when this fails half way)."""
     from tritonclient.grpc import InferenceServerClient, InferInput
     from tritonclient.utils import np_to_triton_dtype
 
-    tensors = []
-    for name, value in inputs.items():
+    client, tensors = InferenceServerClient(url), []
+    for i, (name, value) in enumerate(inputs.items()):
         tensor = InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
-        tensor.set_data_from_numpy(value)
+        if shm_prefix is None:
+            tensor.set_data_from_numpy(value)
+        else:
+            import tritonclient.utils.shared_memory as shm
+
+            region = f"{shm_prefix}-{i}"
+            handle = shm.create_shared_memory_region(region, f"/{region}", value.nbytes)
+            regions.append((client, region, handle))
+            shm.set_shared_memory_region(handle, [np.ascontiguousarray(value)])
+            client.register_system_shared_memory(region, f"/{region}", value.nbytes)
+            tensor.set_shared_memory(region, value.nbytes)
         tensors.append(tensor)
-    return InferenceServerClient(url), tensors
+    return client, tensors
+
+
+def _release(regions: list) -> None:
+    """Unregister (where the server still answers) and destroy every region a load thread made."""
+    import tritonclient.utils.shared_memory as shm
+    from tritonclient.utils import InferenceServerException
+
+    for client, region, handle in regions:
+        try:
+            client.unregister_system_shared_memory(region)
+        except InferenceServerException as exc:  # never registered, or the server is gone: destroy it anyway
+            print(f"shared memory {region}: not unregistered ({exc})")
+        shm.destroy_shared_memory_region(handle)
 
 
 def _client_process(url: str, model: str, inputs: dict[str, np.ndarray], count: int, threads: int,
-                    deadline: float, barrier: Any, results: Any) -> None:
+                    max_seconds: float, barrier: Any, results: Any, transport: str = "grpc") -> None:
+    import os
+
     latencies: list[float] = []
     failed = [0]
     lock = threading.Lock()
-    prepared = [_request(url, inputs) for _ in range(threads)]
+    prefix = f"trtforge-load-{os.getpid()}" if transport == "shm" else None
+    prepared, regions = [], []
+    try:
+        for t in range(threads):
+            prepared.append(_request(url, inputs, prefix and f"{prefix}-{t}", regions))
+    except Exception as exc:  # e.g. /dev/shm too small: the run fails with the reason, nothing hangs
+        _release(regions)
+        results.put(f"{type(exc).__name__}: {exc}")
+        barrier.abort()
+        return
 
     def worker(share: int, client: Any, tensors: list[Any]) -> None:
         for _ in range(share):
@@ -102,26 +146,43 @@ def _client_process(url: str, model: str, inputs: dict[str, np.ndarray], count: 
 
     pool = [threading.Thread(target=worker, args=(count // threads + (i < count % threads), *prepared[i]))
             for i in range(threads)]
-    barrier.wait(timeout=120)  # every client process is ready: the clock starts now
+    try:
+        barrier.wait(timeout=120)  # every client process is ready: the clock starts now
+    except threading.BrokenBarrierError:  # another client could not start: release ours and leave
+        _release(regions)
+        return
+    deadline = time.time() + max_seconds
     for t in pool:
         t.start()
     for t in pool:
         t.join()
+    _release(regions)
     results.put((latencies, failed[0]))
 
 
 def run_load(url: str, model: str, inputs: dict[str, np.ndarray], *, requests: int, processes: int,
-             threads: int, max_seconds: float = 120.0) -> LoadResult:
+             threads: int, max_seconds: float = 120.0, transport: str = "grpc") -> LoadResult:
     """Send ``requests`` (bounded by ``max_seconds``) from ``processes × threads`` clients; wait for all."""
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport {transport!r} is not one of {TRANSPORTS}")
     context = multiprocessing.get_context("spawn")
     results, barrier = context.Queue(), context.Barrier(processes + 1)
-    deadline = time.time() + max_seconds + 120
     share = [requests // processes + (i < requests % processes) for i in range(processes)]
     workers = [context.Process(target=_client_process,
-                               args=(url, model, inputs, s, threads, deadline, barrier, results)) for s in share]
+                               args=(url, model, inputs, s, threads, max_seconds, barrier, results, transport))
+               for s in share]
     for w in workers:
         w.start()
-    barrier.wait(timeout=120)
+    try:
+        barrier.wait(timeout=120)
+    except threading.BrokenBarrierError:
+        try:
+            reason = results.get(timeout=10)
+        except queue.Empty:
+            reason = "a client process did not start in 120 s"
+        for w in workers:
+            w.join(timeout=30)
+        raise RuntimeError(f"load clients ({transport}) could not start: {reason}") from None
     start = time.perf_counter()
     latencies, failed = [], 0
     for _ in workers:

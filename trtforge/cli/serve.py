@@ -27,13 +27,22 @@ def register(app: typer.Typer) -> None:
     app.add_typer(export_app, name="export")
 
 
-def _devices(text: str | None) -> tuple[int, ...]:
+def _devices(text: str | None, *, check: bool = True) -> tuple[int, ...]:
+    """``--devices 0,1`` → (0, 1); with ``check``, every index must name a GPU of this machine."""
+    from trtforge.core.errors import InvalidArgument
+
     if not text:
         return ()
     try:
-        return tuple(int(d) for d in text.split(","))
+        devices = tuple(int(d) for d in text.split(","))
     except ValueError as exc:
-        raise typer.BadParameter(f"--devices {text!r}: give GPU indices like 0,1") from exc
+        raise InvalidArgument(f"--devices {text!r}: give GPU indices like 0,1") from exc
+    if not check:
+        return devices
+    from trtforge.core.machine import cuda_device_count
+    from trtforge.serve.server import check_devices
+
+    return check_devices(devices, cuda_device_count(), "--devices")
 
 
 @user_errors
@@ -51,16 +60,20 @@ def serve_command(
     admin_token: Annotated[str | None, typer.Option(envvar="TRTFORGE_ADMIN_TOKEN",
                                                     help="token for reloads (none: reloads refused)")] = None,
     allow_host_code: Annotated[bool, typer.Option(help="accept TensorRT engines with host code")] = False,
+    input_format: Annotated[str, typer.Option(help="native (the model's inputs) | uint8 (HWC frames, the "
+                                                   "sidecar's preprocessing runs in the server)")] = "native",
+    watch: Annotated[float | None, typer.Option(help="poll each sidecar every N seconds; a new engine "
+                                                     "sha256 reloads it (old one kept on failure)")] = None,
 ) -> None:
     """Serve artifacts on Triton Inference Server until Ctrl-C."""
     from trtforge.serve.server import ServeConfig, Server
 
-    config = ServeConfig(route=route, fallback_route=fallback_route, host=host, http_port=http_port,
-                         grpc_port=grpc_port, metrics_port=metrics_port, max_delay_ms=max_delay_ms,
-                         instances=instances, devices=_devices(devices), admin_token=admin_token,
-                         allow_host_code=allow_host_code)
-    server = Server(artifacts, config)
     try:
+        config = ServeConfig(route=route, fallback_route=fallback_route, host=host, http_port=http_port,
+                             grpc_port=grpc_port, metrics_port=metrics_port, max_delay_ms=max_delay_ms,
+                             instances=instances, devices=_devices(devices), admin_token=admin_token,
+                             allow_host_code=allow_host_code, input_format=input_format, watch_s=watch)
+        server = Server(artifacts, config)
         _run(server)
     except UserError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
@@ -70,7 +83,12 @@ def serve_command(
 def _run(server) -> None:
     try:
         with server:
-            console.print(f"serving {', '.join(server.models)} (route {server.config.route})")
+            from trtforge.serve.repository import instance_placement
+
+            c = server.config
+            placement = ", ".join(instance_placement(c.instances, c.devices))
+            console.print(f"serving {', '.join(server.models)} (route {c.route}, input {c.input_format}; "
+                          f"instances per model: {placement})")
             for name, url in server.endpoints.items():
                 console.print(f"  {name:8} {url}")
             console.print("Ctrl-C stops")
@@ -95,6 +113,10 @@ def export_triton_command(
     overwrite: Annotated[bool, typer.Option(help="replace model folders trtforge wrote before")] = False,
     matrix: Annotated[str | None, typer.Option(help="one model NAME from single-target engines "
                                                    "(cc_model_filenames)")] = None,
+    devices: Annotated[str | None, typer.Option(help="GPU indices: --instances on each (instance_group "
+                                                     "KIND_GPU gpus), e.g. 0,1")] = None,
+    input_format: Annotated[str, typer.Option(help="python backend: native | uint8 (HWC frames, "
+                                                   "preprocessed in the server)")] = "native",
 ) -> None:
     """Write a Triton model repository: one model per artifact."""
     from trtforge.serve.repository import export_triton
@@ -102,7 +124,7 @@ def export_triton_command(
     try:
         folders = export_triton(artifacts, repo, backend=backend, route=route, instances=instances,
                                 max_delay_ms=max_delay_ms, overwrite=overwrite, stub_env=stub_env,
-                                matrix=matrix)
+                                matrix=matrix, devices=_devices(devices, check=False), input_format=input_format)
     except UserError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from exc

@@ -4,7 +4,10 @@
 parameters say what to serve: ``artifact`` (the sidecar, absolute or relative to the version
 folder), ``route``, optionally ``fallback_route``, ``sha256`` (the engine's expected digest),
 ``allow_host_code``, ``engine_factory`` (``module:function`` taking ``(sidecar_path, route)``,
-set only by the serving API, e.g. for test doubles) and the health policy.
+set only by the serving API, e.g. for test doubles), ``input_format`` (``uint8``: HWC frames through
+``trtforge.serve.frames.FrameEngine``) and the health policy. An instance of ``KIND_GPU`` loads its
+route on ``cuda:<model_instance_device_id>``; an engine that replays CUDA graphs is called only at
+``graph_buckets`` sizes (padded), each captured at load.
 
 Loading verifies the engine's sha256 and warms the engine up; a failure raises, so Triton keeps
 the model it had (hot swap) or reports the load error. Metrics are Triton custom metrics, on
@@ -26,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from trtforge.core.errors import InvalidArgument
-from trtforge.serve.batching import BadRequest, check_request, max_shapes, run_together
+from trtforge.serve.batching import BadRequest, check_request, graph_buckets, max_shapes, run_together
 from trtforge.serve.health import FallbackState, HealthPolicy, run_with_timeout
 
 
@@ -84,12 +87,23 @@ class OneHot:
         self.metrics[key].set(1)
 
 
-class Metrics:
-    """Our Triton custom metrics for one model (active route, degraded and why, fallbacks, checks, calls)."""
+def instance_device(kind: str, device_id: int | str) -> str | None:
+    """The torch device of one Triton model instance: ``cuda:<id>`` for KIND_GPU, else None (CPU).
 
-    def __init__(self, pb_utils: Any, model: str) -> None:
+    Example:
+        >>> instance_device("GPU", 1), instance_device("CPU", 0)
+        ('cuda:1', None)
+    """
+    return f"cuda:{int(device_id)}" if kind == "GPU" else None
+
+
+class Metrics:
+    """Our Triton custom metrics for one model instance (labels: model, device): active route, degraded
+    and why, fallbacks, health-check failures, engine calls and rows."""
+
+    def __init__(self, pb_utils: Any, model: str, device: str = "cpu") -> None:
         family = pb_utils.MetricFamily
-        self.labels = {"model": model}
+        self.labels = {"model": model, "device": device}
         self.route = OneHot(family("trtforge_active_route", "1 for the route serving now (labels: route, sha256)",
                                    family.GAUGE), self.labels)
         self.reason = OneHot(family("trtforge_degraded_reason", "1 for why the fallback serves (label: reason)",
@@ -98,10 +112,12 @@ class Metrics:
         self._fallbacks = family("trtforge_fallbacks_total", "switches to the fallback route", family.COUNTER)
         self._failures = family("trtforge_health_failures_total", "failed health checks", family.COUNTER)
         self._calls = family("trtforge_model_calls_total", "engine calls (one per formed batch)", family.COUNTER)
+        self._rows = family("trtforge_model_rows_total", "rows (images) the engine ran", family.COUNTER)
         self.degraded = self._degraded.Metric(labels=self.labels)
         self.fallbacks = self._fallbacks.Metric(labels=self.labels)
         self.failures = self._failures.Metric(labels=self.labels)
         self.calls = self._calls.Metric(labels=self.labels)
+        self.rows = self._rows.Metric(labels=self.labels)
 
     def set_route(self, route: str, sha256: str) -> None:
         self.route.select(route=route, sha256=sha256)
@@ -130,23 +146,37 @@ class TritonPythonModel:
         self.policy = HealthPolicy(**{k: float(params[k]) if k.endswith("_s") else int(params[k])
                                       for k in ("interval_s", "timeout_s", "fallback_after", "recover_after")
                                       if k in params})
-        device = f"cuda:{args['model_instance_device_id']}" if args.get("model_instance_kind") == "GPU" else None
-        self.primary = open_engine(sidecar, params.get("route", "onnxruntime"), params, device)
-        self.primary(*warm_input(self.primary))
+        device = instance_device(args.get("model_instance_kind", ""), args.get("model_instance_device_id", 0))
+        self.buckets: dict[int, tuple[int, ...]] = {}
+        self.primary = self._open(sidecar, params.get("route", "onnxruntime"), params, device)
         self.fallback = None
         if params.get("fallback_route"):
-            self.fallback = open_engine(sidecar, params["fallback_route"], params, device)
-            self.fallback(*warm_input(self.fallback))
+            self.fallback = self._open(sidecar, params["fallback_route"], params, device)
         self.routes = (params.get("route", "onnxruntime"), params.get("fallback_route", ""))
         self.limits = max_shapes(getattr(self.primary, "profiles", ()) or ())
         self.sha256 = json.loads(sidecar.read_text())["engine"]["sha256"]
         self.state = FallbackState(self.policy)
-        self.metrics = Metrics(pb_utils, self.name)
+        self.metrics = Metrics(pb_utils, self.name, device or "cpu")
         self.metrics.set_route(self.routes[0], self.sha256)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         if self.fallback is not None:
             threading.Thread(target=self._health_loop, daemon=True, name="trtforge-health").start()
+
+    def _open(self, sidecar: Path, route: str, params: dict[str, str], device: str | None) -> Any:
+        """Open ``route`` (taking uint8 frames when the input format says so) and warm it up; an engine
+        that replays CUDA graphs is captured at every bucket size it will be called with."""
+        engine = open_engine(sidecar, route, params, device)
+        if params.get("input_format", "native") == "uint8":
+            from trtforge.core.sidecar import read_sidecar
+            from trtforge.serve.frames import FrameEngine
+
+            engine = FrameEngine(engine, read_sidecar(sidecar))
+        buckets = graph_buckets(self.max_batch) if getattr(engine, "cuda_graph", False) else ()
+        self.buckets[id(engine)] = buckets
+        for rows in sorted(buckets or (1,), reverse=True):  # largest first: buffers sized once
+            engine(*(np.repeat(a, rows, axis=0) if self.max_batch > 0 else a for a in warm_input(engine)))
+        return engine
 
     def _active(self) -> Any:
         return self.fallback if self.state.degraded and self.fallback is not None else self.primary
@@ -189,8 +219,9 @@ class TritonPythonModel:
         output_names = [s.name for s in engine.outputs]
         try:
             with self._lock:  # engines reuse output buffers: one call at a time per engine
-                results = run_together(engine, checked, output_names, self.max_batch > 0)
+                results = run_together(engine, checked, output_names, self.max_batch > 0, self.buckets[id(engine)])
             self.metrics.calls.increment(1)
+            self.metrics.rows.increment(sum(c.rows for c in checked))
         except Exception as exc:  # an engine failure fails this batch's requests, with the reason
             message = f"{self.name}: inference failed on route {engine.route}: {type(exc).__name__}: {exc}"
             for i in good:

@@ -75,18 +75,52 @@ def check_request(specs: Sequence[TensorSpec], tensors: Mapping[str, np.ndarray]
     return Checked(tuple(np.ascontiguousarray(tensors[n]) for n in names), count)
 
 
+def graph_buckets(max_batch: int) -> tuple[int, ...]:
+    """Batch sizes a CUDA-graph engine is called with: powers of two up to ``max_batch``, and ``max_batch``.
+
+    An engine that captures one graph per batch size would otherwise capture (and evict from its
+    16-entry cache) a graph for every size the dynamic batcher happens to form.
+
+    Example:
+        >>> graph_buckets(48)
+        (1, 2, 4, 8, 16, 32, 48)
+    """
+    sizes = {1 << i for i in range(max(1, max_batch).bit_length()) if 1 << i <= max_batch}
+    return tuple(sorted(sizes | {max_batch})) if max_batch > 0 else ()
+
+
+def padded_rows(rows: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket that holds ``rows`` (``rows`` itself without buckets)."""
+    return next((b for b in buckets if b >= rows), rows)
+
+
+def _join(parts: Sequence[np.ndarray], rows: int) -> np.ndarray:
+    """The requests' rows in one array of ``rows`` rows (zeros after them): one copy, padding included."""
+    if len(parts) == 1 and parts[0].shape[0] == rows:
+        return parts[0]
+    joined = np.empty((rows, *parts[0].shape[1:]), dtype=parts[0].dtype)
+    start = 0
+    for part in parts:
+        joined[start:start + len(part)] = part
+        start += len(part)
+    joined[start:] = 0
+    return joined
+
+
 def run_together(engine_call: Callable[..., Mapping[str, Any]], checked: Sequence[Checked],
-                 output_names: Sequence[str], batched: bool) -> list[dict[str, np.ndarray]]:
-    """One engine call for all ``checked`` requests; each gets its own rows of every output."""
+                 output_names: Sequence[str], batched: bool,
+                 buckets: Sequence[int] = ()) -> list[dict[str, np.ndarray]]:
+    """One engine call for all ``checked`` requests (padded to a bucket size when ``buckets`` are
+    given); each gets its own rows of every output."""
     if not batched:
         return [_to_numpy(engine_call(*c.arrays), output_names) for c in checked]
-    joined = [np.concatenate(parts) if len(parts) > 1 else parts[0] for parts in zip(*(c.arrays for c in checked),
-                                                                                       strict=True)]
-    outputs = _to_numpy(engine_call(*joined), output_names)
     total = sum(c.rows for c in checked)
+    rows = padded_rows(total, buckets)
+    joined = [_join(parts, rows) for parts in zip(*(c.arrays for c in checked), strict=True)]
+    outputs = _to_numpy(engine_call(*joined), output_names)
     for name, value in outputs.items():
-        if value.shape[0] != total:
-            raise InvalidArgument(f"output {name!r} has {value.shape[0]} rows for {total} input rows; "
+        if value.shape[0] != rows:
+            raise InvalidArgument(f"output {name!r} has {value.shape[0]} rows for {rows} input rows; "
                                   "the engine does not keep the batch axis")
     results, start = [], 0
     for c in checked:

@@ -70,10 +70,15 @@ def batch_range(sidecar: Sidecar) -> tuple[int, tuple[int, ...]]:
 
 
 def plan_model(path: str | Path, parameters: dict[str, str] | None = None) -> ModelPlan:
-    """Read the sidecar at ``path`` into a ``ModelPlan``."""
+    """Read the sidecar at ``path`` into a ``ModelPlan``; ``parameters["input_format"] == "uint8"``
+    declares uint8 frames (``trtforge.serve.frames``) in place of the image input."""
+    from trtforge.serve.frames import check_input_format, frame_specs
+
     sidecar = read_sidecar(Path(path))
     biggest, preferred = batch_range(sidecar)
-    return ModelPlan(sidecar.name, sidecar.path.resolve(), sidecar.inputs, sidecar.outputs, biggest,
+    uint8 = check_input_format((parameters or {}).get("input_format", "native")) == "uint8"
+    inputs = frame_specs(sidecar) if uint8 else sidecar.inputs
+    return ModelPlan(sidecar.name, sidecar.path.resolve(), inputs, sidecar.outputs, biggest,
                      preferred, dict(parameters or {}))
 
 
@@ -82,6 +87,30 @@ def _tensor(spec: TensorSpec, batched: bool) -> dict[str, Any]:
         raise InvalidArgument(f"tensor {spec.name!r} has dtype {spec.dtype}, which Triton cannot carry")
     dims = list(spec.shape[1:] if batched else spec.shape)
     return {"name": spec.name, "data_type": TRITON_DTYPES[spec.dtype], "dims": dims or [1]}
+
+
+def instance_group(instances: int, kind: str = "KIND_CPU", devices: Sequence[int] = ()) -> list[dict[str, Any]]:
+    """Triton's ``instance_group``: ``instances`` on each of ``devices`` (KIND_GPU), or ``instances`` of ``kind``.
+
+    Example:
+        >>> instance_group(1, devices=(0, 1))
+        [{'count': 1, 'kind': 'KIND_GPU', 'gpus': [0, 1]}]
+    """
+    if instances < 1:
+        raise InvalidArgument(f"instances is {instances}; give 1 or more model instances")
+    if devices:
+        return [{"count": instances, "kind": "KIND_GPU", "gpus": [int(d) for d in devices]}]
+    return [{"count": instances, "kind": kind}]
+
+
+def instance_placement(instances: int, devices: Sequence[int] = ()) -> list[str]:
+    """The device of every model instance Triton starts for ``instance_group(instances, devices=devices)``.
+
+    Example:
+        >>> instance_placement(2, (0, 1))
+        ['cuda:0', 'cuda:0', 'cuda:1', 'cuda:1']
+    """
+    return [f"cuda:{d}" for d in devices for _ in range(instances)] if devices else ["cpu"] * instances
 
 
 def config_dict(plan: ModelPlan, backend: str, *, instances: int = 1, max_delay_ms: float = 2.0,
@@ -95,8 +124,7 @@ def config_dict(plan: ModelPlan, backend: str, *, instances: int = 1, max_delay_
         "max_batch_size": plan.max_batch_size,
         "input": [_tensor(s, batched) for s in plan.inputs],
         "output": [_tensor(s, batched) for s in plan.outputs],
-        "instance_group": [{"count": instances, "kind": "KIND_GPU" if devices else kind}
-                           | ({"gpus": list(devices)} if devices else {})],
+        "instance_group": instance_group(instances, kind, devices),
     }
     if backend == "tensorrt":
         config["platform"] = "tensorrt_plan"
@@ -219,14 +247,16 @@ def export_triton(
     artifacts: Sequence[str | Path], repo: str | Path, *, backend: str = "tensorrt",
     route: str = "onnxruntime", instances: int = 1, max_delay_ms: float = 2.0,
     overwrite: bool = False, kind: str | None = None, stub_env: str | Path | None = None,
-    matrix: str | None = None,
+    matrix: str | None = None, devices: Sequence[int] = (), input_format: str = "native",
 ) -> list[Path]:
     """Write a Triton model repository with one model per artifact; returns the model folders.
 
     ``stub_env`` (python backend) names a venv for the stub (``EXECUTION_ENV_PATH``), e.g. the one
     ``make setup`` makes for the Triton inside ``nvidia-pytriton``; NVIDIA's container needs none.
     ``matrix="name"`` (tensorrt backend) makes one model of single-target engines (a build matrix),
-    with ``cc_model_filenames`` so Triton picks the engine for each GPU.
+    with ``cc_model_filenames`` so Triton picks the engine for each GPU. ``devices=(0, 1)`` writes
+    ``instance_group [{count: instances, kind: KIND_GPU, gpus: [0, 1]}]``: ``instances`` on each GPU.
+    ``input_format="uint8"`` (python backend) takes uint8 frames, preprocessed in the server.
 
     Example:
         >>> export_triton(["out/lite0_fp16.json"], "repo")          # TensorRT backend
@@ -238,6 +268,11 @@ def export_triton(
     if repo.exists() and not repo.is_dir():
         raise FileConflict(f"--repo {repo} is a file; name a folder")
     parameters = {"route": route} | ({"EXECUTION_ENV_PATH": str(Path(stub_env).resolve())} if stub_env else {})
+    if input_format != "native":
+        if backend != "python":
+            raise InvalidArgument("uint8 frames (--input-format uint8) are preprocessed by a trtforge route; "
+                                  "add --backend python")
+        parameters["input_format"] = input_format
     plans = [plan_model(a, parameters) for a in artifacts]
     kind = kind or ("KIND_GPU" if backend == "tensorrt" else "KIND_CPU")
     if matrix is not None:
@@ -245,10 +280,10 @@ def export_triton(
             raise InvalidArgument("a build matrix (--matrix) is a TensorRT-backend model; drop --backend python")
         repo.mkdir(parents=True, exist_ok=True)
         return [write_matrix(repo, matrix, plans, overwrite=overwrite, instances=instances,
-                             max_delay_ms=max_delay_ms, kind=kind)]
+                             max_delay_ms=max_delay_ms, kind=kind, devices=tuple(devices))]
     names = [p.name for p in plans]
     if len(set(names)) != len(names):
         raise InvalidArgument(f"two artifacts share a model name ({names}); rename one with --name at build time")
     repo.mkdir(parents=True, exist_ok=True)
     return [write_model(repo, p, backend, overwrite=overwrite, instances=instances,
-                        max_delay_ms=max_delay_ms, kind=kind) for p in plans]
+                        max_delay_ms=max_delay_ms, kind=kind, devices=tuple(devices)) for p in plans]

@@ -19,13 +19,16 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import logging
 import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -34,13 +37,52 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trtforge.core.errors import InvalidArgument, NotPermitted, Unsupported
+from trtforge.core.errors import InvalidArgument, NotPermitted, Unsupported, UserError
 from trtforge.serve.health import HealthPolicy
+
+log = logging.getLogger(__name__)
 
 #: The admin token's environment variable (``--admin-token`` wins).
 ADMIN_TOKEN_VARIABLE = "TRTFORGE_ADMIN_TOKEN"
 #: The HTTP header that carries the admin token.
 ADMIN_HEADER = "admin-key"
+#: The artifact watcher's polling interval must lie in this range (seconds).
+WATCH_BOUNDS: tuple[float, float] = (0.1, 3600.0)
+
+
+def free_ports(count: int = 3, host: str = "127.0.0.1") -> list[int]:
+    """Ports the kernel hands out on ``host`` now (closed again before tritonserver binds them), for
+    servers that must not collide with another on this machine (tests, benchmarks).
+
+    Example:
+        >>> http, grpc, metrics = free_ports()
+        >>> ServeConfig(http_port=http, grpc_port=grpc, metrics_port=metrics)
+    """
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
+def check_devices(devices: Sequence[int], available: int, option: str = "devices") -> tuple[int, ...]:
+    """``devices`` when every index names a GPU of this machine (``available`` of them), else one line.
+
+    Example:
+        >>> check_devices((0, 1), available=1, option="--devices")
+        InvalidArgument: --devices 0,1 names GPU 1, but this machine has 1 GPU (0); name GPUs from 0 to 0
+    """
+    devices = tuple(int(d) for d in devices)
+    if len(set(devices)) != len(devices) or any(d < 0 for d in devices):
+        raise InvalidArgument(f"{option} {','.join(map(str, devices))} repeats a GPU or has a negative index; "
+                              "name each GPU once, like 0,1")
+    missing = [d for d in devices if d >= available]
+    if missing:
+        have = f"{available} GPU{'s' if available != 1 else ''}" + (f" (0..{available - 1})" if available else "")
+        fix = f"name GPUs from 0 to {available - 1}" if available else f"drop {option} to serve on the CPU"
+        raise InvalidArgument(f"{option} {','.join(map(str, devices))} names GPU {missing[0]}, but this machine "
+                              f"has {have}; {fix}")
+    return devices
 
 
 class ServerFailed(Unsupported):
@@ -70,6 +112,16 @@ class ServeConfig:
     engine_factory: str | None = None
     startup_timeout_s: float = 180.0
     stub_env: Path | None = None
+    input_format: str = "native"
+    watch_s: float | None = None
+
+    def __post_init__(self) -> None:
+        from trtforge.serve.frames import check_input_format
+
+        check_input_format(self.input_format)
+        if self.watch_s is not None and not WATCH_BOUNDS[0] <= self.watch_s <= WATCH_BOUNDS[1]:
+            raise InvalidArgument(f"watch interval {self.watch_s:g} s is outside {WATCH_BOUNDS[0]:g}.."
+                                  f"{WATCH_BOUNDS[1]:g} s; pick a polling interval in that range")
 
     def model_parameters(self, sha256: str | None = None) -> dict[str, str]:
         import trtforge
@@ -81,6 +133,8 @@ class ServeConfig:
                   "recover_after": str(self.health.recover_after)}
         if self.fallback_route:
             params["fallback_route"] = self.fallback_route
+        if self.input_format != "native":
+            params["input_format"] = self.input_format
         if self.engine_factory:
             params["engine_factory"] = self.engine_factory
         if sha256:
@@ -103,11 +157,14 @@ class Server:
 
     def __init__(self, artifacts: Sequence[str | Path], config: ServeConfig | None = None,
                  *, repository: str | Path | None = None) -> None:
+        from trtforge.core.machine import cuda_device_count
         from trtforge.serve.environment import find_triton, require_stub_env
 
         self.config = config or ServeConfig()
         if not artifacts and repository is None:
             raise InvalidArgument("serve needs at least one artifact (a sidecar .json or its .engine)")
+        if self.config.devices:
+            check_devices(self.config.devices, cuda_device_count(), "devices")
         self._dist = find_triton()
         self._stub_env = require_stub_env(self.config.stub_env)
         self._token = self.config.admin_token or os.environ.get(ADMIN_TOKEN_VARIABLE) or secrets.token_hex(32)
@@ -117,6 +174,11 @@ class Server:
         self._process: subprocess.Popen[bytes] | None = None
         self.models: list[str] = []
         self._swap_metrics = _swap_metrics()
+        self._watching = threading.Event()
+        #: What the artifact watcher did: {"model", "artifact", "sha256", "ok", "reason"} per reload it tried.
+        self.watch_events: list[dict[str, Any]] = []
+        if self.config.watch_s is not None and repository is not None:
+            raise InvalidArgument("watching artifacts needs artifacts, not a ready-made repository; drop the watch")
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Server:
@@ -136,6 +198,8 @@ class Server:
             self._log = work / "tritonserver.log"
             self._launch(repo, backends)
             self._wait_ready()
+            if self.config.watch_s is not None:
+                self._start_watcher()
         except BaseException:
             self.stop()
             raise
@@ -195,6 +259,7 @@ class Server:
 
     def stop(self) -> None:
         """Stop tritonserver (SIGTERM, then SIGKILL after the exit timeout) and delete the work folder."""
+        self._watching.set()
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             process.terminate()
@@ -232,7 +297,12 @@ class Server:
         return text + generate_latest(self._swap_metrics[0]).decode()
 
     def status(self, model: str) -> dict[str, Any]:
-        """{"ready", "degraded", "route", "reason"} for ``model``, from readiness and the metrics."""
+        """{"state", "ready", "degraded", "route", "reason"} for ``model``, from readiness and our metrics.
+
+        ``state`` is "ready", "degraded" (ready, but the fallback route serves; ``reason`` says why)
+        or "unavailable". Triton's own ``/v2/health/ready`` and ``/v2/models/<m>/ready`` stay 200
+        while degraded (the fallback answers correctly): they carry no reason.
+        """
         from prometheus_client.parser import text_string_to_metric_families
 
         ready = _http(f"{self.url('http')}/v2/models/{model}/ready", timeout=5)[0] == 200
@@ -247,6 +317,7 @@ class Server:
                     state["route"] = sample.labels["route"]
                 if sample.name == "trtforge_degraded_reason":
                     state["reason"] = sample.labels["reason"]
+        state["state"] = ("degraded" if state["degraded"] else "ready") if ready else "unavailable"
         return state
 
     def reload(self, model: str, artifact: str | Path, *, token: str | None,
@@ -273,6 +344,62 @@ class Server:
             raise SwapRefused(f"reload of {model!r} to {artifact} refused (HTTP {code}): {text.strip()}; "
                               "the old model is still serving")
         swaps.labels(model=model).inc()
+
+
+    # -- artifact watcher --------------------------------------------------------------------
+    def _start_watcher(self) -> None:
+        self._watching.clear()
+        looks = {model: _look(artifact) for model, artifact in zip(self.models, self._artifacts, strict=True)}
+        seen, served = {m: look[0] for m, look in looks.items()}, {m: look[1] for m, look in looks.items()}
+        thread = threading.Thread(target=self._watch, args=(seen, served), daemon=True, name="trtforge-watch")
+        thread.start()
+        self._stack.callback(thread.join, 10)
+
+    def _watch(self, seen: dict[str, tuple[int, ...]], served: dict[str, str | None]) -> None:
+        """Every ``watch_s``: a sidecar whose mtime or size changed, naming another engine sha256, is
+        reloaded through ``reload`` (sha verified, warmed up, atomic switch; refused: the old one serves)."""
+        while not self._watching.wait(self.config.watch_s):
+            for model, artifact in zip(self.models, self._artifacts, strict=True):
+                stamp, sha256 = _look(artifact)
+                if stamp == seen[model] or sha256 is None:  # missing or half written: look again at the next tick
+                    continue
+                seen[model] = stamp
+                if sha256 != served[model]:
+                    event = self._watched_reload(model, artifact, sha256)
+                    self.watch_events.append(event)
+                    if event["ok"]:  # refused: tried again when the sidecar or its engine changes
+                        served[model] = sha256
+
+    def _watched_reload(self, model: str, artifact: Path, sha256: str) -> dict[str, Any]:
+        event = {"model": model, "artifact": str(artifact), "sha256": sha256, "ok": True, "reason": ""}
+        try:
+            self.reload(model, artifact, token=self._token, sha256=sha256)
+            log.warning("trtforge serve: %s reloaded from %s (engine sha256 %s)", model, artifact, sha256[:12])
+        except UserError as exc:
+            event.update(ok=False, reason=str(exc))
+            log.error("trtforge serve: %s", exc)
+        return event
+
+
+def _look(path: Path) -> tuple[tuple[int, ...], str | None]:
+    """((mtime ns, size) of the sidecar and of its engine file, the engine sha256 it records).
+
+    The sha256 is None while the sidecar is missing or half written; a missing file stats (0, -1).
+    """
+    from trtforge.core.sidecar import read_sidecar
+
+    def stat(file: Path) -> tuple[int, int]:
+        try:
+            found = file.stat()
+        except OSError:
+            return 0, -1
+        return found.st_mtime_ns, found.st_size
+
+    try:
+        record = read_sidecar(path)
+    except (UserError, OSError, ValueError):
+        return stat(path), None
+    return (*stat(path), *stat(path.parent / record.engine_file)), record.engine_sha256
 
 
 def _die_with_parent() -> None:

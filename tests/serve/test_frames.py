@@ -1,0 +1,51 @@
+"""uint8 frames in (``input_format="uint8"``): the server runs trtforge's one preprocessing, then the
+route; answers equal ``preprocess_images`` + the same route called directly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.serve.artifacts import make_image_artifact
+from trtforge.core.errors import InvalidArgument
+from trtforge.core.preprocessing import PreprocessConfig, preprocess_images
+from trtforge.core.sidecar import read_sidecar
+from trtforge.runtime.load import load
+from trtforge.serve.frames import frame_specs
+from trtforge.serve.repository import plan_model
+
+
+def infer_frames(server, frames: np.ndarray, dtype: str = "UINT8") -> np.ndarray:
+    from tritonclient.grpc import InferenceServerClient, InferInput
+
+    tensor = InferInput("image", list(frames.shape), dtype)
+    tensor.set_data_from_numpy(frames)
+    return InferenceServerClient(server.url("grpc")).infer("tinyconv", [tensor], client_timeout=30).as_numpy("logits")
+
+
+def test_uint8_frames_are_preprocessed_in_the_server_like_trtforge_does(start_server, tmp_path):
+    artifact = make_image_artifact(tmp_path / "image")
+    server = start_server([artifact], route="onnxruntime", input_format="uint8")
+    frames = np.random.default_rng(0).integers(0, 256, (3, 8, 8, 3), dtype=np.uint8)
+    record = read_sidecar(artifact)
+    with load(artifact, route="onnxruntime") as engine:
+        reference = np.asarray(engine(preprocess_images(list(frames), PreprocessConfig.of(record.preprocessing)))
+                               ["logits"])
+    served = infer_frames(server, frames)
+    assert served.shape == (3, 2) and np.abs(reference).max() > 1e-3
+    np.testing.assert_allclose(served, reference, rtol=1e-5, atol=1e-6)
+    from tritonclient.utils import InferenceServerException
+
+    with pytest.raises(InferenceServerException, match="UINT8|uint8"):  # float frames: refused alone
+        infer_frames(server, frames.astype(np.float32), "FP32")
+    np.testing.assert_allclose(infer_frames(server, frames[:1]), reference[:1], rtol=1e-5, atol=1e-6)
+
+
+def test_frame_input_needs_a_preprocessing_record(tmp_path, linear_v1):
+    image = read_sidecar(make_image_artifact(tmp_path / "image"))
+    assert [(s.name, s.dtype, s.shape) for s in frame_specs(image)] == [("image", "uint8", (-1, 8, 8, 3))]
+    assert plan_model(image.path, {"input_format": "uint8"}).inputs == frame_specs(image)
+    with pytest.raises(InvalidArgument, match="needs the sidecar's preprocessing record"):
+        plan_model(linear_v1, {"input_format": "uint8"})
+    with pytest.raises(InvalidArgument, match="not one of"):
+        plan_model(linear_v1, {"input_format": "rgb"})
