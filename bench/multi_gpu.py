@@ -58,7 +58,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--allow-one-gpu", action="store_true",
                    help="smoke test: map both engines to cuda:0 (one GPU) or the CPU (none)")
     p.add_argument("--skip-serve", action="store_true", help="placement and predictor parts only")
+    p.add_argument("--serve-only", action="store_true", help="the serving part only (its own device call)")
     p.add_argument("--serve-inflight", default="64,128")
+    p.add_argument("--serve-input-format", default="uint8", help="serve_load.py --input-format")
+    p.add_argument("--serve-transport", default="shm", help="serve_load.py --transport")
     p.add_argument("--serve-instances", type=int, default=2, help="serve_load.py --instances (per device)")
     p.add_argument("--serve-processes", type=int, default=8, help="client processes (the null model shows their ceiling)")
     p.add_argument("--serve-requests", type=int, default=20000)
@@ -284,7 +287,8 @@ def serve_run(args: argparse.Namespace, devices: str) -> dict:
                "--model", f"zoo:{MODEL}", "--inflight", args.serve_inflight, "--devices", devices,
                "--instances", str(args.serve_instances), "--processes", str(args.serve_processes),
                "--requests", str(args.serve_requests), "--max-seconds", str(args.serve_max_seconds),
-               "--out", str(out)]
+               "--input-format", args.serve_input_format, "--transport", args.serve_transport,
+               "--budget-s", str(args.serve_timeout - 60), "--out", str(out)]
     console.print(f"serve_load: {escape(' '.join(command))}")
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.serve_timeout)
@@ -320,6 +324,12 @@ def serve_part(args: argparse.Namespace) -> dict:
 
 # -- report ----------------------------------------------------------------------------------------
 def report(result: dict) -> None:
+    if "placement" in result:
+        report_placement(result)
+    report_serve(result, result.get("serve"))
+
+
+def report_placement(result: dict) -> None:
     placement = result["placement"]
     table = Table(title=f"one {MODEL} engine per device, route {result['route']}: loads and two threads at once")
     for column in ("device", "allocated delta per GPU at its load (MiB)", "alone img/s", "concurrent = alone",
@@ -337,7 +347,9 @@ def report(result: dict) -> None:
     console.print(f"predictor with CUDA graphs on {pred.get('device')}: captures {pred.get('graph_captures')}, "
                   f"top-1 same as plain {pred.get('top1_same_as_plain')}, GPU 0 after {pred.get('gpu0_after')}, "
                   f"ok {pred.get('ok')} {escape(pred.get('error', ''))}")
-    serve = result.get("serve")
+
+
+def report_serve(result: dict, serve: dict | None) -> None:
     if serve and "ratios" in serve:
         table = Table(title=f"trtforge serve, {MODEL}, route {result['route']}: 2 GPUs over 1 (target >= {SERVE_TARGET}x)")
         for column in ("in flight", "1 GPU req/s", "2 GPUs req/s", "ratio", "1 GPU p99 ms", "2 GPUs p99 ms",
@@ -352,6 +364,16 @@ def report(result: dict) -> None:
         console.print(f"serving part failed: {escape(json.dumps(serve, default=str)[-3000:])}")
 
 
+def serve_only(args: argparse.Namespace, argv: list[str]) -> int:
+    """Part 3 alone (multi_gpu_serve.json), for a lease that runs the parts in separate device calls."""
+    result = {"command": " ".join(["python", "bench/multi_gpu.py", *argv]), "machine": machine_info(),
+              "date": time.strftime("%Y-%m-%d"), "route": args.route, "serve": serve_part(args)}
+    report(result)
+    result["ok"] = result["serve"]["ok"]
+    (args.out / "multi_gpu_serve.json").write_text(json.dumps(result, indent=2, default=str))
+    return 0 if result["ok"] else 1
+
+
 def main(argv: list[str]) -> int:
     args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -361,6 +383,8 @@ def main(argv: list[str]) -> int:
     if devices is None:
         return 2
     torch.backends.cudnn.benchmark = True
+    if args.serve_only:
+        return serve_only(args, argv)
     # The predictor first, in its own process: this one has touched no GPU yet.
     predictor = predictor_part(args, devices[1])
     with tempfile.TemporaryDirectory() as folder:
