@@ -41,7 +41,7 @@ from trtforge.core.config import MAX_NAME_LENGTH, CompileConfig, ConfigError, Qu
 from trtforge.core.errors import FileConflict, MissingFile, NotAFolder, NotPermitted, Unsupported, WrongType
 from trtforge.core.hashing import sha256_file
 from trtforge.core.sidecar import Sidecar, check_writable, is_trtforge_sidecar, sidecar_bytes
-from trtforge.core.specs import TensorSpec
+from trtforge.core.specs import TensorSpec, shape_value_candidates
 from trtforge.passes.graph import dtype_summary, proto_bytes
 from trtforge.passes.process import Processed, process, reference_graph
 from trtforge.passes.range_probe import probe
@@ -387,6 +387,7 @@ def _write_locked(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths,
         preprocessing=config.preprocessing,
         notes=(*config.notes, *record["notes"]),
         quantization=record["quantization"],
+        shape_inputs=tuple(record.get("shape_inputs") or ()),
     )
     sidecar_path = paths.sidecar(built_precision)
     check_writable(sidecar_path)
@@ -500,7 +501,8 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
     float_plan, built_precision = processed.float_plan, processed.built_precision
     processed_bytes = reference_bytes if processed.model is reference else proto_bytes(processed.model)
     network_name = f"{name}_{built_precision}"
-    key = engine_key(processed_bytes, config, network_name=network_name)
+    shape_values = shape_value_candidates(feeds[0]) if feeds else {}
+    key = engine_key(processed_bytes, config, network_name=network_name, shape_values=shape_values)
     with engine_cache.lock(key) if engine_cache is not None else contextlib.nullcontext():
         entry = engine_cache.get(key) if engine_cache is not None else None
         if entry is not None:
@@ -510,7 +512,7 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
         # 3. Build.
         source = str(model_or_onnx) if isinstance(model_or_onnx, (str, Path)) else type(model_or_onnx).__name__
         result: BuildResult = build_engine(staged, config, name=network_name, progress=progress, console=console,
-                                           source=source)
+                                           source=source, input_values=shape_values)
         notes = []
         if float_plan is not None and float_plan.fp32_nodes:
             notes.append(f"{len(float_plan.fp32_nodes)} node(s) kept in FP32 by the float pass")
@@ -540,6 +542,7 @@ def _build_record(result: BuildResult, config: CompileConfig, precision: dict, n
                     "config": config.key_fields(), "trtforge_version": __version__},
         "notes": notes,
         "quantization": None,
+        "shape_inputs": [{"name": k, "values": v} for k, v in result.shape_values.items()],
         **facts,
     }
     return json.loads(json.dumps(record))
