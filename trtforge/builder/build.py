@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from trtforge.builder.native_output import native_output_to_log
 from trtforge.builder.portability import apply_portability, builder_record
 from trtforge.builder.profiles import resolve_profiles
 from trtforge.builder.progress import BuildProgress
@@ -225,7 +226,8 @@ def parse_network(builder, path: Path, logger: RecordingLogger, source: str | No
     mod = trt.bindings()
     network = builder.create_network(trt.network_flags())
     parser = mod.OnnxParser(network, logger.trt_logger)
-    ok = parser.parse_from_file(str(path))
+    with native_output_to_log():
+        ok = parser.parse_from_file(str(path))
     if not ok:
         failures, nodes = [], _onnx_nodes(path)
         for i in range(parser.num_errors):
@@ -254,7 +256,9 @@ def parser_refusals(model: bytes) -> list[tuple[str, str, str]]:
     logger = RecordingLogger()
     network = mod.Builder(logger.trt_logger).create_network(trt.network_flags())
     parser = mod.OnnxParser(network, logger.trt_logger)
-    if parser.supports_model_v2(model):
+    with native_output_to_log():
+        supported = parser.supports_model_v2(model)
+    if supported:
         return []
     refused = []
     for i in range(parser.num_errors):
@@ -356,7 +360,8 @@ def build_network(builder, network, logger: RecordingLogger, config: CompileConf
     with BuildProgress(enabled=progress, console=console, title=name) as monitor, timing:
         cfg, inputs, profiles = configure(builder, network, config, monitor, shape_values)
         timing.attach(cfg)
-        plan = builder.build_serialized_network(network, cfg)
+        with native_output_to_log():
+            plan = builder.build_serialized_network(network, cfg)
         if plan is not None:
             timing.save()
     seconds = time.perf_counter() - start
