@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import re
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -32,6 +33,7 @@ from trtforge._version import __version__
 from trtforge.artifact import Artifact
 from trtforge.builder.build import BuildResult, build_engine
 from trtforge.builder.portability import file_suffix
+from trtforge.builder.progress import stage_progress
 from trtforge.builder.timing_cache import check_timing_cache_path
 from trtforge.cache.engine_cache import CacheEntry, EngineCache, engine_key
 from trtforge.capture.export import export_onnx, normalize_example_inputs
@@ -132,14 +134,18 @@ def _source_info(model_or_onnx: Any) -> dict:
     return source
 
 
-def _capture(model_or_onnx: Any, example_inputs: Any, tmp: Path, config: CompileConfig) -> onnx.ModelProto:
-    """The model as ONNX: a file as it is, a module exported with a dynamic batch on its batched inputs."""
+def _capture(model_or_onnx: Any, example_inputs: Any, tmp: Path, config: CompileConfig,
+             console: Console | None = None) -> onnx.ModelProto:
+    """The model as ONNX: a file as it is, a module exported with a dynamic batch on its batched inputs
+    (a spinner with the elapsed time shows while the exporter runs)."""
     if isinstance(model_or_onnx, (str, Path)):
         return load_onnx(Path(model_or_onnx))
     input_names = config.input_names or getattr(model_or_onnx, "trtforge_input_names", None)
     output_names = config.output_names or getattr(model_or_onnx, "trtforge_output_names", None)
-    path = export_onnx(model_or_onnx, example_inputs, tmp / "captured.onnx", input_names=input_names,
-                       output_names=output_names, dynamic_batch=True, batched_inputs=config.batched_inputs)
+    with stage_progress(f"{config.name}: exporting {type(model_or_onnx).__name__} to ONNX (torch.onnx)",
+                        enabled=config.progress, console=console):
+        path = export_onnx(model_or_onnx, example_inputs, tmp / "captured.onnx", input_names=input_names,
+                           output_names=output_names, dynamic_batch=True, batched_inputs=config.batched_inputs)
     return load_onnx(path)
 
 
@@ -179,7 +185,8 @@ def compile(  # noqa: A001 - the public verb users expect
         >>> art = compile(model, (x,), CompileConfig(precision="int8"), calibration_data=Path("calib/"))
     """
     config, paths = validate(model_or_onnx, example_inputs, config, calibration_data, overrides)
-    console = console or Console(stderr=True)
+    # Bound to today's stderr: the exporter's quiet block swaps sys.stderr while the export spinner runs.
+    console = console or Console(file=sys.stderr)
     engine_cache = EngineCache(config.cache_dir) if config.cache else None
     with contextlib.ExitStack() as stack:
         request = _request_key(model_or_onnx, example_inputs, config, engine_cache)
@@ -492,7 +499,7 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
                        calibration_data: Any, engine_cache: EngineCache | None, console: Console) -> _Built:
     """Capture → passes → (quantize) → engine-cache lookup → build → store."""
     name, progress = config.name, config.progress
-    proto = _capture(model_or_onnx, example_inputs, tmp, config)
+    proto = _capture(model_or_onnx, example_inputs, tmp, config, console)
     # 2. Passes: cleanup (the FP32 reference), then precision; each graph is serialised once.
     reference = reference_graph(proto)
     reference_bytes = proto_bytes(reference)
@@ -651,7 +658,7 @@ def build_matrix(
     config = (config or CompileConfig()).with_overrides(**overrides)
     for target in targets:  # refuse an unknown target before the first (expensive) build
         replace(config, targets=(target,)).check_toolchain()
-    console = console or Console(stderr=True)
+    console = console or Console(file=sys.stderr)
     plans: list[list[str]] = [[t] for t in targets] + ([targets] if multi_target and len(targets) > 1 else [])
     artifacts = [compile(model_or_onnx, example_inputs, config, targets=plan, calibration_data=calibration_data,
                          console=console) for plan in plans]
