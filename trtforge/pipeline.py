@@ -40,7 +40,15 @@ from trtforge.capture.export import export_onnx, normalize_example_inputs
 from trtforge.capture.onnx_file import load_onnx
 from trtforge.core.atomic import atomic_write_all, folder_lock
 from trtforge.core.config import MAX_NAME_LENGTH, CompileConfig, ConfigError, QuantConfig
-from trtforge.core.errors import FileConflict, MissingFile, NotAFolder, NotPermitted, Unsupported, WrongType
+from trtforge.core.errors import (
+    FileConflict,
+    InvalidArgument,
+    MissingFile,
+    NotAFolder,
+    NotPermitted,
+    Unsupported,
+    WrongType,
+)
 from trtforge.core.hashing import sha256_file
 from trtforge.core.sidecar import Sidecar, check_writable, is_trtforge_sidecar, sidecar_bytes
 from trtforge.core.specs import TensorSpec, shape_value_candidates
@@ -477,6 +485,15 @@ def flavour_keep(reference: ir.Model, config: CompileConfig, keep: Mapping[str, 
     return kept
 
 
+def _check_probe_feeds(reference: ir.Model, feeds: Mapping[str, Any], precision: str) -> None:
+    """The range probe runs the graph on the example inputs: they must give every graph input."""
+    missing = [v.name for v in reference.graph.inputs if not v.is_initializer() and v.name not in feeds]
+    if missing:
+        raise InvalidArgument(
+            f"the example inputs miss graph input(s) {missing}; the {precision} range probe runs the graph on "
+            f"them: give every input in the dict (name → array), e.g. {{{missing[0]!r}: array, ...}}")
+
+
 def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
              feeds: list[dict[str, Any]]) -> tuple[Processed, dict | None]:
     """The processed graph for ``config.precision`` (INT8: quantize first, for the plan) and the INT8 report.
@@ -484,6 +501,8 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
     FP16/BF16: the range probe runs the reference on ``feeds`` and keeps what leaves the low type's range.
     """
     if config.precision != "int8":
+        if feeds and config.float_dtype:
+            _check_probe_feeds(reference, feeds[0], config.precision)
         keep = probe(reference, feeds, config.float_dtype) if feeds and config.float_dtype else {}
         if config.float_dtype:
             keep.update(flavour_keep(reference, config, keep))

@@ -14,6 +14,7 @@ from trtforge.builder.build import BuildFailedError, ShapeInputError
 from trtforge.cache.engine_cache import engine_key
 from trtforge.cache.request_key import request_key
 from trtforge.core.config import CompileConfig
+from trtforge.core.errors import InvalidArgument
 from trtforge.core.sidecar import read_sidecar
 
 
@@ -41,12 +42,14 @@ def test_a_shape_tensor_input_builds_with_the_example_values_recorded_in_the_sid
     assert sidecar.profiles[0]["repeats"] == {"min": [2], "opt": [2], "max": [2]}
 
 
-def test_without_values_the_refusal_says_where_to_give_them(tmp_path):
+@pytest.mark.parametrize("feeds", [None, {"x": FEEDS["x"]}])
+def test_a_shape_tensor_input_without_values_is_one_line_naming_it_its_op_and_where_to_give_them(tmp_path, feeds):
     with pytest.raises(ShapeInputError) as info:
-        trtforge.compile(_tile(tmp_path), {"x": FEEDS["x"]}, precision="fp32", output_dir=tmp_path / "o",
-                         progress=False, cache=False)
+        trtforge.compile(_tile(tmp_path), feeds, precision="fp32", output_dir=tmp_path / "o", progress=False,
+                         cache=False)
     message = str(info.value)
-    assert "\n" not in message and "'repeats'" in message and "Tile" in message and "example inputs" in message
+    assert "\n" not in message and "'repeats'" in message and "Tile" in message and "tile.onnx" in message
+    assert "example inputs" in message
 
 
 def test_the_values_are_part_of_the_engine_and_request_keys(tmp_path):
@@ -68,3 +71,11 @@ def test_a_failed_build_names_the_shape_values_and_their_reader(tmp_path):
                          cache=False)
     message = str(info.value)
     assert "\n" not in message and "'repeats' (read by Tile) = [-1, 2]" in message
+
+
+def test_fp16_example_inputs_that_miss_an_input_are_one_line_before_the_probe(tmp_path):
+    with pytest.raises(InvalidArgument) as info:
+        trtforge.compile(_tile(tmp_path), {"x": FEEDS["x"]}, precision="fp16", output_dir=tmp_path / "o",
+                         progress=False, cache=False)
+    message = str(info.value)
+    assert "\n" not in message and "['repeats']" in message and "range probe" in message
