@@ -41,3 +41,25 @@ def test_native_writes_are_captured_and_python_writes_pass_through(capfd, caplog
     assert "native" not in out + err and "python out" in out
     assert sorted(r.getMessage() for r in caplog.records if r.name == LOGGER) == [
         "TensorRT printed: native err", "TensorRT printed: native out"]
+
+
+def test_concurrent_blocks_share_one_capture_and_restore_the_descriptors(capfd):
+    import threading
+
+    entered, release = threading.Barrier(2), threading.Event()
+
+    def build(text: bytes) -> None:
+        with native_output_to_log():
+            entered.wait()
+            os.write(2, text)
+            release.wait()
+
+    threads = [threading.Thread(target=build, args=(t,)) for t in (b"first\n", b"second\n")]
+    for thread in threads:
+        thread.start()
+    release.set()
+    for thread in threads:
+        thread.join()
+    os.write(2, b"after\n")
+    _, err = capfd.readouterr()
+    assert err == "after\n", err

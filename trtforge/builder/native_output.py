@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
@@ -61,16 +62,48 @@ def _captured_fd(fd: int, stream_name: str, redirect, lines: list[str]) -> Itera
             lines.extend(line for line in sink.read().decode(errors="replace").splitlines() if line.strip())
 
 
+class _Capture:
+    """The process's one capture: file descriptors are process-wide, so builds running in several threads
+    share it; the first to enter points fds 1 and 2 at the files, the last to leave restores them."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.stack: contextlib.ExitStack | None = None
+        self.lines: list[str] = []
+
+    def enter(self) -> list[str]:
+        with self.lock:
+            if self.depth == 0:
+                self.lines = []
+                with contextlib.ExitStack() as stack:
+                    for fd, name, redirect in STREAMS:
+                        stack.enter_context(_captured_fd(fd, name, redirect, self.lines))
+                    self.stack = stack.pop_all()
+            self.depth += 1
+            return self.lines
+
+    def leave(self) -> list[str]:
+        """The captured lines when this was the last user (the fds are restored), else []."""
+        with self.lock:
+            self.depth -= 1
+            if self.depth or self.stack is None:
+                return []
+            stack, self.stack = self.stack, None
+            stack.close()
+            return self.lines
+
+
+_CAPTURE = _Capture()
+
+
 @contextlib.contextmanager
 def native_output_to_log(level: int = logging.DEBUG) -> Iterator[list[str]]:
     """Capture what native code writes to stdout and stderr while the block runs; log each line at
-    ``level`` when it ends (the list of lines is yielded, filled on exit)."""
-    lines: list[str] = []
+    ``level`` when the last concurrent block ends (the list of lines is yielded, filled then)."""
+    lines = _CAPTURE.enter()
     try:
-        with contextlib.ExitStack() as stack:
-            for fd, name, redirect in STREAMS:
-                stack.enter_context(_captured_fd(fd, name, redirect, lines))
-            yield lines
+        yield lines
     finally:
-        for line in lines:
+        for line in _CAPTURE.leave():
             log.log(level, "TensorRT printed: %s", line)
