@@ -84,9 +84,11 @@ def markdown(results: list, seconds: float, per_op: int | None) -> str:
         *(_table(broken, ("case", "what")) if broken else ["Nothing."]), "",
         "## What trtforge does not do yet", "",
         "Inputs that set shapes (shape tensors: Slice starts, Tile repeats, Expand shapes, Split sizes, Resize "
-        "sizes) need their values when TensorRT builds; trtforge sets no shape-input values in its profiles and "
-        "refuses them in one line instead. A model that makes them constants builds.", "",
-        *_table(_refusals(results, "trtforge"), ("op", "cases", "message")), "",
+        "sizes) need their values when TensorRT builds. trtforge sets them in every profile from the example "
+        "inputs (each case's own) and records them in the sidecar (`shape_inputs`); an input without values "
+        "is refused in one line. trtforge's runtime routes do not pass them yet.", "",
+        *(_table(not_done, ("op", "cases", "message")) if (not_done := _refusals(results, "trtforge")) else ["Nothing."]),
+        "",
         "## What TensorRT-RTX refuses", "",
         *_table(_refusals(results, "TensorRT"), ("op", "cases", "TensorRT's reason")), "",
     ]

@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import re
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -32,16 +33,25 @@ from trtforge._version import __version__
 from trtforge.artifact import Artifact
 from trtforge.builder.build import BuildResult, build_engine
 from trtforge.builder.portability import file_suffix
+from trtforge.builder.progress import stage_progress
 from trtforge.builder.timing_cache import check_timing_cache_path
 from trtforge.cache.engine_cache import CacheEntry, EngineCache, engine_key
 from trtforge.capture.export import export_onnx, normalize_example_inputs
 from trtforge.capture.onnx_file import load_onnx
 from trtforge.core.atomic import atomic_write_all, folder_lock
 from trtforge.core.config import MAX_NAME_LENGTH, CompileConfig, ConfigError, QuantConfig
-from trtforge.core.errors import FileConflict, MissingFile, NotAFolder, NotPermitted, Unsupported, WrongType
+from trtforge.core.errors import (
+    FileConflict,
+    InvalidArgument,
+    MissingFile,
+    NotAFolder,
+    NotPermitted,
+    Unsupported,
+    WrongType,
+)
 from trtforge.core.hashing import sha256_file
 from trtforge.core.sidecar import Sidecar, check_writable, is_trtforge_sidecar, sidecar_bytes
-from trtforge.core.specs import TensorSpec
+from trtforge.core.specs import TensorSpec, shape_value_candidates
 from trtforge.passes.graph import dtype_summary, proto_bytes
 from trtforge.passes.process import Processed, process, reference_graph
 from trtforge.passes.range_probe import probe
@@ -132,14 +142,18 @@ def _source_info(model_or_onnx: Any) -> dict:
     return source
 
 
-def _capture(model_or_onnx: Any, example_inputs: Any, tmp: Path, config: CompileConfig) -> onnx.ModelProto:
-    """The model as ONNX: a file as it is, a module exported with a dynamic batch on its batched inputs."""
+def _capture(model_or_onnx: Any, example_inputs: Any, tmp: Path, config: CompileConfig,
+             console: Console | None = None) -> onnx.ModelProto:
+    """The model as ONNX: a file as it is, a module exported with a dynamic batch on its batched inputs
+    (a spinner with the elapsed time shows while the exporter runs)."""
     if isinstance(model_or_onnx, (str, Path)):
         return load_onnx(Path(model_or_onnx))
     input_names = config.input_names or getattr(model_or_onnx, "trtforge_input_names", None)
     output_names = config.output_names or getattr(model_or_onnx, "trtforge_output_names", None)
-    path = export_onnx(model_or_onnx, example_inputs, tmp / "captured.onnx", input_names=input_names,
-                       output_names=output_names, dynamic_batch=True, batched_inputs=config.batched_inputs)
+    with stage_progress(f"{config.name}: exporting {type(model_or_onnx).__name__} to ONNX (torch.onnx)",
+                        enabled=config.progress, console=console):
+        path = export_onnx(model_or_onnx, example_inputs, tmp / "captured.onnx", input_names=input_names,
+                           output_names=output_names, dynamic_batch=True, batched_inputs=config.batched_inputs)
     return load_onnx(path)
 
 
@@ -179,7 +193,8 @@ def compile(  # noqa: A001 - the public verb users expect
         >>> art = compile(model, (x,), CompileConfig(precision="int8"), calibration_data=Path("calib/"))
     """
     config, paths = validate(model_or_onnx, example_inputs, config, calibration_data, overrides)
-    console = console or Console(stderr=True)
+    # Bound to today's stderr: the exporter's quiet block swaps sys.stderr while the export spinner runs.
+    console = console or Console(file=sys.stderr)
     engine_cache = EngineCache(config.cache_dir) if config.cache else None
     with contextlib.ExitStack() as stack:
         request = _request_key(model_or_onnx, example_inputs, config, engine_cache)
@@ -387,6 +402,7 @@ def _write_locked(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths,
         preprocessing=config.preprocessing,
         notes=(*config.notes, *record["notes"]),
         quantization=record["quantization"],
+        shape_inputs=tuple(record.get("shape_inputs") or ()),
     )
     sidecar_path = paths.sidecar(built_precision)
     check_writable(sidecar_path)
@@ -469,6 +485,15 @@ def flavour_keep(reference: ir.Model, config: CompileConfig, keep: Mapping[str, 
     return kept
 
 
+def _check_probe_feeds(reference: ir.Model, feeds: Mapping[str, Any], precision: str) -> None:
+    """The range probe runs the graph on the example inputs: they must give every graph input."""
+    missing = [v.name for v in reference.graph.inputs if not v.is_initializer() and v.name not in feeds]
+    if missing:
+        raise InvalidArgument(
+            f"the example inputs miss graph input(s) {missing}; the {precision} range probe runs the graph on "
+            f"them: give every input in the dict (name → array), e.g. {{{missing[0]!r}: array, ...}}")
+
+
 def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
              feeds: list[dict[str, Any]]) -> tuple[Processed, dict | None]:
     """The processed graph for ``config.precision`` (INT8: quantize first, for the plan) and the INT8 report.
@@ -476,6 +501,8 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
     FP16/BF16: the range probe runs the reference on ``feeds`` and keeps what leaves the low type's range.
     """
     if config.precision != "int8":
+        if feeds and config.float_dtype:
+            _check_probe_feeds(reference, feeds[0], config.precision)
         keep = probe(reference, feeds, config.float_dtype) if feeds and config.float_dtype else {}
         if config.float_dtype:
             keep.update(flavour_keep(reference, config, keep))
@@ -491,7 +518,7 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
                        calibration_data: Any, engine_cache: EngineCache | None, console: Console) -> _Built:
     """Capture → passes → (quantize) → engine-cache lookup → build → store."""
     name, progress = config.name, config.progress
-    proto = _capture(model_or_onnx, example_inputs, tmp, config)
+    proto = _capture(model_or_onnx, example_inputs, tmp, config, console)
     # 2. Passes: cleanup (the FP32 reference), then precision; each graph is serialised once.
     reference = reference_graph(proto)
     reference_bytes = proto_bytes(reference)
@@ -500,7 +527,8 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
     float_plan, built_precision = processed.float_plan, processed.built_precision
     processed_bytes = reference_bytes if processed.model is reference else proto_bytes(processed.model)
     network_name = f"{name}_{built_precision}"
-    key = engine_key(processed_bytes, config, network_name=network_name)
+    shape_values = shape_value_candidates(feeds[0]) if feeds else {}
+    key = engine_key(processed_bytes, config, network_name=network_name, shape_values=shape_values)
     with engine_cache.lock(key) if engine_cache is not None else contextlib.nullcontext():
         entry = engine_cache.get(key) if engine_cache is not None else None
         if entry is not None:
@@ -510,7 +538,7 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
         # 3. Build.
         source = str(model_or_onnx) if isinstance(model_or_onnx, (str, Path)) else type(model_or_onnx).__name__
         result: BuildResult = build_engine(staged, config, name=network_name, progress=progress, console=console,
-                                           source=source)
+                                           source=source, input_values=shape_values)
         notes = []
         if float_plan is not None and float_plan.fp32_nodes:
             notes.append(f"{len(float_plan.fp32_nodes)} node(s) kept in FP32 by the float pass")
@@ -540,6 +568,7 @@ def _build_record(result: BuildResult, config: CompileConfig, precision: dict, n
                     "config": config.key_fields(), "trtforge_version": __version__},
         "notes": notes,
         "quantization": None,
+        "shape_inputs": [{"name": k, "values": v} for k, v in result.shape_values.items()],
         **facts,
     }
     return json.loads(json.dumps(record))
@@ -648,7 +677,7 @@ def build_matrix(
     config = (config or CompileConfig()).with_overrides(**overrides)
     for target in targets:  # refuse an unknown target before the first (expensive) build
         replace(config, targets=(target,)).check_toolchain()
-    console = console or Console(stderr=True)
+    console = console or Console(file=sys.stderr)
     plans: list[list[str]] = [[t] for t in targets] + ([targets] if multi_target and len(targets) > 1 else [])
     artifacts = [compile(model_or_onnx, example_inputs, config, targets=plan, calibration_data=calibration_data,
                          console=console) for plan in plans]

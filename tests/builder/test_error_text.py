@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import trtforge
-from trtforge.builder.build import OnnxParseError, RecordingLogger, ShapeInputError, tensorrt_reasons
+from trtforge.builder.build import OnnxParseError, RecordingLogger, tensorrt_reasons
 from trtforge.core import trt
 from trtforge.passes.graph import load_ir
 from trtforge.passes.process import process
@@ -74,19 +74,6 @@ def test_shape_inference_failure_is_not_printed_before_the_real_work(caplog):
         processed = process(model, "fp16")
     assert not [r for r in caplog.records if "Shape inference failed" in r.getMessage()]
     assert processed.float_plan.fp32_nodes
-
-
-def test_a_shape_tensor_input_is_one_line_naming_it_and_its_op(tmp_path):
-    graph = helper.make_graph([helper.make_node("Tile", ["x", "repeats"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
-                               helper.make_tensor_value_info("repeats", TensorProto.INT64, [2])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
-    path = tmp_path / "tile.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    with pytest.raises(ShapeInputError) as info:
-        trtforge.compile(str(path), precision="fp32", output_dir=tmp_path / "o", progress=False, cache=False)
-    message = str(info.value)
-    assert "\n" not in message and "'repeats'" in message and "Tile" in message and "tile.onnx" in message
 
 
 def test_an_error_outside_a_node_names_the_input_and_its_reader(tmp_path):

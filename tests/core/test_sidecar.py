@@ -18,7 +18,9 @@ from trtforge.core.sidecar import (
     BuilderRecord,
     EngineHashMismatch,
     EngineRecord,
+    MalformedSidecar,
     PrecisionRecord,
+    ShapeInputRecord,
     Sidecar,
     SourceRecord,
     read_sidecar,
@@ -188,3 +190,14 @@ def test_sub_records_accept_dicts_or_records():
     assert from_dicts.profiles == ({"x": {"min": [1, 3], "opt": [2, 3], "max": [4, 3]}},)  # plain JSON lists
     with pytest.raises(WrongType, match="JSON object"):
         Sidecar(**common, precision="fp16", builder={}, source={})
+
+
+def test_shape_inputs_round_trip_and_a_bad_list_is_malformed(built):
+    data = json.loads(built.sidecar_path.read_text())
+    assert "shape_inputs" not in data  # written only when the engine has shape-tensor inputs
+    data["shape_inputs"] = [{"name": "repeats", "values": [3, 2]}]
+    sc = Sidecar.from_dict(data)
+    assert sc.shape_inputs == (ShapeInputRecord(name="repeats", values=(3, 2)),) and sc.to_dict() == data
+    data["shape_inputs"] = [{"name": "repeats", "values": [3.5]}]
+    with pytest.raises(MalformedSidecar, match="shape_inputs"):
+        Sidecar.from_dict(data)

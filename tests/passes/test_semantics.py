@@ -96,7 +96,10 @@ def test_fp16_lstm_with_an_omitted_optional_output():
     model = _model([helper.make_node("LSTM", ["x", "W", "R"], ["", "y_h"], hidden_size=3)],
                    [helper.make_tensor_value_info("x", F, [4, 1, 2])],
                    [helper.make_tensor_value_info("y_h", F, [1, 1, 3])], [w, r])
-    reference = reference_graph(model)
+    # No cleanup: its shape inference types the omitted output, which hid the bug (the float pass's own
+    # inference leaves '' untyped, and refused it with "cannot infer the dtype of 1 value(s)").
+    reference = load_ir(model)
+    assert next(iter(reference.graph)).outputs[0].dtype is None
     processed = process(reference, "fp16")
     onnx.checker.check_model(to_proto(processed.model), full_check=True)
     errors = float_errors(reference, processed.model, {"x": rng.standard_normal((4, 1, 2)).astype(np.float32)})

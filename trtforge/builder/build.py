@@ -11,12 +11,13 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 
+from trtforge.builder.native_output import native_output_to_log
 from trtforge.builder.portability import apply_portability, builder_record
 from trtforge.builder.profiles import resolve_profiles
 from trtforge.builder.progress import BuildProgress
@@ -76,16 +77,26 @@ class ShapeInputError(Unsupported):
     """An input whose values set shapes (a shape tensor): TensorRT needs those values when it builds."""
 
 
-def refuse_shape_inputs(network, path: Path, source: str) -> None:
-    """One line naming the first shape-tensor input and the op reading it (trtforge sets no shape-input values)."""
+def shape_input_values(network, path: Path, source: str,
+                       values: Mapping[str, Sequence[int]] | None) -> dict[str, list[int]]:
+    """The values of every shape-tensor input (an input whose values set shapes), from ``values``.
+
+    TensorRT needs them when it builds (``IOptimizationProfile.set_shape_input``); an input without
+    values is refused in one line naming it and the op reading it.
+
+    Example:
+        >>> shape_input_values(network, Path("m.onnx"), "m.onnx", {"shape": [3, 2]})
+        {'shape': [3, 2]}
+    """
     names = [network.get_input(i).name for i in range(network.num_inputs) if network.get_input(i).is_shape_tensor]
-    if not names:
-        return
-    readers = sorted({node.op_type for node in _onnx_nodes(path) if names[0] in node.input}) or ["?"]
-    raise ShapeInputError(
-        f"{trt.info().flavour} cannot build {source} as given: input {names[0]!r} sets shapes in "
-        f"{'/'.join(readers)} (a shape tensor), so TensorRT needs its values at build time; make it a constant "
-        "(an initializer) in the model")
+    missing = [name for name in names if name not in (values or {})]
+    if missing:
+        readers = sorted({node.op_type for node in _onnx_nodes(path) if missing[0] in node.input}) or ["?"]
+        raise ShapeInputError(
+            f"{trt.info().flavour} cannot build {source} as given: input {missing[0]!r} sets shapes in "
+            f"{'/'.join(readers)} (a shape tensor), so TensorRT needs its values at build time; pass them in the "
+            "example inputs (a dict of arrays with an ONNX file), or make it a constant (an initializer) in the model")
+    return {name: [int(v) for v in (values or {})[name]] for name in names}
 
 
 class BuildFailedError(Unsupported):
@@ -154,6 +165,8 @@ class BuildResult:
     profiles: tuple[dict[str, dict[str, list[int]]], ...]
     builder: dict = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    #: The values each shape-tensor input was built for (min = opt = max in every profile).
+    shape_values: Mapping[str, list[int]] = field(default_factory=dict)
 
 
 def _spec(tensor) -> TensorSpec:
@@ -213,7 +226,8 @@ def parse_network(builder, path: Path, logger: RecordingLogger, source: str | No
     mod = trt.bindings()
     network = builder.create_network(trt.network_flags())
     parser = mod.OnnxParser(network, logger.trt_logger)
-    ok = parser.parse_from_file(str(path))
+    with native_output_to_log():
+        ok = parser.parse_from_file(str(path))
     if not ok:
         failures, nodes = [], _onnx_nodes(path)
         for i in range(parser.num_errors):
@@ -242,7 +256,9 @@ def parser_refusals(model: bytes) -> list[tuple[str, str, str]]:
     logger = RecordingLogger()
     network = mod.Builder(logger.trt_logger).create_network(trt.network_flags())
     parser = mod.OnnxParser(network, logger.trt_logger)
-    if parser.supports_model_v2(model):
+    with native_output_to_log():
+        supported = parser.supports_model_v2(model)
+    if supported:
         return []
     refused = []
     for i in range(parser.num_errors):
@@ -251,8 +267,10 @@ def parser_refusals(model: bytes) -> list[tuple[str, str, str]]:
     return refused or [("?", "?", "; ".join(logger.errors()) or "the parser refused the model without a reason")]
 
 
-def configure(builder, network, config: CompileConfig, monitor: BuildProgress | None):
-    """An ``IBuilderConfig`` carrying profiles, targets, optimisation level and workspace."""
+def configure(builder, network, config: CompileConfig, monitor: BuildProgress | None,
+              shape_values: Mapping[str, list[int]] | None = None):
+    """An ``IBuilderConfig`` carrying profiles (with the shape-tensor inputs' values), targets,
+    optimisation level and workspace."""
     mod = trt.bindings()
     info = trt.info()
     cfg = builder.create_builder_config()
@@ -261,11 +279,13 @@ def configure(builder, network, config: CompileConfig, monitor: BuildProgress | 
         cfg.set_memory_pool_limit(mod.MemoryPoolType.WORKSPACE, config.workspace_bytes)
     inputs = tuple(_spec(network.get_input(i)) for i in range(network.num_inputs))
     profiles = resolve_profiles(inputs, config.batch, config.shapes_map, config.batched_inputs)
-    if any(any(d < 0 for d in s.shape) for s in inputs):
+    if shape_values or any(any(d < 0 for d in s.shape) for s in inputs):
         for profile in profiles:
             opt_profile = builder.create_optimization_profile()
             for name, triple in profile.items():
                 opt_profile.set_shape(name, triple["min"], triple["opt"], triple["max"])
+            for name, values in (shape_values or {}).items():
+                opt_profile.set_shape_input(name, values, values, values)
             cfg.add_optimization_profile(opt_profile)
     if config.targets:
         cfg.num_compute_capabilities = len(config.targets)
@@ -286,15 +306,18 @@ def build_engine(
     progress: bool = True,
     console: Console | None = None,
     source: str | None = None,
+    input_values: Mapping[str, Sequence[int]] | None = None,
 ) -> BuildResult:
     """Build ``onnx_path`` into a serialized plan. ``name`` becomes ``network.name`` (determinism).
 
-    ``source`` names the user's model in error messages (default: ``onnx_path``).
+    ``source`` names the user's model in error messages (default: ``onnx_path``). ``input_values``
+    gives the values of inputs TensorRT reads as shape tensors (others are ignored).
     """
     logger = RecordingLogger()
     with logger.active():
         try:
-            return _build(Path(onnx_path), config, name, progress, console, source or str(onnx_path), logger)
+            return _build(Path(onnx_path), config, name, progress, console, source or str(onnx_path), logger,
+                          input_values)
         except BaseException as exc:
             # The traceback holds _build's frame and its TensorRT builder; drop them here. Freed later by
             # the garbage collector, inside another build's logger callback, the builder's destructor
@@ -303,17 +326,27 @@ def build_engine(
 
 
 def _build(onnx_path: Path, config: CompileConfig, name: str, progress: bool, console: Console | None,
-           source: str, logger: RecordingLogger) -> BuildResult:
+           source: str, logger: RecordingLogger, input_values: Mapping[str, Sequence[int]] | None) -> BuildResult:
     mod = trt.bindings()
     builder = mod.Builder(logger.trt_logger)
     network, _parser = parse_network(builder, onnx_path, logger, source)
-    refuse_shape_inputs(network, onnx_path, source)
-    return build_network(builder, network, logger, config, name=name, progress=progress, console=console,
-                         source=source)
+    shape_values = shape_input_values(network, onnx_path, source, input_values)
+    try:
+        return build_network(builder, network, logger, config, name=name, progress=progress, console=console,
+                             source=source, shape_values=shape_values)
+    except BuildFailedError as exc:
+        if not shape_values:
+            raise
+        nodes = _onnx_nodes(onnx_path)
+        built_with = ", ".join(
+            f"{name!r} (read by {'/'.join(sorted({n.op_type for n in nodes if name in n.input})) or '?'}) = {values}"
+            for name, values in shape_values.items())
+        raise BuildFailedError(f"{exc}; built with shape-tensor input values {built_with}") from None
 
 
 def build_network(builder, network, logger: RecordingLogger, config: CompileConfig, *, name: str,
-                  progress: bool = True, console: Console | None = None, source: str | None = None) -> BuildResult:
+                  progress: bool = True, console: Console | None = None, source: str | None = None,
+                  shape_values: Mapping[str, list[int]] | None = None) -> BuildResult:
     """Build a network already defined on ``builder`` (parsed from ONNX, or converted directly from
     PyTorch by ``trtforge.convert``) with ``config``'s profiles, targets and portability options.
 
@@ -325,9 +358,10 @@ def build_network(builder, network, logger: RecordingLogger, config: CompileConf
     start = time.perf_counter()
     timing = TimingCacheSession(config.timing_cache)
     with BuildProgress(enabled=progress, console=console, title=name) as monitor, timing:
-        cfg, inputs, profiles = configure(builder, network, config, monitor)
+        cfg, inputs, profiles = configure(builder, network, config, monitor, shape_values)
         timing.attach(cfg)
-        plan = builder.build_serialized_network(network, cfg)
+        with native_output_to_log():
+            plan = builder.build_serialized_network(network, cfg)
         if plan is not None:
             timing.save()
     seconds = time.perf_counter() - start
@@ -354,4 +388,5 @@ def build_network(builder, network, logger: RecordingLogger, config: CompileConf
     return BuildResult(
         plan=bytes(plan), seconds=seconds, inputs=inputs, outputs=outputs, profiles=profiles,
         builder=builder_info, warnings=tuple(m for s, m in logger.messages if s == "WARNING"),
+        shape_values=dict(shape_values or {}),
     )

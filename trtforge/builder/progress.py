@@ -10,12 +10,15 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import sys
 import threading
+from collections.abc import Iterator
 from types import FrameType
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from trtforge.core import trt
 
@@ -98,3 +101,18 @@ class BuildProgress:
 
         self._trt_monitor = _Monitor()
         return self._trt_monitor
+
+
+@contextlib.contextmanager
+def stage_progress(description: str, *, enabled: bool = True, console: Console | None = None) -> Iterator[None]:
+    """A spinner with the elapsed time for a stage that reports no steps (a long ONNX export), gone after.
+
+    Example:
+        >>> with stage_progress("exporting Net to ONNX (torch.onnx, dynamo)"):
+        ...     export_onnx(model, args, path)
+    """
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                        console=console or Console(file=sys.stderr), transient=True, disable=not enabled)
+    with progress:
+        progress.add_task(description, total=None)
+        yield

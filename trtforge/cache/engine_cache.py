@@ -97,13 +97,14 @@ def toolchain() -> dict[str, Any]:
 
 
 def engine_key(processed_onnx: bytes, config: CompileConfig, *, network_name: str,
-               converter_hash: str | None = None) -> str:
+               converter_hash: str | None = None, shape_values: Mapping[str, list[int]] | None = None) -> str:
     """The key over everything that changes the engine's bytes (the config's ``ENGINE`` options).
 
     ``network_name`` is written into the plan, so it belongs to the key; the output folder does not.
     On the direct path ``processed_onnx`` is the recorded network's canonical bytes and
     ``converter_hash`` the converters' source hash (``trtforge.convert.source_hash()``), so a converter
-    change never serves a stale engine.
+    change never serves a stale engine. ``shape_values`` are the values given for inputs that may be
+    shape tensors (TensorRT builds them in), so other values never serve this engine.
     """
     fields: dict[str, Any] = {
         "kind": "engine",
@@ -114,6 +115,8 @@ def engine_key(processed_onnx: bytes, config: CompileConfig, *, network_name: st
     }
     if converter_hash is not None:
         fields["converter_hash"] = converter_hash
+    if shape_values:
+        fields["shape_values"] = {name: [int(v) for v in values] for name, values in sorted(shape_values.items())}
     return digest_of(fields)
 
 

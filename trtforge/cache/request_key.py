@@ -25,6 +25,7 @@ from typing import Any
 from trtforge.cache.engine_cache import digest_of, toolchain
 from trtforge.core.config import CompileConfig
 from trtforge.core.hashing import sha256_file
+from trtforge.core.specs import shape_value_candidates
 
 #: Distributions whose versions change the captured or processed graph.
 GRAPH_LIBRARIES: tuple[str, ...] = ("torch", "onnx", "onnx-ir", "onnxscript")
@@ -113,10 +114,8 @@ def example_values_sha256(example_inputs: Any) -> str | None:
     """sha256 over the example inputs' values (the FP16/BF16 range probe runs on them), or None without any."""
     if example_inputs is None:
         return None
-    items = sorted(example_inputs.items()) if isinstance(example_inputs, dict) else (
-        list(enumerate(example_inputs)) if isinstance(example_inputs, (list, tuple)) else [(0, example_inputs)])
     digest = hashlib.sha256()
-    for key, value in items:
+    for key, value in sorted(_named(example_inputs).items()):
         array = value.detach().cpu().numpy() if hasattr(value, "detach") else value
         digest.update(f"{key}|{getattr(array, 'dtype', '')}|{getattr(array, 'shape', '')}|".encode())
         digest.update(array.tobytes() if hasattr(array, "tobytes") else repr(array).encode())
@@ -143,4 +142,16 @@ def request_key(model_or_onnx: Any, example_inputs: Any, config: CompileConfig, 
     }
     if converter_hash is not None:
         fields["converter_hash"] = converter_hash
+    shape_values = shape_value_candidates(_named(example_inputs))
+    if shape_values:  # TensorRT builds a shape tensor's values into the engine, at any precision
+        fields["shape_values"] = shape_values
     return digest_of(fields)
+
+
+def _named(example_inputs: Any) -> dict[Any, Any]:
+    """The example inputs by name (a dict) or position."""
+    if isinstance(example_inputs, dict):
+        return example_inputs
+    if isinstance(example_inputs, (list, tuple)):
+        return dict(enumerate(example_inputs))
+    return {} if example_inputs is None else {0: example_inputs}

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from trtforge.capture.translations import translation_table
 from trtforge.core.batch import guess_batched
 from trtforge.core.errors import InvalidArgument, Unsupported, plain
 
@@ -288,7 +289,7 @@ def _export_dynamo(model, args, kwargs, path, names, out_names, batched: Sequenc
         return torch.onnx.export(
             model, args, kwargs=kwargs or None, dynamo=True, external_data=False,
             input_names=names, output_names=out_names, dynamic_shapes=dynamic_shapes,
-            opset_version=OPSET, optimize=True, verbose=False,
+            opset_version=OPSET, optimize=True, verbose=False, custom_translation_table=translation_table(),
         )
 
 

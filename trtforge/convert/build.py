@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 from trtforge.builder.build import BuildFailedError
+from trtforge.builder.native_output import native_output_to_log
 from trtforge.convert.network import Network
 
 
@@ -59,7 +60,8 @@ def build_plan(net: Network, batch: tuple[int, int, int] = (1, 1, 1), optimizati
     if any(-1 in shape for _n, _d, shape in net.record.inputs):
         cfg.add_optimization_profile(_profile(net.builder, net, batch))
     start = time.perf_counter()
-    plan = net.builder.build_serialized_network(net.net, cfg)
+    with native_output_to_log():
+        plan = net.builder.build_serialized_network(net.net, cfg)
     if plan is None:
         raise BuildFailedError(f"TensorRT could not build {net.net.name}: "
                                + ("; ".join(net.logger.errors()) or "no error was logged"))

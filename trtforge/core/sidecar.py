@@ -277,6 +277,24 @@ class QuantizationRecord(SidecarRecord):
     data_sha256: str | None = _optional()
 
 
+@dataclass(frozen=True, kw_only=True)
+class ShapeInputRecord(SidecarRecord):
+    """An input TensorRT reads as a shape tensor (its values set shapes, e.g. a Reshape's shape) and the
+    values the engine was built for (min = opt = max in every profile). A runtime passes exactly these
+    values, on host memory.
+
+    Example:
+        >>> ShapeInputRecord.from_dict({"name": "shape", "values": [3, 2]}).values
+        (3, 2)
+    """
+
+    name: str
+    values: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", tuple(int(v) for v in _tuple(self.values)))
+
+
 #: One dict per optimization profile: {input name: {"min": [...], "opt": [...], "max": [...]}}.
 ProfileRecord = dict[str, dict[str, list[int]]]
 
@@ -316,6 +334,8 @@ class Sidecar:
     preprocessing: PreprocessConfig | None = None
     notes: tuple[str, ...] = ()
     quantization: QuantizationRecord | None = None
+    #: Inputs read as shape tensors and their built-in values (absent in sidecars without any).
+    shape_inputs: tuple[ShapeInputRecord, ...] = ()
     trtforge_version: str = __version__
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
@@ -331,6 +351,7 @@ class Sidecar:
         object.__setattr__(self, "notes", (self.notes,) if isinstance(self.notes, str) else tuple(self.notes))
         if self.quantization is not None:
             object.__setattr__(self, "quantization", QuantizationRecord.from_dict(self.quantization))
+        object.__setattr__(self, "shape_inputs", tuple(ShapeInputRecord.from_dict(r) for r in self.shape_inputs))
         if self.preprocessing is not None:
             object.__setattr__(self, "preprocessing", PreprocessConfig.of(self.preprocessing))
 
@@ -413,6 +434,8 @@ class Sidecar:
         )
         if self.quantization is not None:
             data["quantization"] = self.quantization.to_dict()
+        if self.shape_inputs:
+            data["shape_inputs"] = [r.to_dict() for r in self.shape_inputs]
         return data
 
     @classmethod
@@ -422,7 +445,7 @@ class Sidecar:
         known = {
             "schema_version", "generator", "trtforge_version", "name", "source", "engine",
             "inputs", "outputs", "profiles", "precision", "builder", "preprocessing", "notes",
-            "quantization",
+            "quantization", "shape_inputs",
         }
         engine = EngineRecord.from_dict(data["engine"])
         return cls(
@@ -439,6 +462,7 @@ class Sidecar:
             preprocessing=data.get("preprocessing"),
             notes=data.get("notes") or (),
             quantization=data.get("quantization"),
+            shape_inputs=_shape_inputs(data.get("shape_inputs"), path),
             trtforge_version=data.get("trtforge_version", "unknown"),
             schema_version=int(data.get("schema_version", SCHEMA_VERSION)),
             extra={k: v for k, v in data.items() if k not in known},
@@ -451,6 +475,18 @@ class Sidecar:
             self, engine_file=engine.name, engine_size=engine.stat().st_size,
             engine_sha256=sha256_file(engine),
         )
+
+
+def _shape_inputs(value: Any, path: Path | None) -> tuple[ShapeInputRecord, ...]:
+    """The ``shape_inputs`` list: each {"name": str, "values": [int, ...]}; anything else is malformed."""
+    if value is None:
+        return ()
+    ok = isinstance(value, list) and all(
+        isinstance(r, Mapping) and isinstance(r.get("name"), str) and isinstance(r.get("values"), list)
+        and all(type(v) is int for v in r["values"]) for r in value)
+    if not ok:
+        raise _malformed(path, "has a bad shape_inputs (each needs a name and an integer values list)")
+    return tuple(ShapeInputRecord.from_dict(r) for r in value)
 
 
 def is_trtforge_sidecar(path: Path) -> bool:

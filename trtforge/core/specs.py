@@ -7,7 +7,9 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 #: ONNX elem type → numpy dtype name used in specs and sidecars.
 ONNX_TO_DTYPE: dict[int, str] = {
@@ -34,3 +36,20 @@ class TensorSpec:
     @classmethod
     def from_dict(cls, data: dict) -> TensorSpec:
         return cls(str(data["name"]), str(data["dtype"]), tuple(int(d) for d in data["shape"]))
+
+
+def shape_value_candidates(values: Mapping[str, Any]) -> dict[str, list[int]]:
+    """The values of the integer inputs of rank 0 or 1: those TensorRT may read as shape tensors, whose
+    values it needs when it builds (and builds into the engine).
+
+    Example:
+        >>> shape_value_candidates({"x": np.zeros((2, 3), np.float32), "shape": np.array([3, 2])})
+        {'shape': [3, 2]}
+    """
+    found = {}
+    for name, value in values.items():
+        array = value.detach().cpu().numpy() if hasattr(value, "detach") else value
+        dtype, shape = getattr(array, "dtype", None), getattr(array, "shape", None)
+        if dtype is not None and shape is not None and len(shape) <= 1 and getattr(dtype, "kind", "") in "iu":
+            found[str(name)] = [int(v) for v in array.reshape(-1).tolist()]
+    return found
