@@ -394,7 +394,7 @@ for _stage, _function in [
     ("write", "trtforge.core.atomic:_staged"),
 ]:
     def _sigint(ctx: Ctx, function: str = _function) -> Case:
-        return Case(build(ctx, "--batch", "1:3:5"), EXIT_CANCELLED, r"interrupted|cancelled by the user", sigint_at=function,
+        return Case(build(ctx, "--batch", "1:3:5"), EXIT_CANCELLED, r"^interrupted\b", sigint_at=function,
                     cache=ctx.tmp / "cache")
     CASES[f"sigint_{_stage}"] = _sigint
 
