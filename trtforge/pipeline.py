@@ -479,7 +479,7 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
         keep = probe(reference, feeds, config.float_dtype) if feeds and config.float_dtype else {}
         if config.float_dtype:
             keep.update(flavour_keep(reference, config, keep))
-        return process(reference, config.precision, keep=keep or None, keep_fp32=config.keep_fp32), None
+        return process(reference, config.precision, keep=keep or None, keep_fp32=config.fp32_patterns), None
     from trtforge.quantize.quantizer import quantize_model
 
     result = quantize_model(reference, calibration_data, config.quant if config.quant is not None else QuantConfig(),

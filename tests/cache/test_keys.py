@@ -85,6 +85,7 @@ GRAPH_CHANGES: dict[str, object] = {
     "output_names": ("logits",),
     "quant": QuantConfig(calibrator="entropy"),
     "keep_fp32": ("conv",),
+    "layer_precision": {"conv": "fp32"},
 }
 #: Options that do not affect the engine: no key may read them.
 NOT_AFFECTING: dict[str, object] = {
@@ -191,3 +192,11 @@ def test_example_values_change_the_fp16_request_key_only():
     fp16, fp32 = CompileConfig(precision="fp16", name="t"), CompileConfig(precision="fp32", name="t")
     assert request_key(model, (small,), fp16) != request_key(model, (large,), fp16)
     assert request_key(model, (small,), fp32) == request_key(model, (large,), fp32)
+
+
+def test_keep_fp32_and_layer_precision_fp32_are_one_request(tiny_onnx):
+    """``--keep-fp32 X`` and ``--layer-precision X:fp32`` process the graph alike: one key. The build's own
+    type as a layer precision changes nothing."""
+    keep = _keys(dataclasses.replace(BASE, keep_fp32=("conv",)), tiny_onnx)
+    assert _keys(dataclasses.replace(BASE, layer_precision=["conv:fp32"]), tiny_onnx) == keep
+    assert _keys(dataclasses.replace(BASE, layer_precision={"conv": "fp16"}), tiny_onnx) == _keys(BASE, tiny_onnx)
