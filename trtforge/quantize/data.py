@@ -24,6 +24,7 @@ import logging
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import UnidentifiedImageError
@@ -266,7 +267,9 @@ class Batches(Sequence):
     def __len__(self) -> int:
         return len(self.chunks)
 
-    def __getitem__(self, index: int) -> dict[str, np.ndarray]:  # type: ignore[override]
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return Batches(self.chunks[index])
         chunk = self.chunks[index]
         return {k: np.concatenate([s[k] for s in chunk], axis=0) for k in chunk[0]}
 
