@@ -35,10 +35,10 @@ from trtforge.builder.portability import file_suffix
 from trtforge.builder.timing_cache import check_timing_cache_path
 from trtforge.cache.engine_cache import CacheEntry, EngineCache, engine_key
 from trtforge.capture.export import export_onnx, normalize_example_inputs
-from trtforge.capture.onnx_file import load_onnx
+from trtforge.capture.onnx_file import check_onnx_path, load_onnx
 from trtforge.core.atomic import Payload, atomic_write_all, folder_lock
 from trtforge.core.config import MAX_NAME_LENGTH, CompileConfig, ConfigError, QuantConfig
-from trtforge.core.errors import FileConflict, MissingFile, NotAFolder, NotPermitted, Unsupported, WrongType
+from trtforge.core.errors import FileConflict, NotAFolder, NotPermitted, Unsupported, WrongType
 from trtforge.core.hashing import sha256_file
 from trtforge.core.sidecar import Sidecar, check_writable, is_trtforge_sidecar, sidecar_bytes
 from trtforge.core.specs import TensorSpec
@@ -315,8 +315,8 @@ def _check_model(model_or_onnx: Any, example_inputs: Any) -> None:
                 f"compile() takes a torch.nn.Module or a path to an .onnx file, not {type(model_or_onnx).__name__}"
             )
         normalize_example_inputs(model_or_onnx, example_inputs)
-    elif not Path(model_or_onnx).exists():
-        raise MissingFile(f"model file {model_or_onnx} does not exist; pass an .onnx file or an nn.Module")
+    else:
+        check_onnx_path(Path(model_or_onnx))
 
 
 def _request_key(model_or_onnx: Any, example_inputs: Any, config: CompileConfig,
