@@ -37,13 +37,12 @@ from trtforge.builder.progress import stage_progress
 from trtforge.builder.timing_cache import check_timing_cache_path
 from trtforge.cache.engine_cache import CacheEntry, EngineCache, engine_key
 from trtforge.capture.export import export_onnx, normalize_example_inputs
-from trtforge.capture.onnx_file import load_onnx
-from trtforge.core.atomic import atomic_write_all, folder_lock
+from trtforge.capture.onnx_file import check_onnx_path, load_onnx
+from trtforge.core.atomic import Payload, atomic_write_all, folder_lock
 from trtforge.core.config import MAX_NAME_LENGTH, CompileConfig, ConfigError, QuantConfig
 from trtforge.core.errors import (
     FileConflict,
     InvalidArgument,
-    MissingFile,
     NotAFolder,
     NotPermitted,
     Unsupported,
@@ -330,8 +329,8 @@ def _check_model(model_or_onnx: Any, example_inputs: Any) -> None:
                 f"compile() takes a torch.nn.Module or a path to an .onnx file, not {type(model_or_onnx).__name__}"
             )
         normalize_example_inputs(model_or_onnx, example_inputs)
-    elif not Path(model_or_onnx).exists():
-        raise MissingFile(f"model file {model_or_onnx} does not exist; pass an .onnx file or an nn.Module")
+    else:
+        check_onnx_path(Path(model_or_onnx))
 
 
 def _request_key(model_or_onnx: Any, example_inputs: Any, config: CompileConfig,
@@ -379,7 +378,7 @@ def _write_locked(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths,
     engine_path = paths.engine(built_precision)
     onnx_path = reference_path = None
     source = {**_source_info(model_or_onnx), **record.get("source", {})}
-    files: list[tuple[Path, bytes, int | None]] = []
+    files: list[tuple[Path, Payload, int | None]] = []
     if built.processed_onnx is not None:  # the ONNX path; the direct path makes no ONNX
         check_same_model(paths, record["reference_onnx_sha256"], config.overwrite)
         onnx_path, reference_path = paths.onnx(built_precision), paths.reference_onnx()
@@ -391,8 +390,8 @@ def _write_locked(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths,
     sidecar = Sidecar(
         name=config.name,
         engine_file=engine_path.name,
-        engine_size=len(built.plan),
-        engine_sha256=hashlib.sha256(built.plan).hexdigest(),
+        engine_size=built.engine_size,
+        engine_sha256=built.engine_sha256,
         inputs=tuple(TensorSpec.from_dict(d) for d in record["inputs"]),
         outputs=tuple(TensorSpec.from_dict(d) for d in record["outputs"]),
         profiles=tuple(record["profiles"]),
@@ -414,27 +413,42 @@ def _write_locked(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths,
 
 @dataclass(frozen=True)
 class _Built:
-    """One build's products, fresh or read back from the engine cache."""
+    """One build's products: fresh (bytes), or a cache hit (the checked blobs, linked into place when written)."""
 
     key: str
-    plan: bytes
+    plan: Payload
     #: The processed and reference graphs; None on the direct path (no ONNX is made).
-    processed_onnx: bytes | None
-    reference_onnx: bytes | None
+    processed_onnx: Payload | None
+    reference_onnx: Payload | None
     #: JSON-able facts of the build: inputs, outputs, profiles, precision, builder, hashes, notes.
     record: dict
+    #: The engine's sha256 (hashed once: by the build, or checked by the cache).
+    engine_sha256: str
     hit: bool = False
 
+    @property
+    def engine_size(self) -> int:
+        return self.plan.stat().st_size if isinstance(self.plan, Path) else len(self.plan)
+
     def files(self) -> dict[str, bytes]:
+        """A fresh build's members, for the engine cache."""
         graphs = {"processed.onnx": self.processed_onnx, "reference.onnx": self.reference_onnx}
-        return {"engine": self.plan, "record.json": json.dumps(self.record).encode(),
-                **{name: data for name, data in graphs.items() if data is not None}}
+        members = {"engine": self.plan, "record.json": json.dumps(self.record).encode(),
+                   **{name: data for name, data in graphs.items() if data is not None}}
+        return {name: data.read_bytes() if isinstance(data, Path) else data for name, data in members.items()}
+
+    @classmethod
+    def fresh(cls, key: str, plan: bytes, record: dict, processed_onnx: bytes | None = None,
+              reference_onnx: bytes | None = None) -> _Built:
+        return cls(key=key, plan=plan, processed_onnx=processed_onnx, reference_onnx=reference_onnx, record=record,
+                   engine_sha256=hashlib.sha256(plan).hexdigest())
 
     @classmethod
     def from_entry(cls, entry: CacheEntry) -> _Built:
-        files = entry.files
-        return cls(key=entry.key, plan=files["engine"], processed_onnx=files.get("processed.onnx"),
-                   reference_onnx=files.get("reference.onnx"), record=json.loads(files["record.json"]), hit=True)
+        paths = entry.paths
+        return cls(key=entry.key, plan=paths["engine"], processed_onnx=paths.get("processed.onnx"),
+                   reference_onnx=paths.get("reference.onnx"), record=json.loads(entry.read("record.json")),
+                   engine_sha256=entry.sha256("engine"), hit=True)
 
 
 def probe_feeds(model_or_onnx: Any, example_inputs: Any, reference: ir.Model) -> list[dict[str, Any]]:
@@ -506,7 +520,7 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
         keep = probe(reference, feeds, config.float_dtype) if feeds and config.float_dtype else {}
         if config.float_dtype:
             keep.update(flavour_keep(reference, config, keep))
-        return process(reference, config.precision, keep=keep or None, keep_fp32=config.keep_fp32), None
+        return process(reference, config.precision, keep=keep or None, keep_fp32=config.fp32_patterns), None
     from trtforge.quantize.quantizer import quantize_model
 
     result = quantize_model(reference, calibration_data, config.quant if config.quant is not None else QuantConfig(),
@@ -548,8 +562,7 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
         record = _build_record(result, config, precision, notes, quantization=quant_report,
                                onnx_sha256=hashlib.sha256(processed_bytes).hexdigest(),
                                reference_onnx_sha256=hashlib.sha256(reference_bytes).hexdigest())
-        built = _Built(key=key, plan=result.plan, processed_onnx=processed_bytes, reference_onnx=reference_bytes,
-                       record=record)
+        built = _Built.fresh(key, result.plan, record, processed_bytes, reference_bytes)
         _store(engine_cache, built, config)
         return built
 
@@ -579,7 +592,7 @@ def _store(engine_cache: EngineCache | None, built: _Built, config: CompileConfi
     if engine_cache is not None:
         store_in_cache(engine_cache, built.key, built, {
             "model": config.name, "precision": built.record["precision"]["built"], "targets": list(config.targets),
-            "options": file_suffix(config).lstrip("_"), "engine_size": len(built.plan),
+            "options": file_suffix(config).lstrip("_"), "engine_size": built.engine_size,
         })
 
 
@@ -621,7 +634,7 @@ def _convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *
             notes.append(f"{len(lowered.fp32_nodes)} node(s) kept in FP32 by the direct path's float rules")
         record = _build_record(result, config, precision, notes, source={"path": "direct"})
         record["builder"]["converter_hash"] = converter_hash
-        built = _Built(key=key, plan=result.plan, processed_onnx=None, reference_onnx=None, record=record)
+        built = _Built.fresh(key, result.plan, record)
         _store(engine_cache, built, config)
         return built
 

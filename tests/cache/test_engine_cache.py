@@ -65,11 +65,8 @@ def test_damaged_entry_is_deleted_warned_and_rebuilt(tiny_onnx, tmp_path, caplog
         blob.write_bytes(bytes(data[: len(data) // 3]))
     elif damage == "json":
         cache.meta_path(key).write_text("{not json")
-    else:  # a blob that decompresses cleanly into other bytes than its recorded sha256
-        import zstandard
-
-        engine = zstandard.ZstdDecompressor().decompress(bytes(data))
-        blob.write_bytes(zstandard.ZstdCompressor().compress(engine[:-1] + b"\0"))
+    else:  # a member whose blob is gone
+        blob.unlink()
     with caplog.at_level(logging.WARNING):
         second = _compile(tiny_onnx, tmp_path / "b", tmp_path / "cache")
     assert any("rebuilding" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
@@ -166,7 +163,7 @@ def test_each_distinct_file_is_stored_once(tiny_onnx, tmp_path):
     cache = EngineCache(tmp_path / "cache")
     records = [json.loads(cache.meta_path(a.sidecar.builder.cache["key"]).read_text()) for a in arts]
     members = [info["sha256"] for r in records for info in r["files"].values()]
-    blobs = sorted(p.stem for p in (tmp_path / "cache" / "blobs").glob("*.zst"))
+    blobs = sorted(p.name for p in (tmp_path / "cache" / "blobs").iterdir())
     assert blobs == sorted(set(members))  # one blob per distinct file, none unnamed
     reference = {r["files"]["reference.onnx"]["sha256"] for r in records}
     assert len(reference) == 1 and len(members) == 16 and len(blobs) <= 10
@@ -174,3 +171,58 @@ def test_each_distinct_file_is_stored_once(tiny_onnx, tmp_path):
     cache.remove(arts[0].sidecar.builder.cache["key"])  # the shared reference stays for the others
     assert cache.blob_path(next(iter(reference))).is_file()
     assert _compile(tiny_onnx, tmp_path / "again", tmp_path / "cache", optimization_level=2).sidecar.builder.cache["hit"]
+
+
+def test_a_hit_links_the_checked_blobs_and_writes_no_graph_or_engine_bytes(tiny_onnx, tmp_path, monkeypatch):
+    """issue 15: an ONNX-source hit unpacked and rewrote every file. Now it hard-links the blobs (same file
+    system), never parses the ONNX file, and the files read back byte for byte."""
+    import onnx
+
+    first = _compile(tiny_onnx, tmp_path / "a", tmp_path / "cache")
+
+    def no_parse(*args, **kwargs):
+        raise AssertionError("a hit on a plain ONNX file must not parse it")
+
+    monkeypatch.setattr(onnx, "load", no_parse)
+    monkeypatch.setattr(onnx, "load_model", no_parse)
+    second = _compile(tiny_onnx, tmp_path / "b", tmp_path / "cache")
+    monkeypatch.undo()
+    assert second.sidecar.builder.cache["hit"] is True
+    cache = EngineCache(tmp_path / "cache")
+    members = json.loads(cache.meta_path(second.sidecar.builder.cache["key"]).read_text())["files"]
+    for name, member in (("engine_path", "engine"), ("onnx_path", "processed.onnx"),
+                         ("reference_onnx_path", "reference.onnx")):
+        written = getattr(second, name)
+        assert written.read_bytes() == getattr(first, name).read_bytes()
+        assert written.stat().st_ino == cache.blob_path(members[member]["sha256"]).stat().st_ino  # a link
+    assert second.sidecar.engine_sha256 == members["engine"]["sha256"] == first.sidecar.engine_sha256
+    read_sidecar(second.sidecar_path).verify_engine()
+
+
+def test_a_blob_with_other_permission_bits_is_copied_not_linked(tiny_onnx, tmp_path):
+    first = _compile(tiny_onnx, tmp_path / "a", tmp_path / "cache")
+    cache = EngineCache(tmp_path / "cache")
+    engine_blob = cache.blob_path(first.sidecar.engine_sha256)
+    engine_blob.chmod(0o600)  # a link would give the artifact these bits: it gets a copy with the usual ones
+    second = _compile(tiny_onnx, tmp_path / "b", tmp_path / "cache")
+    assert second.sidecar.builder.cache["hit"] is True
+    assert second.engine_path.stat().st_ino != engine_blob.stat().st_ino
+    assert second.engine_path.stat().st_mode & 0o777 == second.sidecar_path.stat().st_mode & 0o777
+    assert second.engine_path.read_bytes() == first.engine_path.read_bytes()
+
+
+def test_an_in_place_edit_of_a_linked_artifact_is_caught_and_rebuilt(tiny_onnx, tmp_path, caplog):
+    """A hit's files share the cache's blobs: an edit in place (trtforge never makes one) damages the
+    blob too. The sidecar's hash check and the cache's both catch it; the next compile rebuilds."""
+    first = _compile(tiny_onnx, tmp_path / "a", tmp_path / "cache")
+    second = _compile(tiny_onnx, tmp_path / "b", tmp_path / "cache")
+    with open(second.engine_path, "r+b") as handle:
+        handle.seek(100)
+        handle.write(b"\xff\xfe")
+    with pytest.raises(Exception, match="does not match its sidecar"):
+        read_sidecar(second.sidecar_path).verify_engine()
+    with caplog.at_level(logging.WARNING):
+        third = _compile(tiny_onnx, tmp_path / "c", tmp_path / "cache")
+    assert third.sidecar.builder.cache["hit"] is False and "rebuilding" in caplog.text
+    if trt.info().is_rtx:  # TensorRT-RTX builds are deterministic
+        assert third.engine_path.read_bytes() == first.engine_path.read_bytes()

@@ -85,6 +85,7 @@ GRAPH_CHANGES: dict[str, object] = {
     "output_names": ("logits",),
     "quant": QuantConfig(calibrator="entropy"),
     "keep_fp32": ("conv",),
+    "layer_precision": {"conv": "fp32"},
 }
 #: Options that do not affect the engine: no key may read them.
 NOT_AFFECTING: dict[str, object] = {
@@ -191,3 +192,30 @@ def test_example_values_change_the_fp16_request_key_only():
     fp16, fp32 = CompileConfig(precision="fp16", name="t"), CompileConfig(precision="fp32", name="t")
     assert request_key(model, (small,), fp16) != request_key(model, (large,), fp16)
     assert request_key(model, (small,), fp32) == request_key(model, (large,), fp32)
+
+
+def test_keep_fp32_and_layer_precision_fp32_are_one_request(tiny_onnx):
+    """``--keep-fp32 X`` and ``--layer-precision X:fp32`` process the graph alike: one key. The build's own
+    type as a layer precision changes nothing."""
+    keep = _keys(dataclasses.replace(BASE, keep_fp32=("conv",)), tiny_onnx)
+    assert _keys(dataclasses.replace(BASE, layer_precision=["conv:fp32"]), tiny_onnx) == keep
+    assert _keys(dataclasses.replace(BASE, layer_precision={"conv": "fp16"}), tiny_onnx) == _keys(BASE, tiny_onnx)
+
+
+def test_request_key_follows_external_data_files(tiny_onnx, tmp_path):
+    """The ONNX file is parsed only when it can name external data; then every named file is hashed."""
+    import onnx
+
+    from trtforge.cache.request_key import onnx_fingerprint
+
+    path = tmp_path / "ext.onnx"
+    onnx.save_model(onnx.load(str(tiny_onnx)), str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="weights.bin", size_threshold=0)
+    fingerprint = onnx_fingerprint(path)
+    assert list(fingerprint["external"]) == ["weights.bin"]
+    assert onnx_fingerprint(tiny_onnx)["external"] == {}
+    key = request_key(path, None, BASE)
+    data = bytearray((tmp_path / "weights.bin").read_bytes())
+    data[0] ^= 0xFF
+    (tmp_path / "weights.bin").write_bytes(bytes(data))
+    assert request_key(path, None, BASE) != key and onnx_fingerprint(path)["onnx_sha256"] == fingerprint["onnx_sha256"]

@@ -19,7 +19,7 @@ from trtforge.cli import app
 from trtforge.cli.app import guarded
 from trtforge.cli.build import BUILD_PARAMETERS, QUANT_PARAMETERS, config_from_cli
 from trtforge.core.config import CompileConfig, QuantConfig
-from trtforge.core.errors import InvalidArgument
+from trtforge.core.errors import Cancelled, InvalidArgument
 
 trtforge_root = Path(trtforge.__file__).parent
 
@@ -105,7 +105,11 @@ def test_exit_codes_of_user_errors_interrupts_and_os_errors():
     user = runner.invoke(_guarded_app(InvalidArgument("batch=0: pass batch=1")), ["fail"])
     assert user.exit_code == 2 and "error: batch=0: pass batch=1" in user.output and "Traceback" not in user.output
     cancelled = runner.invoke(_guarded_app(KeyboardInterrupt()), ["fail"])
-    assert cancelled.exit_code == 130 and "cancelled" in cancelled.output
+    assert cancelled.exit_code == 1 and "error: interrupted (Ctrl-C); no file was left half-written" in cancelled.output
+    assert "Traceback" not in cancelled.output and "bug" not in cancelled.output
+    stopped = runner.invoke(_guarded_app(Cancelled("build of m cancelled by the user; nothing was written")), ["fail"])
+    assert stopped.exit_code == 1
+    assert "error: interrupted: build of m cancelled by the user; nothing was written" in stopped.output
     full = runner.invoke(_guarded_app(OSError(errno.ENOSPC, "No space left on device", "/out/m.engine")), ["fail"])
     assert full.exit_code == 1 and "No space left on device" in full.output
     assert "Traceback" not in full.output and "bug" not in full.output

@@ -47,3 +47,31 @@ def test_lite0_fp32_and_its_int8_graph(lite0_onnx, tmp_path):
     result = runner.invoke(app, ["inspect", str(lite0_onnx)])
     assert result.exit_code == 0, result.output
     assert "accepts every node" in result.output and "Conv 49" in result.output and "not quantized" in result.output
+
+
+@pytest.mark.parametrize("argv, fix", [
+    (["inspect", "{missing}"], "pass trtforge inspect an existing .onnx file, an .engine or its .json sidecar"),
+    (["debug", "precision", "{missing}", "--precision", "fp16"],
+     "pass trtforge debug precision an existing FP32 .onnx file or an artifact's .json sidecar"),
+    (["compare", "--layerwise", "{missing}", "{missing}"], "--layerwise compares two existing .onnx files"),
+])
+def test_a_missing_onnx_file_is_one_line_naming_the_fix_in_cli_terms(tmp_path, argv, fix):
+    missing = tmp_path / "nope.onnx"
+    result = runner.invoke(app, [a.format(missing=missing) for a in argv])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: no ONNX file at {missing}; "), result.output
+    assert fix in lines[0]
+
+
+def test_a_missing_onnx_file_names_the_fix_in_python_terms(tmp_path):
+    from trtforge.core.errors import MissingFile
+    from trtforge.debug.bisect import bisection_inputs
+
+    missing = tmp_path / "nope.onnx"
+    with pytest.raises(MissingFile, match=r"describe_onnx\(path='.*nope.onnx'\): no ONNX file there; pass the path "
+                                          r"of an existing \.onnx file"):
+        describe_onnx(missing)
+    with pytest.raises(MissingFile, match=r"bisection_inputs\(model='.*nope.onnx'\): no ONNX file there; pass the "
+                                          r"path of an existing FP32 \.onnx file or of an artifact's \.json sidecar"):
+        bisection_inputs(missing, None, None, 8, 8)

@@ -104,6 +104,11 @@ for _name, _flag, _value, _match, _good in [
     ("shapes_unknown_input", "--shapes", "nope:1x3x16x16:1x3x16x16:1x3x16x16", r"unknown inputs \['nope'\]", None),
     ("keep_fp32_bad_regex", "--keep-fp32", "(", r"not a valid regular expression", None),
     ("keep_fp32_no_match", "--keep-fp32", "no_such_node", r"matches no node", None),
+    ("layer_precision_malformed", "--layer-precision", "Conv", r"--layer-precision 'Conv': write PATTERN:PRECISION",
+     "Conv:fp32"),
+    ("layer_precision_unknown", "--layer-precision", "Conv:int8", r"can be given fp32, fp16, bf16, not 'int8'", None),
+    ("layer_precision_other_float", "--layer-precision", "Conv:bf16",
+     r"Conv:bf16 with precision fp16: a graph computes in one float type", "Conv:fp32"),
     ("calibrator_unknown", "--calibrator", "magic", r"calibrator='magic'", None),
     ("holdout_out_of_range", "--holdout", "1.5", r"holdout=1.5 must lie in", None),
     ("calib_batch_size_zero", "--calib-batch-size", "0", r"calibration batch size must be a positive", None),
@@ -394,7 +399,7 @@ for _stage, _function in [
     ("write", "trtforge.core.atomic:_staged"),
 ]:
     def _sigint(ctx: Ctx, function: str = _function) -> Case:
-        return Case(build(ctx, "--batch", "1:3:5"), EXIT_CANCELLED, r"interrupted|cancelled by the user", sigint_at=function,
+        return Case(build(ctx, "--batch", "1:3:5"), EXIT_CANCELLED, r"^interrupted\b", sigint_at=function,
                     cache=ctx.tmp / "cache")
     CASES[f"sigint_{_stage}"] = _sigint
 

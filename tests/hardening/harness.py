@@ -23,8 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGINT_AT = Path(__file__).with_name("sigint_at.py")
-#: Ctrl-C's exit code (128 + SIGINT), as every shell tool uses it.
-EXIT_CANCELLED = 130
+#: Ctrl-C's exit code: a failure like any other (the promise is "one line, exit 1 or 2"), not the shell's 130.
+EXIT_CANCELLED = 1
 
 
 def cli_env(cache_dir: Path) -> dict[str, str]:

@@ -17,7 +17,7 @@ import torch
 from harness import can_mount_tmpfs, cli_env, error_lines, fill, run_cli, small_tmpfs, snapshot
 
 import trtforge
-from trtforge.core.config import CompileConfig, ConfigError, QuantConfig
+from trtforge.core.config import CompileConfig, ConfigError, QuantConfig, parse_layer_precision
 from trtforge.core.errors import MissingDependency
 from trtforge.core.sidecar import EngineHashMismatch, read_sidecar
 from trtforge.pipeline import AccuracyBudgetMissed, default_name
@@ -37,7 +37,8 @@ def test_a_full_cache_warns_and_still_delivers_the_engine(hardening_inputs, tmp_
         assert proc.returncode == 0, proc.stderr
         assert len(lines) == 1 and lines[0].startswith("warning: the engine cache") and "No space left" in lines[0]
         assert read_sidecar(tmp_path / "out" / "tiny_fp16.json").verify_engine().is_file()
-        left = [p.name for p in (disk / "cache").rglob("*") if p.is_file() and p.suffix in (".zst", ".tmp")]
+        left = [p.name for p in (disk / "cache").rglob("*")
+                if p.is_file() and (p.parent.name == "blobs" or p.suffix == ".tmp")]
         assert left == []  # no entry without its record, no temp file
 
 
@@ -122,7 +123,7 @@ def test_help_fits_80_columns_without_cutting_option_names():
         assert max(len(line) for line in proc.stdout.splitlines()) <= 80, proc.stdout
         assert "…" not in proc.stdout
     for flag in ("--hardware-compatibility", "--no-bias-correction", "--version-compatible", "--shapes",
-                 "--keep-fp32", "--overwrite", "--strict-accuracy", "--holdout", "--calib-batch-size"):
+                 "--keep-fp32", "--layer-precision", "--overwrite", "--strict-accuracy", "--holdout", "--calib-batch-size"):
         assert flag in subprocess.run([sys.executable, "-m", "trtforge.cli", "build", "--help"], capture_output=True,
                                       text=True, env=cli_env(Path("/tmp")), check=True).stdout
 
@@ -173,6 +174,69 @@ def test_keep_fp32_keeps_the_named_nodes_with_the_reason(hardening_inputs, tmp_p
     assert any("Conv" in name for name in kept), kept
     assert all("keep_fp32 pattern 'Conv'" in reason for name, reason in kept.items() if "Conv" in name)
     assert art.sidecar.precision.node_dtypes  # and the graph still builds
+
+
+@pytest.mark.parametrize(("value", "kwargs", "message"), [
+    (["conv"], {}, r"layer_precision 'conv': write PATTERN:PRECISION .* e\.g\. layer_precision=\{'\^/head/': 'fp32'\}"),
+    ({"": "fp32"}, {}, r"layer_precision \('', 'fp32'\): write PATTERN:PRECISION"),
+    ({"conv": "int8"}, {}, r"'conv:int8': a layer can be given fp32, fp16, bf16, not 'int8'.*use exclude"),
+    ({"conv": "fp8"}, {}, r"not 'fp8'"),
+    ({"(": "fp32"}, {}, r"layer_precision pattern '\(' is not a valid regular expression"),
+    ({"conv": "bf16"}, {}, r"conv:bf16 with precision fp16: a graph computes in one float type"),
+    ({"conv": "fp16"}, {"precision": "fp32"}, r"conv:fp16 with precision fp32"),
+    ({"conv": "fp32"}, {"precision": "int8"}, r"is for fp16/bf16 builds; .*--exclude"),
+])
+def test_layer_precision_is_checked_when_the_config_is_made(value, kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        CompileConfig(layer_precision=value, **kwargs)
+
+
+def test_layer_precision_forms_python_and_cli():
+    want = (("^/head/", "fp32"), ("a:b", "fp32"))
+    assert CompileConfig(layer_precision={"^/head/": "FP32", "a:b": "fp32"}).layer_precision == want
+    assert CompileConfig(layer_precision=["^/head/:fp32", "a:b:fp32"]).layer_precision == want
+    assert parse_layer_precision(["^/head/:fp32", "a:b:fp32"]) == want
+    assert CompileConfig(precision="bf16", layer_precision={"x": "bf16"}).fp32_patterns == ()
+    with pytest.raises(ConfigError, match=r"--layer-precision 'x': write PATTERN:PRECISION .* --layer-precision"):
+        parse_layer_precision(["x"])
+
+
+@needs_trt
+def test_layer_precision_fp32_keeps_the_named_layer_in_fp32(hardening_inputs, tmp_path):
+    """A real TensorRT-RTX build from the CLI: the processed graph computes the Conv in FP32 (ONNX Runtime
+    agrees with the FP32 reference there to 1e-6) and the rest in FP16; --keep-fp32 Conv is the same request."""
+    import onnx
+    import onnxruntime as ort
+
+    model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
+    argv = ["build", model, "-q", "--layer-precision", "/conv/Conv:fp32"]
+    first = run_cli([*argv, "-o", tmp_path / "a"], cache_dir=tmp_path / "cache")
+    plain = run_cli(["build", model, "-q", "-o", tmp_path / "plain"], cache_dir=tmp_path / "cache")
+    assert first.returncode == plain.returncode == 0, first.stderr + plain.stderr
+    sidecar = read_sidecar(tmp_path / "a" / "tiny_fp16.json")
+    assert "keep_fp32 pattern '/conv/Conv'" in sidecar.precision.fp32_nodes["/conv/Conv"]
+    dtypes = {}
+    for out in ("a", "plain"):
+        graph = onnx.load(tmp_path / out / read_sidecar(tmp_path / out / "tiny_fp16.json").source.onnx_file)
+        weights = {t.name: t.data_type for t in graph.graph.initializer}
+        dtypes[out] = {n.name: weights.get(n.input[1]) for n in graph.graph.node if n.op_type in ("Conv", "Gemm")}
+    assert dtypes["a"] == {"/conv/Conv": onnx.TensorProto.FLOAT, "/head/Gemm": onnx.TensorProto.FLOAT16}
+    assert dtypes["plain"] == {"/conv/Conv": onnx.TensorProto.FLOAT16, "/head/Gemm": onnx.TensorProto.FLOAT16}
+    # The Conv's output, read from the processed graph in ONNX Runtime, is the FP32 reference's.
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    conv = {}
+    for label, path in (("reference", hardening_inputs["tiny"]),
+                        ("kept", tmp_path / "a" / sidecar.source.onnx_file)):
+        graph = onnx.load(path)
+        graph.graph.output.extend([onnx.helper.make_empty_tensor_value_info("/conv/Conv_output_0")])
+        session = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
+        conv[label] = session.run(["/conv/Conv_output_0"], {session.get_inputs()[0].name: x})[0]
+    assert conv["kept"].dtype == np.float32
+    np.testing.assert_allclose(conv["kept"], conv["reference"], rtol=1e-6, atol=1e-6)
+    # --keep-fp32 PATTERN and --layer-precision PATTERN:fp32 are one request: the second is a cache hit.
+    again = run_cli(["build", model, "-q", "--keep-fp32", "/conv/Conv", "-o", tmp_path / "b"],
+                    cache_dir=tmp_path / "cache")
+    assert again.returncode == 0 and again.stdout.startswith("cache hit"), again.stdout + again.stderr
 
 
 @needs_trt

@@ -24,7 +24,7 @@ from typing import Any
 
 from trtforge.cache.engine_cache import digest_of, toolchain
 from trtforge.core.config import CompileConfig
-from trtforge.core.hashing import sha256_file
+from trtforge.core.hashing import sha256_and_find, sha256_file
 from trtforge.core.specs import shape_value_candidates
 
 #: Distributions whose versions change the captured or processed graph.
@@ -56,27 +56,37 @@ def _cached_sha256(path: str, mtime_ns: int, size: int) -> str:
 
 
 def onnx_fingerprint(path: Path) -> dict[str, Any]:
-    """sha256 of an ONNX file and of every external data file it names."""
+    """sha256 of an ONNX file and of every external data file it names.
+
+    The file is read once; it is parsed only when it can name external data (the ``location`` key
+    of a tensor's ``external_data`` appears in its bytes), so a hit on a plain ONNX file never parses
+    it. A file that is not ONNX gets its clear error from the capture, after the lookup misses.
+    """
+    path = Path(path)
+    digest, mentions = sha256_and_find(path, b"location")
+    locations = _external_locations(path) if mentions else set()
+    return {
+        "onnx_sha256": digest,
+        "external": {loc: sha256_file(path.parent / loc) for loc in sorted(locations)},
+    }
+
+
+def _external_locations(path: Path) -> set[str]:
+    """The external data files the ONNX file at ``path`` names (its tensors' ``location``)."""
     import onnx
 
     from trtforge.capture.onnx_file import load_onnx
 
-    path = Path(path)
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception:  # noqa: BLE001 - protobuf raises many types; load_onnx says what is wrong
         load_onnx(path)
         raise
-    if not proto.graph.node and not proto.graph.output:
-        load_onnx(path)  # not really ONNX: the same clear error as without the cache
     locations = set()
     for tensor in proto.graph.initializer:
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             locations.update(e.value for e in tensor.external_data if e.key == "location")
-    return {
-        "onnx_sha256": sha256_file(path),
-        "external": {loc: sha256_file(path.parent / loc) for loc in sorted(locations)},
-    }
+    return locations
 
 
 def module_fingerprint(model: Any, example_inputs: Any) -> dict[str, Any]:

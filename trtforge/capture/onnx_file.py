@@ -19,13 +19,24 @@ class NotOnnxError(InvalidArgument):
     """The file is missing or is not an ONNX model."""
 
 
-def load_onnx(path: Path) -> onnx.ModelProto:
-    """Load ``path`` with its external data; a clear error when it is missing or not ONNX."""
+def check_onnx_path(path: Path) -> Path:
+    """Refuse a model path that is missing or a folder, before anything reads it.
+
+    Example:
+        >>> check_onnx_path(Path("models"))
+        NotOnnxError: models is a directory; pass the .onnx file inside it
+    """
     path = Path(path)
     if not path.exists():
         raise MissingFile(f"model file {path} does not exist; pass an .onnx file or an nn.Module")
     if path.is_dir():
         raise NotOnnxError(f"{path} is a directory; pass the .onnx file inside it")
+    return path
+
+
+def load_onnx(path: Path) -> onnx.ModelProto:
+    """Load ``path`` with its external data; a clear error when it is missing or not ONNX."""
+    path = check_onnx_path(path)
     try:
         proto = onnx.load(str(path), load_external_data=True)
     except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError/RuntimeError/OSError

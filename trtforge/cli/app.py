@@ -4,7 +4,8 @@ Every command module imports only typer, rich and ``trtforge.core`` at the top; 
 torch and onnx load inside the command that needs them, so ``trtforge --help`` stays fast.
 
 Exit codes: 0 done; 1 a failed check, an OS error (full disk, permission) or a bug in trtforge;
-2 a user error (``trtforge.core.errors.UserError``: the line says what to change); 130 Ctrl-C.
+2 a user error (``trtforge.core.errors.UserError``: the line says what to change). Ctrl-C is a failure
+too (exit 1, one ``error: interrupted ...`` line): every write is staged, so nothing is left half-written.
 
 Example:
     >>> @app.command()
@@ -35,7 +36,11 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="PyTorch/ONNX
 console = Console(width=None if Console().is_terminal else 160, emoji=False)
 err_console = Console(stderr=True, emoji=False, highlight=False)
 
-EXIT_FAILED, EXIT_USER_ERROR, EXIT_CANCELLED = 1, 2, 130
+EXIT_FAILED, EXIT_USER_ERROR = 1, 2
+#: Ctrl-C: a failure like any other (one line, exit 1), not the shell's 130: the promise is "exit 1 or 2".
+EXIT_CANCELLED = EXIT_FAILED
+#: The line for a Ctrl-C without a message of its own (true of every command: writes are staged).
+INTERRUPTED = "interrupted (Ctrl-C); no file was left half-written"
 #: errno → what to do, after the OS's own message (nothing was written: every write is staged).
 OS_ERROR_HINTS = {
     errno.ENOSPC: "; nothing was written. Free some space (or choose another --output-dir / --cache-dir) "
@@ -70,8 +75,21 @@ def say_warning(message: str) -> None:
     err_console.print(f"[yellow]warning:[/] {escape(one_line(message))}", soft_wrap=True)
 
 
+def interrupted_line(exc: KeyboardInterrupt) -> str:
+    """What a Ctrl-C stopped, for ``say_error``: the ``Cancelled`` message if it has one.
+
+    Example:
+        >>> interrupted_line(KeyboardInterrupt())
+        'interrupted (Ctrl-C); no file was left half-written'
+        >>> interrupted_line(Cancelled("build of m cancelled by the user; nothing was written"))
+        'interrupted: build of m cancelled by the user; nothing was written'
+    """
+    message = one_line(str(exc))
+    return f"interrupted: {message}" if message else INTERRUPTED
+
+
 def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Run a command: user errors → one line, exit 2; Ctrl-C → 130; OS errors → one line, exit 1;
+    """Run a command: user errors → one line, exit 2; Ctrl-C and OS errors → one line, exit 1;
     anything else → the traceback and a line saying it is a trtforge bug, exit 1."""
 
     @functools.wraps(func)
@@ -84,7 +102,7 @@ def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
             say_error(str(exc))
             raise typer.Exit(EXIT_USER_ERROR) from exc
         except KeyboardInterrupt as exc:
-            err_console.print(f"[yellow]cancelled:[/] {escape(one_line(str(exc)) or 'interrupted')}", soft_wrap=True)
+            say_error(interrupted_line(exc))
             raise typer.Exit(EXIT_CANCELLED) from exc
         except OSError as exc:
             if exc.errno is None:
@@ -150,6 +168,6 @@ def main(argv: list[str] | None = None) -> None:
         say_error(f"{exc.format_message()}; see '{where} --help'")
         sys.exit(EXIT_USER_ERROR)
     except typer.Abort:  # Ctrl-C while click itself was reading input
-        err_console.print("[yellow]cancelled:[/] interrupted")
+        say_error(INTERRUPTED)
         sys.exit(EXIT_CANCELLED)
     sys.exit(code or 0)

@@ -62,7 +62,8 @@ def _layerwise(reference: Path, candidate: Path, inputs: Path | None, samples: i
             raise InvalidArgument(f"--layerwise compares two ONNX graphs; {path} is not an .onnx file")
     for path in (reference, candidate):
         if not path.is_file():
-            raise MissingFile(f"no ONNX file at {path}")
+            raise MissingFile(f"no ONNX file at {path}; --layerwise compares two existing .onnx files, e.g. "
+                              "trtforge compare --layerwise out/m_reference_fp32.onnx out/m_int8.onnx")
     arrays = None
     if inputs is not None:
         import numpy as np

@@ -40,8 +40,12 @@ def debug_precision(
     """
     from trtforge.core.budget import METRICS
     from trtforge.core.config import QuantConfig, read_preprocessing_json
-    from trtforge.core.errors import InvalidArgument
+    from trtforge.core.errors import InvalidArgument, MissingFile
     from trtforge.debug.bisect import bisect_float, bisect_int8, bisection_inputs
+
+    if model.suffix == ".onnx" and not model.is_file():
+        raise MissingFile(f"no ONNX file at {model}; pass trtforge debug precision an existing FP32 .onnx file or "
+                          "an artifact's .json sidecar")
 
     if precision not in ("int8", "fp16", "bf16"):
         raise InvalidArgument(f"--precision {precision}: choose int8 (layers kept in FP16) or fp16/bf16 (nodes kept in FP32)")

@@ -28,9 +28,13 @@ def inspect(path: Annotated[Path, typer.Argument(help="an .engine, its .json sid
 
     Exit 1 when the engine's sha256 does not match, or when the TensorRT parser refuses ONNX nodes.
     """
+    from trtforge.core.errors import MissingFile
     from trtforge.core.sidecar import EngineHashMismatch, read_sidecar
 
     if path.suffix.lower() == ".onnx":
+        if not path.is_file():
+            raise MissingFile(f"no ONNX file at {path}; pass trtforge inspect an existing .onnx file, an .engine "
+                              "or its .json sidecar")
         _inspect_onnx(path)
         return
     sc = read_sidecar(path)

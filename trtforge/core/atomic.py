@@ -3,6 +3,10 @@
 Files get the mode a plain ``open(path, "w")`` would give (``0o666`` less the umask) unless
 ``mode`` says otherwise, so every file of one build has the same permission bits.
 
+``atomic_write_all`` also takes a ``Path`` instead of bytes: a finished file that is never changed in
+place (an engine-cache blob). It is hard-linked into place when it can be (same file system, same
+permission bits): a cache hit then writes no bytes. Elsewhere it is copied.
+
 Example:
     >>> atomic_write_bytes(Path("out/model.engine"), plan)
 """
@@ -10,8 +14,11 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
+import secrets
+import shutil
 import signal
 import tempfile
 import threading
@@ -55,27 +62,59 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None
         handle.write(data)
 
 
+#: A staged file's content: bytes, or a finished file to hard-link (or copy) — see the module docstring.
+Payload = bytes | Path
+#: ``os.link`` errors that mean "no link here" (another file system, links not supported, too many): copy.
+NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EACCES}
+
+
 @contextlib.contextmanager
-def _staged(path: Path, data: bytes, mode: int | None) -> Iterator[str]:
+def _staged(path: Path, data: Payload, mode: int | None) -> Iterator[str]:
     """A finished temp file beside ``path`` holding ``data``; removed on exit unless it was moved."""
+    want = default_mode() if mode is None else mode
+    if isinstance(data, Path):
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            _link_or_copy(data, tmp, want)
+            yield tmp
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        return
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, default_mode() if mode is None else mode)
+        os.chmod(tmp, want)
         yield tmp
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
 
 
-def atomic_write_all(files: list[tuple[Path, bytes, int | None]]) -> None:
+def _link_or_copy(source: Path, tmp: str, mode: int) -> None:
+    """``tmp`` as a hard link to ``source`` (its bytes are already on disk), else a fsynced copy."""
+    if os.stat(source).st_mode & 0o7777 == mode:  # a link shares the permission bits: only when they are the ones wanted
+        try:
+            os.link(source, tmp)
+            return
+        except OSError as exc:
+            if exc.errno not in NO_LINK:
+                raise
+    shutil.copyfile(source, tmp)
+    with open(tmp, "rb+") as handle:
+        os.fsync(handle.fileno())
+    os.chmod(tmp, mode)
+
+
+def atomic_write_all(files: list[tuple[Path, Payload, int | None]]) -> None:
     """Write every ``(path, data, mode)`` to a temp file first, then ``os.replace`` them in order.
 
     A full disk or an interrupt while writing leaves none of the new files (the old ones stay);
     the moves themselves need no space. Put the file that marks a set complete (a sidecar) last.
+    ``data`` may be a ``Path`` to a finished file: it is hard-linked (or copied), not read.
 
     Example:
         >>> atomic_write_all([(Path("out/m.engine"), plan, None), (Path("out/m.json"), text, None)])

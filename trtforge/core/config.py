@@ -40,6 +40,8 @@ FLOAT_OF_PRECISION: dict[str, str | None] = {
     "fp32": None, "fp16": "float16", "bf16": "bfloat16", "int8": "float16",
 }
 OPTIMIZATION_LEVELS = range(0, 6)
+#: What ``layer_precision`` may give a layer: FP32 (kept out of the float pass) or the build's own type.
+LAYER_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
 CALIBRATORS: tuple[str, ...] = ("max", "percentile", "entropy", "mse")
 PLACEMENTS: tuple[str, ...] = ("default", "auto")
 TASKS: tuple[str, ...] = ("auto", "classification", "embedding", "other")
@@ -155,6 +157,63 @@ def parse_shapes(specs: list[str] | None) -> tuple[tuple[str, tuple[tuple[int, .
             raise ConfigError(f"--shapes {spec!r}: dims must be integers joined by x, e.g. 1x3x640x640") from exc
         out.append((parts[0], triple))
     return tuple(out)
+
+
+def parse_layer_precision(specs: list[str] | None) -> tuple[tuple[str, str], ...]:
+    """``--layer-precision PATTERN:PRECISION`` (repeatable) → the ``layer_precision`` field.
+
+    Example:
+        >>> parse_layer_precision(["^/head/:fp32", "a:b:FP32"])   # the last ':' splits: regexes may hold ':'
+        (('^/head/', 'fp32'), ('a:b', 'fp32'))
+    """
+    return layer_precisions(specs, "--layer-precision")
+
+
+def layer_precisions(value: Any, what: str = "layer_precision") -> tuple[tuple[str, str], ...]:
+    """``{PATTERN: PRECISION}``, ``["PATTERN:PRECISION", ...]`` or ``(PATTERN, PRECISION)`` pairs → pairs,
+    checked: each entry well formed, its precision one of ``LAYER_PRECISIONS``, its pattern a regex.
+
+    Example:
+        >>> layer_precisions({"^/head/": "FP32"})
+        (('^/head/', 'fp32'),)
+    """
+    cli = what.startswith("--")
+    example = "--layer-precision '^/head/:fp32'" if cli else "layer_precision={'^/head/': 'fp32'}"
+    if value is not None and not isinstance(value, (Mapping, str, list, tuple)):
+        raise WrongType(f"{what} takes {{PATTERN: PRECISION}} or a list of 'PATTERN:PRECISION', not "
+                        f"{type(value).__name__}; e.g. {example}")
+    entries = value.items() if isinstance(value, Mapping) else (value,) if isinstance(value, str) else value or ()
+    pairs = []
+    for raw in entries:
+        entry = raw.rpartition(":")[::2] if isinstance(raw, str) and ":" in raw else raw
+        if isinstance(entry, str) or len(entry) != 2 or not all(isinstance(e, str) and e for e in entry):
+            raise ConfigError(f"{what} {raw!r}: write PATTERN:PRECISION (a node regex or op type, then "
+                              f"{', '.join(LAYER_PRECISIONS)}), e.g. {example}")
+        pattern, precision = entry[0], entry[1].lower()
+        if precision not in LAYER_PRECISIONS:
+            raise ConfigError(f"{what} '{pattern}:{entry[1]}': a layer can be given "
+                              f"{', '.join(LAYER_PRECISIONS)}, not {entry[1]!r}; e.g. {example}"
+                              + ("; to keep layers out of INT8 use exclude" if precision == "int8" else ""))
+        pairs.append((pattern, precision))
+    validate_patterns(tuple(p for p, _ in pairs), what)
+    return tuple(pairs)
+
+
+def check_layer_precision(pairs: tuple[tuple[str, str], ...], precision: str) -> None:
+    """Refuse a layer type the ``precision`` build cannot give: a graph computes in one float type
+    (plus the layers kept in FP32), and INT8 builds keep layers out with ``quant.exclude``.
+
+    Example:
+        >>> check_layer_precision((("^/head/", "fp32"), ("conv", "fp16")), "fp16")   # fine
+    """
+    if pairs and precision == "int8":
+        raise ConfigError(f"layer_precision {pairs[0][0]}:{pairs[0][1]} is for fp16/bf16 builds; an int8 build "
+                          "keeps layers out of INT8 with quant exclude (--exclude PATTERN)")
+    for pattern, wanted in pairs:
+        if wanted not in ("fp32", precision):
+            raise ConfigError(f"layer_precision {pattern}:{wanted} with precision {precision}: a graph computes in "
+                              f"one float type; give {pattern}:fp32 to keep those layers in FP32, or build with "
+                              f"precision {wanted}")
 
 
 def read_preprocessing_json(path: Path | None) -> dict | None:
@@ -334,6 +393,11 @@ class CompileConfig:
         (), affects=GRAPH, help="fp16/bf16: keep nodes matching this regex (node name, first output, layer) or op "
                                 "type in FP32 (repeatable; reason recorded; trtforge debug precision prints them)",
         cli=CliFlag(list[str] | None, None, to_field=_tuple, help="fp16/bf16: keep nodes matching this regex FP32"))
+    layer_precision: tuple[tuple[str, str], ...] = option(
+        (), affects=GRAPH, help="fp16/bf16: {pattern: precision}; 'fp32' keeps matching nodes in FP32 as keep_fp32 "
+                                "does (same graph, same cache key); the build's own type changes nothing",
+        cli=CliFlag(list[str] | None, None, to_field=parse_layer_precision,
+                    help="fp16/bf16: PATTERN:fp32 keeps matching nodes FP32 (repeatable)"))
     overwrite: bool = option(False, affects=OUTPUT, cli=CliFlag(bool),
                              help="replace a different trtforge build of the same name in output_dir")
     strict_accuracy: bool = option(False, affects=OUTPUT, cli=CliFlag(bool),
@@ -372,14 +436,15 @@ class CompileConfig:
             "batched_inputs": _names(self.batched_inputs),
             "notes": (self.notes,) if isinstance(self.notes, str) else tuple(self.notes or ()),
             "keep_fp32": _tuple((self.keep_fp32,) if isinstance(self.keep_fp32, str) else self.keep_fp32),
+            "layer_precision": layer_precisions(self.layer_precision),
             "preprocessing": None if self.preprocessing is None else PreprocessConfig.of(self.preprocessing),
         }
         validate_patterns(normalised["keep_fp32"], "keep_fp32")
+        check_layer_precision(normalised["layer_precision"], precision)
         for flag in ("version_compatible", "refittable", "strip_weights", "progress", "cache", "overwrite",
                      "strict_accuracy"):
             normalised[flag] = bool(getattr(self, flag))
         check_batch_and_shapes(normalised["batch"], normalised["shapes"])
-        validate_patterns(normalised["keep_fp32"], "keep_fp32")
         for key, value in normalised.items():
             object.__setattr__(self, key, value)
 
@@ -394,6 +459,16 @@ class CompileConfig:
     @property
     def float_dtype(self) -> str | None:
         return FLOAT_OF_PRECISION[self.precision]
+
+    @property
+    def fp32_patterns(self) -> tuple[str, ...]:
+        """Patterns of the nodes the user keeps in FP32: ``keep_fp32`` and ``layer_precision``'s ``fp32`` entries.
+
+        Example:
+            >>> CompileConfig(keep_fp32=["Softmax"], layer_precision={"^/head/": "fp32"}).fp32_patterns
+            ('Softmax', '^/head/')
+        """
+        return tuple(dict.fromkeys((*self.keep_fp32, *(p for p, want in self.layer_precision if want == "fp32"))))
 
     @property
     def shapes_map(self) -> dict[str, tuple[tuple[int, ...], ...]]:
@@ -418,12 +493,10 @@ class CompileConfig:
         """JSON-able values of the options that change the processed graph (the request key's part)."""
         data: dict[str, Any] = {"input_names": list(self.input_names or []),
                                 "output_names": list(self.output_names or [])}
-        if self.keep_fp32:
-            data["keep_fp32"] = list(self.keep_fp32)
         if self.precision == "int8":
             data["quant"] = {k: v for k, v in self.quant.as_dict().items() if k != "cache_dir"}
-        if self.keep_fp32:
-            data["keep_fp32"] = list(self.keep_fp32)
+        if self.fp32_patterns:  # --keep-fp32 X and --layer-precision X:fp32 make one graph, one key
+            data["keep_fp32"] = list(self.fp32_patterns)
         return data
 
     def check_toolchain(self) -> None:

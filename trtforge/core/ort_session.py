@@ -31,11 +31,17 @@ def session(
     model: Path | str | bytes,
     providers: Sequence[str] | None = None,
     threads: int | None = None,
+    memory_arena: bool = True,
 ) -> ort.InferenceSession:
-    """An InferenceSession (CPU unless ``providers`` says otherwise) with the table above applied."""
+    """An InferenceSession (CPU unless ``providers`` says otherwise) with the table above applied.
+
+    ``memory_arena=False``: tensors are freed to the system after each run instead of kept in ONNX
+    Runtime's CPU arena, which otherwise grows with every differently sized batch (bench/calib_memory.py).
+    """
     options = ort.SessionOptions()
     # Errors reach the caller as exceptions; ORT would also print them, in colour, to the terminal.
     options.log_severity_level = 3
+    options.enable_cpu_mem_arena = memory_arena
     if threads is not None:
         options.intra_op_num_threads = threads
     source = model if isinstance(model, bytes) else str(model)

@@ -35,7 +35,7 @@ import onnx_ir as ir
 
 from trtforge.core.budget import METRICS, ErrorBudget
 from trtforge.core.config import FLOAT_OF_PRECISION, QuantConfig
-from trtforge.core.errors import InvalidArgument
+from trtforge.core.errors import InvalidArgument, MissingFile
 
 Batches = list[dict[str, np.ndarray]]
 #: The orders searched (see the module docstring).
@@ -239,14 +239,15 @@ def bisection_inputs(
     model = Path(model)
     if model.suffix in (".json", ".engine"):
         sidecar = read_sidecar(model)
-        name = sidecar.source.reference_onnx_file or sidecar.source.onnx_file
-        if not name:
+        if not (sidecar.source.reference_onnx_file or sidecar.source.onnx_file):
             raise InvalidArgument(f"sidecar {sidecar.path} names no reference ONNX graph; pass the FP32 .onnx instead")
-        model, preprocessing = sidecar.path.parent / name, preprocessing or sidecar.preprocessing
+        which = "reference" if sidecar.source.reference_onnx_file else "processed"
+        model, preprocessing = sidecar.verify_source_file(which), preprocessing or sidecar.preprocessing
     elif model.suffix != ".onnx":
         raise InvalidArgument(f"{model}: give an artifact (.json/.engine) or an FP32 .onnx file")
-    if not model.is_file():
-        raise InvalidArgument(f"no ONNX file at {model}")
+    elif not model.is_file():
+        raise MissingFile(f"bisection_inputs(model={str(model)!r}): no ONNX file there; pass the path of an "
+                          "existing FP32 .onnx file or of an artifact's .json sidecar")
     graph = reference_graph(load_ir(model))
     specs = [TensorSpec(n, d.name, tuple(-1 if x is None else x for x in s)) for n, d, s in input_specs(graph)]
     if preprocessing:

@@ -69,7 +69,8 @@ def describe_onnx(path: Path, parser: bool = True) -> OnnxDescription:
 
     path = Path(path)
     if not path.is_file():
-        raise MissingFile(f"no ONNX file at {path}")
+        raise MissingFile(f"describe_onnx(path={str(path)!r}): no ONNX file there; pass the path of an existing "
+                          ".onnx file")
     data = path.read_bytes()
     try:
         model = load_ir(onnx.ModelProto.FromString(data))

@@ -306,12 +306,17 @@ def ort_session(model: ir.Model | onnx.ModelProto, extra_outputs: Iterable[str] 
                 providers: list[str] | None = None, threads: int | None = None):
     """An ONNX Runtime session of ``model`` (known-bad optimisers off, ``trtforge.core.ort_session``).
 
+    These sessions analyse graphs (calibration, probes, reports), often reading every intermediate
+    tensor of a batch: they run without ONNX Runtime's CPU arena, so their memory follows the batch
+    being run, not the largest or the sum of the batches before it.
+
     Example:
         >>> ort_session(model, extra_outputs=["conv_out"]).run(["conv_out"], {"x": x})
     """
     from trtforge.core.ort_session import session
 
-    return session(ort_bytes(model, extra_outputs), providers=providers or ort_providers(), threads=threads)
+    return session(ort_bytes(model, extra_outputs), providers=providers or ort_providers(), threads=threads,
+                   memory_arena=False)
 
 
 def copy_model(model: ir.Model) -> ir.Model:

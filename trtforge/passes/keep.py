@@ -35,7 +35,8 @@ def kept_by_patterns(model: ir.Model, patterns: tuple[str, ...]) -> dict[str, st
     for pattern in patterns:
         matched = [node.name for node in nodes if matches(node, pattern)]
         if not matched:
-            raise InvalidArgument(f"keep_fp32 pattern {pattern!r} matches no node; node names look like "
+            raise InvalidArgument(f"keep_fp32 (or layer_precision ':fp32') pattern {pattern!r} matches no node; "
+                                  "node names look like "
                                   f"{', '.join(repr(n.name) for n in nodes[:5])}")
         for name in matched:
             kept.setdefault(name, f"kept in FP32 by keep_fp32 pattern {pattern!r}")

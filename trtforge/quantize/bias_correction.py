@@ -100,16 +100,22 @@ def measure_shifts(
     counts: dict[str, int] = {}
     task = progress.add_task("bias correction", total=len(batches)) if progress is not None else None
     for batch in batches:
-        values = dict(zip(names, sess.run(names, batch), strict=True))
-        for name, axis in outputs:
-            diff = values[name].astype(np.float64) - values[twins[name]].astype(np.float64)
-            diff = np.moveaxis(diff, axis, -1)
-            diff = diff.reshape(-1, diff.shape[-1])
-            sums[name] = sums.get(name, 0) + diff.sum(axis=0)
-            counts[name] = counts.get(name, 0) + diff.shape[0]
+        # One batch's activations at a time: they die when ``_add_shifts`` returns, before the next run.
+        _add_shifts(dict(zip(names, sess.run(names, batch), strict=True)), outputs, twins, sums, counts)
         if task is not None:
             progress.advance(task)
     return {name: sums[name] / counts[name] for name in sums}
+
+
+def _add_shifts(values: dict[str, np.ndarray], outputs: Sequence[tuple[str, int]], twins: dict[str, str],
+                sums: dict[str, np.ndarray], counts: dict[str, int]) -> None:
+    """Add one batch's per-channel sums of ``layer − float twin`` (and the counts) to ``sums``/``counts``."""
+    for name, axis in outputs:
+        diff = values[name].astype(np.float64) - values[twins[name]].astype(np.float64)
+        diff = np.moveaxis(diff, axis, -1)
+        diff = diff.reshape(-1, diff.shape[-1])
+        sums[name] = sums.get(name, 0) + diff.sum(axis=0)
+        counts[name] = counts.get(name, 0) + diff.shape[0]
 
 
 def correct_biases(

@@ -20,7 +20,7 @@ from trtforge.passes.graph import constant_value, input_specs, values_by_name
 from trtforge.passes.qdq import QuantInput, QuantLayer, QuantPlan, fp16_scales
 from trtforge.quantize import placement as placement_mod
 from trtforge.quantize.calibrators import calibrate, weight_scales
-from trtforge.quantize.data import batches, check_count, load_calibration
+from trtforge.quantize.data import Batches, batches, check_count, load_calibration
 from trtforge.quantize.macs import layer_macs
 from trtforge.quantize.observers import observe
 
@@ -34,11 +34,12 @@ class CalibrationSet:
     batch: int
 
     @property
-    def calib_batches(self) -> list[dict[str, np.ndarray]]:
+    def calib_batches(self) -> Batches:
+        """The calibration samples in batches, each concatenated when read (one at a time)."""
         return batches(self.calib, self.batch)
 
     @property
-    def held_batches(self) -> list[dict[str, np.ndarray]]:
+    def held_batches(self) -> Batches:
         return batches(self.holdout, self.batch)
 
 

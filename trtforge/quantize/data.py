@@ -24,6 +24,7 @@ import logging
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import UnidentifiedImageError
@@ -247,13 +248,38 @@ def check_count(samples: Sequence[dict], batch_size: int, held_back: int) -> Non
         )
 
 
-def batches(samples: Sequence[dict[str, np.ndarray]], batch_size: int) -> list[dict[str, np.ndarray]]:
-    """Concatenate one-sample feeds into batches (the last one may be smaller)."""
-    out = []
-    for start in range(0, len(samples), batch_size):
-        chunk = samples[start : start + batch_size]
-        out.append({k: np.concatenate([s[k] for s in chunk], axis=0) for k in chunk[0]})
-    return out
+class Batches(Sequence):
+    """One-sample feeds grouped into batches, each concatenated only when it is read.
+
+    Iterating holds one batch at a time, not a second copy of every sample: calibration memory
+    does not grow with the sample count beyond the samples themselves. ``a + b`` chains two lists
+    of batches (each keeps its own grouping).
+
+    Example:
+        >>> held = batches(samples[:12], 8)
+        >>> len(held), held[1]["x"].shape[0]
+        (2, 4)
+    """
+
+    def __init__(self, chunks: Sequence[Sequence[dict[str, np.ndarray]]]) -> None:
+        self.chunks = tuple(chunks)
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return Batches(self.chunks[index])
+        chunk = self.chunks[index]
+        return {k: np.concatenate([s[k] for s in chunk], axis=0) for k in chunk[0]}
+
+    def __add__(self, other: Batches) -> Batches:
+        return Batches(self.chunks + other.chunks)
+
+
+def batches(samples: Sequence[dict[str, np.ndarray]], batch_size: int) -> Batches:
+    """Group one-sample feeds into batches of ``batch_size`` (the last one may be smaller), concatenated when read."""
+    return Batches([samples[start : start + batch_size] for start in range(0, len(samples), batch_size)])
 
 
 def data_hash(samples: Iterable[dict[str, np.ndarray]]) -> str:

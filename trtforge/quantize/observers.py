@@ -85,6 +85,25 @@ class ObservedStats:
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     samples: int = 0
 
+    def record(self, values: dict[str, np.ndarray], per_channel: Sequence[str] = (), shapes_of: Sequence[str] = ()) -> None:
+        """Add one batch's activations (``{tensor: array}``) to the histograms, channel |x|max and shapes."""
+        for name, histogram in self.histograms.items():
+            histogram.update(values[name])
+        for name in per_channel:
+            arr = np.abs(np.asarray(values[name], dtype=np.float32))
+            amax = arr.reshape(-1, arr.shape[-1]).max(axis=0)
+            prev = self.channel_amax.get(name)
+            self.channel_amax[name] = amax if prev is None else np.maximum(prev, amax)
+        for name in shapes_of:
+            self.shapes.setdefault(name, tuple(int(d) for d in np.shape(values[name])))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays this state keeps (histogram counts, channel |x|max): bounded by the tensors
+        observed and ``num_bins``, not by the samples."""
+        return sum(h.counts.nbytes for h in self.histograms.values()) + sum(
+            a.nbytes for a in self.channel_amax.values())
+
 
 def observe(
     model: ir.Model | onnx.ModelProto,
@@ -102,17 +121,9 @@ def observe(
     stats = ObservedStats(histograms={t: Histogram(num_bins) for t in tensors})
     task = progress.add_task("calibrating", total=total) if progress is not None else None
     for batch in batches:
-        outs = session.run(wanted, batch)
-        values = dict(zip(wanted, outs, strict=True))
-        for name in tensors:
-            stats.histograms[name].update(values[name])
-        for name in per_channel:
-            arr = np.abs(np.asarray(values[name], dtype=np.float32))
-            amax = arr.reshape(-1, arr.shape[-1]).max(axis=0)
-            prev = stats.channel_amax.get(name)
-            stats.channel_amax[name] = amax if prev is None else np.maximum(prev, amax)
-        for name in shapes_of:
-            stats.shapes.setdefault(name, tuple(int(d) for d in np.shape(values[name])))
+        # The batch's activations die when ``record`` returns, before the next batch runs: one batch's
+        # worth at a time, whatever the number of samples.
+        stats.record(dict(zip(wanted, session.run(wanted, batch), strict=True)), per_channel, shapes_of)
         stats.samples += int(next(iter(batch.values())).shape[0])
         if task is not None:
             progress.advance(task)
