@@ -174,15 +174,16 @@ class TensorRTEngine(EngineBase):
     ) -> None:
         self.sidecar = sidecar if sidecar is not None else read_sidecar(Path(path))
         self._devices = devices if devices is not None else TORCH_CUDA
-        # The device first: a GPU this machine lacks is refused before the engine is read.
-        self._device, self.gpu = _place(device, bindings is not None, self._devices, self.sidecar.engine_path.name)
-        engine_path = self.sidecar.verify_engine()  # refuse changed bytes before deserializing
+        # What the artifact is refused for comes first (the sidecar says it, on any machine), then
+        # the device (a GPU this machine lacks is refused before the engine is read), then the bytes.
         if self.sidecar.builder.host_code and not allow_host_code:
             raise HostCodeRefused(
-                f"{engine_path} embeds host code (sidecar builder.host_code=true), which runs on "
+                f"{self.sidecar.engine_path} embeds host code (sidecar builder.host_code=true), which runs on "
                 "this machine when the engine loads. Load it with allow_host_code=True only if you "
                 "trust where it came from"
             )
+        self._device, self.gpu = _place(device, bindings is not None, self._devices, self.sidecar.engine_path.name)
+        engine_path = self.sidecar.verify_engine()  # refuse changed bytes before deserializing
         trt = bindings if bindings is not None else trt_shim.bindings()
         self._trt = trt
         self.move_inputs = move_inputs
