@@ -77,9 +77,13 @@ MODELS: dict[str, FakeModel] = {
 
 
 def _reshaped(x: tuple[int, ...], shape: list[int]) -> tuple[int, ...]:
-    """ONNX Reshape's output shape: 0 copies the input dim, -1 takes what is left."""
-    dims = [x[i] if d == 0 else d for i, d in enumerate(shape)]
-    return tuple(np.empty(x, np.bool_).reshape(dims).shape)
+    """ONNX Reshape's output shape: 0 copies the input dim, -1 takes what is left; all -1 when the
+    values do not fit ``x`` (TensorRT's shape inference fails then)."""
+    dims = [x[i] if d == 0 and i < len(x) else d for i, d in enumerate(shape)]
+    try:
+        return tuple(np.empty(x, np.bool_).reshape(dims).shape)
+    except ValueError:
+        return (-1,) * len(shape)
 
 
 def _output_shapes(model: str, x: tuple[int, ...], values: dict[str, list[int]] | None = None,
@@ -279,7 +283,8 @@ class FakeTrtContext:
         """[start, end) byte ranges of the execution tensors bound here: device memory."""
         names = [n for n in (*self.engine.spec.inputs, *self.engine.spec.outputs)
                  if n not in self.engine.spec.shape_inputs]
-        return [(self.addresses[n], self.addresses[n] + 4 * math.prod(self.get_tensor_shape(n))) for n in names]
+        shapes = {n: self.get_tensor_shape(n) for n in names}
+        return [(self.addresses[n], self.addresses[n] + 4 * math.prod(shapes[n])) for n in names if -1 not in shapes[n]]
 
     def _values_fit(self, values: dict[str, list[int]]) -> bool:
         """Shape inputs' values on the host, inside the profile's range."""
@@ -310,7 +315,7 @@ class FakeTrtContext:
                 n not in self.addresses for n in (*spec.inputs, *spec.outputs)):
             return False
         values = self._shape_values() or {}
-        if not self._values_fit(values):
+        if not self._values_fit(values) or any(-1 in self.get_tensor_shape(n) for n in spec.outputs):
             return False
         shape = self.input_shapes[spec.tensor_input]
         self._jit(f"{self.engine.model}:{'x'.join(map(str, shape))}")
