@@ -86,7 +86,9 @@ def markdown(results: list, seconds: float, per_op: int | None) -> str:
         "Inputs that set shapes (shape tensors: Slice starts, Tile repeats, Expand shapes, Split sizes, Resize "
         "sizes) need their values when TensorRT builds. trtforge sets them in every profile from the example "
         "inputs (each case's own) and records them in the sidecar (`shape_inputs`); an input without values "
-        "is refused in one line. trtforge's runtime routes do not pass them yet.", "",
+        "is refused in one line. The runtime routes take them at run time (the TensorRT route from host memory, "
+        "refusing values the engine was not built for), checked against the TensorRT double and ONNX Runtime; "
+        "no engine with one has run on a GPU yet.", "",
         *(_table(not_done, ("op", "cases", "message")) if (not_done := _refusals(results, "trtforge")) else ["Nothing."]),
         "",
         "## What TensorRT-RTX refuses", "",

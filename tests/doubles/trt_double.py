@@ -7,12 +7,23 @@ cannot run engines. The route is given it as ``bindings=``, which lets it run on
 wrong or stale pointer gives wrong numbers. Like ``execute_async_v3``, a run fails (returns False)
 while an I/O tensor has no address or an input no shape.
 
-The "engine file" is JSON: ``{"model": ..., "inputs": {name: [dims]}, "profiles": [{name: [min, opt, max]}]}``.
-Two models, one float32 input each (see ``MODELS``):
+The "engine file" is JSON: ``{"model": ..., "inputs": {name: [dims]}, "profiles": [{name: [min, opt, max]}]}``,
+plus ``"shape_values": [{name: [min, opt, max]}]`` (one per profile) for a model with shape-tensor inputs.
+Three models (see ``MODELS``):
 
 - ``affine``: ``y = 2 * x + 1`` (same shape as ``x``) and ``total = x.sum(axis=1..)`` (shape ``[batch]``);
 - ``channel_mean``: ``logits = images.mean(axis=(2, 3))`` (shape ``[batch, channels]``), a global
-  average pool that an image predictor can run end to end.
+  average pool that an image predictor can run end to end;
+- ``reshape``: ``y = x.reshape(shape)`` (ONNX Reshape: ``0`` copies a dim, ``-1`` is inferred), where
+  ``shape`` is an int64 shape tensor.
+
+Shape tensors, as TensorRT documents them: an input whose values set shapes is shape-inference I/O
+(``is_shape_inference_io``), and its address (``set_tensor_address``) is HOST memory holding the
+values, which the context reads when it infers output shapes (``get_tensor_shape``) and when it
+enqueues. Every other I/O tensor lives in device memory. A run fails (returns False) when a shape
+input's values lie outside the profile's (``get_tensor_profile_values``), or when its address points
+into device memory: on a host-memory double, device memory is the bytes of the execution tensors
+bound on the context (a route that bound the shape input like them would hand over such a pointer).
 
 Devices: ``FAKE_CUDA`` (a ``trtforge.runtime.placement.DeviceRuntime``, given to the route as
 ``devices=``) keeps the CUDA runtime's current device per thread, as cudaSetDevice does, for a
@@ -26,11 +37,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import enum
 import json
+import math
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,23 +54,56 @@ from trtforge.core.hashing import sha256_file
 from trtforge.core.sidecar import Sidecar, write_sidecar
 from trtforge.core.specs import TensorSpec
 
-#: model → (input name, output names).
-MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "affine": ("x", ("y", "total")),
-    "channel_mean": ("images", ("logits",)),
+
+@dataclass(frozen=True)
+class FakeModel:
+    """A double's model: its I/O names, in engine order, and the inputs read as shape tensors."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    shape_inputs: tuple[str, ...] = ()
+
+    @property
+    def tensor_input(self) -> str:
+        """The (one) execution input, the tensor the kernel computes on."""
+        return next(n for n in self.inputs if n not in self.shape_inputs)
+
+
+MODELS: dict[str, FakeModel] = {
+    "affine": FakeModel(("x",), ("y", "total")),
+    "channel_mean": FakeModel(("images",), ("logits",)),
+    "reshape": FakeModel(("x", "shape"), ("y",), shape_inputs=("shape",)),
 }
 
 
-def _output_shapes(model: str, x: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
-    """Output shapes for input shape ``x`` (``-1`` dims stay ``-1``, as TensorRT reports them)."""
+def _reshaped(x: tuple[int, ...], shape: list[int]) -> tuple[int, ...]:
+    """ONNX Reshape's output shape: 0 copies the input dim, -1 takes what is left; all -1 when the
+    values do not fit ``x`` (TensorRT's shape inference fails then)."""
+    dims = [x[i] if d == 0 and i < len(x) else d for i, d in enumerate(shape)]
+    try:
+        return tuple(np.empty(x, np.bool_).reshape(dims).shape)
+    except ValueError:
+        return (-1,) * len(shape)
+
+
+def _output_shapes(model: str, x: tuple[int, ...], values: dict[str, list[int]] | None = None,
+                   rank: int = 0) -> dict[str, tuple[int, ...]]:
+    """Output shapes for input shape ``x`` (``-1`` dims stay ``-1``, as TensorRT reports them); for
+    ``reshape``, from the shape input's ``values`` (-1 dims of ``rank`` without them)."""
     if model == "affine":
         return {"y": x, "total": (x[0],)}
+    if model == "reshape":
+        if values is None or -1 in x:
+            return {"y": (-1,) * rank}
+        return {"y": _reshaped(x, values["shape"])}
     return {"logits": x[:2]}
 
 
-def _run(model: str, x: np.ndarray) -> dict[str, np.ndarray]:
+def _run(model: str, x: np.ndarray, values: dict[str, list[int]]) -> dict[str, np.ndarray]:
     if model == "affine":
         return {"y": 2 * x + 1, "total": x.reshape(x.shape[0], -1).sum(axis=1)}
+    if model == "reshape":
+        return {"y": x.reshape(_reshaped(x.shape, values["shape"]))}
     return {"logits": x.mean(axis=(2, 3))}
 
 
@@ -76,6 +123,12 @@ class TensorIOMode(enum.Enum):
 class DataType(enum.Enum):
     FLOAT = 0
     HALF = 1
+    INT32 = 3
+    INT64 = 10
+
+
+#: How the double reads each type from raw memory.
+_CTYPES = {DataType.FLOAT: ctypes.c_float, DataType.INT32: ctypes.c_int32, DataType.INT64: ctypes.c_int64}
 
 
 class CudaGraphStrategy(enum.Enum):
@@ -204,14 +257,45 @@ class FakeTrtContext:
         return True
 
     def get_tensor_shape(self, name: str) -> tuple[int, ...]:
-        if name == self.engine.input_name:
-            return self.input_shapes.get(name, self.engine.get_tensor_shape(name))
-        return _output_shapes(self.engine.model, self.get_tensor_shape(self.engine.input_name))[name]
+        engine = self.engine
+        if name in engine.spec.inputs:
+            return self.input_shapes.get(name, engine.get_tensor_shape(name))
+        x = self.get_tensor_shape(engine.spec.tensor_input)
+        values = self._shape_values()
+        return _output_shapes(engine.model, x, values, len(engine.get_tensor_shape(name)))[name]
+
+    def _shape_values(self) -> dict[str, list[int]] | None:
+        """The shape inputs' values, read from the host memory at their addresses (None while one has none)."""
+        values = {}
+        for name in self.engine.spec.shape_inputs:
+            if name not in self.addresses:
+                return None
+            shape = self.input_shapes.get(name, self.engine.get_tensor_shape(name))
+            values[name] = self._view(self.addresses[name], shape, self.engine.get_tensor_dtype(name)).tolist()
+        return values
 
     @staticmethod
-    def _view(address: int, shape: tuple[int, ...]) -> np.ndarray:
-        pointer = ctypes.cast(address, ctypes.POINTER(ctypes.c_float))
+    def _view(address: int, shape: tuple[int, ...], dtype: DataType = DataType.FLOAT) -> np.ndarray:
+        pointer = ctypes.cast(address, ctypes.POINTER(_CTYPES[dtype]))
         return np.ctypeslib.as_array(pointer, shape=shape)
+
+    def _device_ranges(self) -> list[tuple[int, int]]:
+        """[start, end) byte ranges of the execution tensors bound here: device memory."""
+        names = [n for n in (*self.engine.spec.inputs, *self.engine.spec.outputs)
+                 if n not in self.engine.spec.shape_inputs]
+        shapes = {n: self.get_tensor_shape(n) for n in names}
+        return [(self.addresses[n], self.addresses[n] + 4 * math.prod(shapes[n])) for n in names if -1 not in shapes[n]]
+
+    def _values_fit(self, values: dict[str, list[int]]) -> bool:
+        """Shape inputs' values on the host, inside the profile's range."""
+        device = self._device_ranges()
+        for name, got in values.items():
+            if any(start <= self.addresses[name] < end for start, end in device):
+                return False  # a device pointer: TensorRT reads shape tensors on the host
+            low, _, high = self.engine.get_tensor_profile_values(self.profile, name)
+            if len(got) != len(low) or any(not a <= v <= b for v, a, b in zip(got, low, high, strict=True)):
+                return False
+        return True
 
     def _jit(self, kernel: str) -> None:
         cache = self.runtime_config.cache if self.runtime_config is not None else None
@@ -226,13 +310,17 @@ class FakeTrtContext:
         self.run_devices.append(current)
         if current != self.engine.device:  # the engine's memory and kernels are on its own device
             return False
-        names = (self.engine.input_name, *self.engine.output_names)
-        if self.engine.input_name not in self.input_shapes or any(n not in self.addresses for n in names):
+        spec = self.engine.spec
+        if spec.tensor_input not in self.input_shapes or any(
+                n not in self.addresses for n in (*spec.inputs, *spec.outputs)):
             return False
-        shape = self.input_shapes[self.engine.input_name]
+        values = self._shape_values() or {}
+        if not self._values_fit(values) or any(-1 in self.get_tensor_shape(n) for n in spec.outputs):
+            return False
+        shape = self.input_shapes[spec.tensor_input]
         self._jit(f"{self.engine.model}:{'x'.join(map(str, shape))}")
-        x = self._view(self.addresses[self.engine.input_name], shape)
-        for name, value in _run(self.engine.model, x).items():
+        x = self._view(self.addresses[spec.tensor_input], shape)
+        for name, value in _run(self.engine.model, x, values).items():
             self._view(self.addresses[name], self.get_tensor_shape(name))[...] = value
         return True
 
@@ -241,29 +329,41 @@ class FakeTrtEngine:
     def __init__(self, description: dict) -> None:
         self.description = description
         self.model = description.get("model", "affine")
-        self.input_name, self.output_names = MODELS[self.model]
+        self.spec = MODELS[self.model]
         self.contexts: list[FakeTrtContext] = []
         self.num_optimization_profiles = len(description["profiles"])
-        self.num_io_tensors = 1 + len(self.output_names)
+        self.num_io_tensors = len(self.spec.inputs) + len(self.spec.outputs)
         self.compilations = 0
         self.runtime_configs: list[FakeRuntimeConfig] = []
         self.device = FAKE_CUDA.current()  # bound to the device current at deserialization
 
     def get_tensor_name(self, index: int) -> str:
-        return (self.input_name, *self.output_names)[index]
+        return (*self.spec.inputs, *self.spec.outputs)[index]
 
     def get_tensor_mode(self, name: str) -> TensorIOMode:
-        return TensorIOMode.INPUT if name == self.input_name else TensorIOMode.OUTPUT
+        return TensorIOMode.INPUT if name in self.spec.inputs else TensorIOMode.OUTPUT
 
     def get_tensor_dtype(self, name: str) -> DataType:
-        return DataType.FLOAT
+        return DataType.INT64 if name in self.spec.shape_inputs else DataType.FLOAT
+
+    def is_shape_inference_io(self, name: str) -> bool:
+        return name in self.spec.shape_inputs
 
     def get_tensor_shape(self, name: str) -> tuple[int, ...]:
-        x = tuple(self.description["inputs"][self.input_name])
-        return x if name == self.input_name else _output_shapes(self.model, x)[name]
+        if name in self.spec.inputs:
+            return tuple(self.description["inputs"][name])
+        x = tuple(self.description["inputs"][self.spec.tensor_input])
+        rank = self.description["inputs"][self.spec.shape_inputs[0]][0] if self.spec.shape_inputs else 0
+        return _output_shapes(self.model, x, None, rank)[name]
 
     def get_tensor_profile_shape(self, name: str, profile: int):
         return tuple(tuple(d) for d in self.description["profiles"][profile][name])
+
+    def get_tensor_profile_values(self, profile: int, name: str) -> list[list[int]]:
+        """(min, opt, max) values of a shape input; TensorRT raises for any other tensor."""
+        if name not in self.spec.shape_inputs:
+            raise RuntimeError(f"{name} is not an input shape binding")
+        return [list(v) for v in self.description["shape_values"][profile][name]]
 
     def create_runtime_config(self) -> FakeRuntimeConfig:
         config = FakeRuntimeConfig(self)
@@ -313,7 +413,7 @@ def write_fake_engine(
     """
     folder.mkdir(parents=True, exist_ok=True)
     engine = folder / f"{name}.engine"
-    input_name, output_names = MODELS[model]
+    input_name, output_names = MODELS[model].tensor_input, MODELS[model].outputs
     dims = (-1, *feature_dims)
     engine.write_text(json.dumps({"model": model, "inputs": {input_name: list(dims)}, "profiles": profiles}))
     outputs = _output_shapes(model, dims)
@@ -328,4 +428,26 @@ def write_fake_engine(
         preprocessing=preprocessing,
     )
     write_sidecar(engine.with_suffix(".json"), sidecar)
+    return engine
+
+
+def mirror_engine(folder: Path, sidecar: Sidecar, model: str) -> Path:
+    """A double's engine standing in for a real TensorRT-RTX build: its I/O, profiles and shape-input
+    values are the ones the build's ``sidecar`` records (profile values min = opt = max, as the builder
+    sets them), written with a copy of that sidecar naming the double's engine file; returns its path.
+
+    Example:
+        >>> mirror_engine(tmp_path, read_sidecar(art.sidecar_path), "reshape")
+        PosixPath('.../reshape.engine')
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    engine = folder / f"{model}.engine"
+    values = {r.name: [list(r.values)] * 3 for r in sidecar.shape_inputs}
+    engine.write_text(json.dumps({
+        "model": model, "inputs": {s.name: list(s.shape) for s in sidecar.inputs},
+        "profiles": [{k: [r["min"], r["opt"], r["max"]] for k, r in p.items()} for p in sidecar.profiles],
+        "shape_values": [values] * len(sidecar.profiles)}))
+    copy = dataclasses.replace(sidecar, engine_file=engine.name, engine_size=engine.stat().st_size,
+                               engine_sha256=sha256_file(engine))
+    write_sidecar(engine.with_suffix(".json"), copy)
     return engine

@@ -7,9 +7,11 @@ import pytest
 import torch
 
 import trtforge
+from trtforge.core.errors import MissingFile
 from trtforge.core.sidecar import read_sidecar
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime import CapturableEngine, Engine, EngineInputError
+from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
 from trtforge.runtime.torch_routes import TorchEngine, export_aot_package
 
 
@@ -130,3 +132,15 @@ def test_compiled_route_loads_the_aot_package_beside_the_engine(tmp_path):
                        compile_mode="default") as engine:
         assert engine.aot_package is None
         torch.testing.assert_close(engine(x)["y"], model(x).detach(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("how", ["constructor", "load"])
+def test_a_missing_onnx_file_names_the_fix(tmp_path, how):
+    (tmp_path / "dir.onnx").mkdir()
+    for path, found in ((tmp_path / "nope.onnx", "nothing there"), (tmp_path / "dir.onnx", "a folder there")):
+        with pytest.raises(MissingFile) as info:
+            OnnxRuntimeEngine(path) if how == "constructor" else trtforge.load(path, route="onnxruntime")
+        message = str(info.value)
+        assert "\n" not in message and message.startswith(f"no ONNX file at {path} ({found}); ")
+        assert "pass the path of an existing .onnx file" in message
+        assert "trtforge.load('out/model.json', route='onnxruntime')" in message

@@ -1,7 +1,9 @@
 """The ONNX Runtime route: the reference that runs anywhere (CPU, or the CUDA provider if present).
 
 Inputs go through the same checks as every route; outputs come back as torch tensors on the
-engine's device (the CPU with the CPU provider).
+engine's device (the CPU with the CPU provider). Shape-tensor inputs the sidecar records (values that
+set shapes) are fed as host arrays of their values, from a list, a numpy array or a torch tensor on
+any device, or left out for the recorded values.
 
 Example:
     >>> engine = OnnxRuntimeEngine("out/efficientnet_lite0_fp32.onnx")
@@ -24,7 +26,7 @@ from trtforge.core.specs import TensorSpec
 from trtforge.runtime.placement import default_device
 from trtforge.runtime.profiles import choose_profile
 from trtforge.runtime.protocol import EngineBase, Profiles
-from trtforge.runtime.tensors import bind_input
+from trtforge.runtime.tensors import bind_input, shape_values
 
 #: ONNX Runtime type strings → spec dtype names.
 ORT_DTYPES: dict[str, str] = {
@@ -62,7 +64,11 @@ class OnnxRuntimeEngine(EngineBase):
         self.move_inputs = move_inputs
         onnx_path = Path(onnx_path)
         if not onnx_path.is_file():
-            raise MissingFile(f"no ONNX file at {onnx_path}")
+            found = "a folder" if onnx_path.is_dir() else "nothing"
+            raise MissingFile(
+                f"no ONNX file at {onnx_path} ({found} there); pass the path of an existing .onnx file, or load the "
+                "artifact's sidecar instead: trtforge.load('out/model.json', route='onnxruntime') runs the ONNX files "
+                "trtforge.compile wrote beside the engine")
         want = default_device(device if device is not None else "cpu")  # index filled, range checked
         providers = ["CPUExecutionProvider"]
         if want.type == "cuda":
@@ -93,7 +99,11 @@ class OnnxRuntimeEngine(EngineBase):
         values = self._arrange(tensors, named)
         feeds: dict[str, np.ndarray] = {}
         host = torch.device("cpu")
+        shaped = self.recorded_shape_values()
         for spec, value in zip(self.inputs, values, strict=True):
+            if spec.name in shaped:  # values read on the host wherever they come from
+                feeds[spec.name] = shape_values(spec, value)
+                continue
             # ONNX Runtime is fed from host memory; a device tensor must be on the engine's device.
             on_device = isinstance(value, torch.Tensor) and value.device.type != "cpu"
             bound = bind_input(spec, value, self._device if on_device else host, self.move_inputs)

@@ -87,3 +87,21 @@ def choose_profile(profiles: Profiles, shapes: Mapping[str, Sequence[int]]) -> i
 def max_shapes(profile: Mapping[str, Mapping[str, Sequence[int]]]) -> dict[str, tuple[int, ...]]:
     """The largest shape of each input in one profile."""
     return {name: tuple(int(d) for d in r["max"]) for name, r in profile.items()}
+
+
+def check_shape_values(name: str, values: Sequence[int], low: Sequence[int], high: Sequence[int],
+                       recorded: Sequence[int] | None) -> None:
+    """Refuse shape-tensor input values outside the profile's range ``low``..``high`` (TensorRT's
+    ``get_tensor_profile_values``), naming the values the engine was built for (``recorded``, from the sidecar).
+
+    Example:
+        >>> check_shape_values("shape", [3, 2], [3, 2], [3, 2], [3, 2])   # fits: no error
+    """
+    values = [int(v) for v in values]
+    if len(values) == len(low) == len(high) and all(a <= v <= b for v, a, b in zip(values, low, high, strict=True)):
+        return
+    built, fix = ((list(recorded), f"pass {name}={list(recorded)} or leave it out") if recorded is not None
+                  else (f"{list(low)}..{list(high)}", "pass values in that range"))
+    raise EngineInputError(
+        f"shape-tensor input {name!r} = {values} lies outside the values this engine was built for ({built}); "
+        f"{fix}, or rebuild the engine with these values in the example inputs")

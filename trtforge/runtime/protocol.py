@@ -116,8 +116,19 @@ class EngineBase:
         if self._closed:
             raise EngineClosedError(f"this {self.route} engine was closed; load it again with trtforge.load")
 
+    def recorded_shape_values(self) -> dict[str, tuple[int, ...]]:
+        """The values each shape-tensor input was built for, from the sidecar (empty without one).
+
+        Example:
+            >>> engine.recorded_shape_values()
+            {'shape': (3, 2)}
+        """
+        records = self.sidecar.shape_inputs if self.sidecar is not None else ()
+        return {record.name: record.values for record in records}
+
     def _arrange(self, tensors: Sequence[Any], named: Mapping[str, Any]) -> list[Any]:
-        """Positional and named arguments → one value per input, in ``inputs`` order."""
+        """Positional and named arguments → one value per input, in ``inputs`` order. A shape-tensor
+        input left out gets the values the sidecar records for it (the engine was built for those)."""
         names = [spec.name for spec in self.inputs]
         if len(tensors) > len(names):
             raise EngineInputError(
@@ -134,6 +145,8 @@ class EngineBase:
             if key in values:
                 raise EngineInputError(f"input {key!r} given both by position and by name; give it once")
             values[key] = value
+        recorded = self.recorded_shape_values()
+        values.update({n: list(recorded[n]) for n in names if n not in values and n in recorded})
         missing = [n for n in names if n not in values]
         if missing:
             raise EngineInputError(f"missing input(s) {missing}; the engine's inputs are {names}")

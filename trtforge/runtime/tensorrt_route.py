@@ -10,6 +10,11 @@ How a call runs:
   preallocated at the profile's maximum shapes; a call returns views of them trimmed to the
   real output shapes (valid until the next call: ``clone()`` to keep);
 - ``set_input_shape`` runs only when an input's shape changed since the last call on that context;
+- a shape-tensor input (``ICudaEngine.is_shape_inference_io``: its values set shapes, e.g. a
+  Reshape's shape) lives in host memory, as TensorRT requires: its values (a list, a numpy array,
+  or a torch tensor on any device; left out, the values the sidecar records) are written into a
+  host buffer the context owns, bound by ``set_tensor_address``; values outside the profile's
+  range (``get_tensor_profile_values``) are refused before TensorRT runs;
 - ``execute_async_v3`` runs on the caller's current torch stream; nothing synchronizes;
 - with ``cuda_graph=True`` a call is captured once per binding set (profile, shapes, input
   addresses) and replayed after; it pays off when callers reuse their input buffers (at most 16
@@ -59,6 +64,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from trtforge.core import trt as trt_shim
@@ -74,9 +80,9 @@ from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime.cuda_graph import GraphCache
 from trtforge.runtime.placement import TORCH_CUDA, DeviceRuntime, default_device
-from trtforge.runtime.profiles import choose_profile, max_shapes
+from trtforge.runtime.profiles import check_shape_values, choose_profile, max_shapes
 from trtforge.runtime.protocol import EngineBase, EngineInputError
-from trtforge.runtime.tensors import BINDABLE_DTYPES, bind_input, torch_dtype
+from trtforge.runtime.tensors import BINDABLE_DTYPES, bind_input, shape_values, torch_dtype
 
 #: Every TensorRT attribute this route touches, as "Class.attribute" ("Class" alone for a module
 #: attribute). tests/runtime/test_trt_api_surface.py checks each against the installed bindings.
@@ -86,7 +92,8 @@ TRT_API_USED: tuple[str, ...] = (
     "ICudaEngine.num_io_tensors", "ICudaEngine.get_tensor_name", "ICudaEngine.get_tensor_mode",
     "ICudaEngine.get_tensor_dtype", "ICudaEngine.get_tensor_shape",
     "ICudaEngine.get_tensor_profile_shape", "ICudaEngine.num_optimization_profiles",
-    "ICudaEngine.create_execution_context",
+    "ICudaEngine.create_execution_context", "ICudaEngine.is_shape_inference_io",
+    "ICudaEngine.get_tensor_profile_values",
     "IExecutionContext.set_optimization_profile_async", "IExecutionContext.set_input_shape",
     "IExecutionContext.set_tensor_address", "IExecutionContext.get_tensor_shape",
     "IExecutionContext.execute_async_v3",
@@ -130,6 +137,8 @@ class _ContextState:
     addresses: dict[str, int] = field(default_factory=dict)
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)
     graphs: GraphCache | None = None
+    #: Host buffers of the shape-tensor inputs (TensorRT reads their values on the host).
+    host_values: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def _place(device: Any, injected: bool, devices: DeviceRuntime, name: str) -> tuple[torch.device, int | None]:
@@ -204,6 +213,9 @@ class TensorRTEngine(EngineBase):
             )
         self.inputs, self.outputs = self._read_io()
         self.profiles = self._read_profiles()
+        #: Inputs TensorRT reads on the host as shape tensors, and their (min, opt, max) values per profile.
+        self.shape_inputs = tuple(s.name for s in self.inputs if self._engine.is_shape_inference_io(s.name))
+        self._value_ranges = self._read_value_ranges()
         self._contexts: dict[int, _ContextState] = {}
         with self._device_guard():
             self._configure_runtime(cuda_graph, runtime_cache)
@@ -275,6 +287,20 @@ class TensorRTEngine(EngineBase):
             profiles.append(profile)
         return tuple(profiles)
 
+    def _read_value_ranges(self) -> tuple[dict[str, tuple[tuple[int, ...], ...]], ...]:
+        """Per profile, each shape-tensor input's (min, opt, max) values (``get_tensor_profile_values``)."""
+        ranges = []
+        for index in range(self._engine.num_optimization_profiles):
+            profile = {}
+            for name in self.shape_inputs:
+                triple = tuple(tuple(int(v) for v in r) for r in self._engine.get_tensor_profile_values(index, name))
+                if len(triple) != 3:
+                    raise EngineLoadError(f"engine input {name!r} sets shapes but profile {index} holds no values "
+                                          "for it; rebuild the engine with trtforge (it sets them)")
+                profile[name] = triple
+            ranges.append(profile)
+        return tuple(ranges)
+
     # -- devices and streams --------------------------------------------------------------
     @property
     def device(self) -> torch.device:
@@ -310,6 +336,12 @@ class TensorRTEngine(EngineBase):
         for name, shape in largest.items():
             context.set_input_shape(name, shape)
             state.shapes[name] = tuple(shape)
+        for spec in self.inputs:
+            if spec.name in self.shape_inputs:  # host memory, holding the profile's largest values
+                values = self._value_ranges[profile][spec.name][2]
+                buffer = torch.tensor(values, dtype=torch_dtype(spec.dtype)).reshape(state.shapes.get(spec.name, (-1,)))
+                context.set_tensor_address(spec.name, buffer.data_ptr())
+                state.host_values[spec.name] = buffer
         for spec in self.outputs:
             shape = tuple(int(d) for d in context.get_tensor_shape(spec.name))
             if any(d < 0 for d in shape):
@@ -332,40 +364,72 @@ class TensorRTEngine(EngineBase):
         return torch_dtype(self.inputs[0].dtype), False
 
     # -- the call -------------------------------------------------------------------------
-    def _bind(self, bound: list[torch.Tensor]) -> tuple[_ContextState, dict[str, torch.Tensor]]:
-        """Choose the profile, set changed shapes and addresses; return the context and output views.
+    def _bound(self, values: list[Any], move_inputs: bool) -> list[torch.Tensor | np.ndarray]:
+        """Each input checked: shape-tensor inputs as host arrays of their values, the rest as tensors
+        on the engine's device (``bind_input``)."""
+        return [shape_values(spec, value) if spec.name in self.shape_inputs
+                else bind_input(spec, value, self._device, move_inputs)
+                for spec, value in zip(self.inputs, values, strict=True)]
+
+    def _check_values(self, profile: int, bound: list[torch.Tensor | np.ndarray]) -> None:
+        """Refuse shape-tensor values outside the profile's range, before TensorRT sees them."""
+        recorded = self.recorded_shape_values()
+        for spec, value in zip(self.inputs, bound, strict=True):
+            if spec.name in self.shape_inputs:
+                low, _, high = self._value_ranges[profile][spec.name]
+                check_shape_values(spec.name, value.tolist(), low, high, recorded.get(spec.name))
+
+    def _bind(self, bound: list[torch.Tensor | np.ndarray]) -> tuple[_ContextState, dict[str, torch.Tensor]]:
+        """Choose the profile, set changed shapes, values and addresses; return the context and output views.
 
         The caller holds the lock and the device guard.
         """
         shapes = {spec.name: tuple(t.shape) for spec, t in zip(self.inputs, bound, strict=True)}
-        state = self._context(choose_profile(self.profiles, shapes))
+        profile = choose_profile(self.profiles, shapes)
+        self._check_values(profile, bound)
+        state = self._context(profile)
         context = state.context
         for name, shape in shapes.items():
             if state.shapes.get(name) != shape:
                 if not context.set_input_shape(name, shape):
                     raise TensorRTRuntimeError(f"TensorRT refused shape {list(shape)} for input {name!r}")
                 state.shapes[name] = shape
-        for spec, tensor in zip(self.inputs, bound, strict=True):
-            address = tensor.data_ptr()
+        for spec, value in zip(self.inputs, bound, strict=True):
+            if spec.name in self.shape_inputs:
+                self._write_values(state, spec.name, value)
+                continue
+            address = value.data_ptr()
             if state.addresses.get(spec.name) != address:
                 context.set_tensor_address(spec.name, address)
                 state.addresses[spec.name] = address
         result = {}
         for spec in self.outputs:
             shape = tuple(int(d) for d in context.get_tensor_shape(spec.name))
+            if math.prod(shape) > state.buffers[spec.name].numel():
+                raise InternalError(f"output {spec.name!r} {list(shape)} outgrew its buffer sized for the profile's "
+                                    "largest shapes and values; this is a trtforge bug, please report it")
             result[spec.name] = state.buffers[spec.name].reshape(-1)[: math.prod(shape)].view(shape)
         return state, result
 
+    @staticmethod
+    def _write_values(state: _ContextState, name: str, values: np.ndarray) -> None:
+        """Copy a shape-tensor input's values into its host buffer (TensorRT reads them there when it
+        infers shapes and enqueues); the address is set again after a change."""
+        buffer = state.host_values[name]
+        new = torch.from_numpy(values).reshape(buffer.shape)
+        if not torch.equal(buffer, new):
+            buffer.copy_(new)
+            state.context.set_tensor_address(name, buffer.data_ptr())
+
     def __call__(self, *tensors: Any, **named: Any) -> dict[str, torch.Tensor]:
         self._check_open()
-        values = self._arrange(tensors, named)
-        bound = [bind_input(spec, value, self._device, self.move_inputs)
-                 for spec, value in zip(self.inputs, values, strict=True)]
+        bound = self._bound(self._arrange(tensors, named), self.move_inputs)
         with self._lock, self._device_guard():
             state, result = self._bind(bound)
             if state.graphs is not None:
                 key = (tuple(state.shapes[s.name] for s in self.inputs),
-                       tuple(state.addresses[s.name] for s in self.inputs))
+                       tuple(state.addresses.get(s.name) for s in self.inputs),
+                       tuple(tuple(b.tolist()) for b in state.host_values.values()))
                 state.graphs.replay(key, lambda: self._execute(state.context, self._stream_handle()))
             else:
                 self._execute(state.context, self._stream_handle())
@@ -375,7 +439,9 @@ class TensorRTEngine(EngineBase):
         """Bind ``tensors`` by pointer and enqueue the engine on the current stream; return output views.
 
         The tensors must already be what the engine binds (its device and input dtype, contiguous):
-        nothing is copied, so the call is safe inside an outer CUDA graph capture.
+        nothing is copied, so the call is safe inside an outer CUDA graph capture. Shape-tensor inputs
+        are host values (a list or numpy array, or left out for the recorded ones): a GPU tensor there
+        would be read back, which a capture cannot hold.
 
         Example:
             >>> x = torch.rand(4, 3, 224, 224, device="cuda")   # float32, the engine's input
@@ -384,9 +450,9 @@ class TensorRTEngine(EngineBase):
         """
         self._check_open()
         values = self._arrange(tensors, {})
-        bound = [bind_input(spec, value, self._device) for spec, value in zip(self.inputs, values, strict=True)]
+        bound = self._bound(values, move_inputs=False)
         for spec, given, used in zip(self.inputs, values, bound, strict=True):
-            if used is not given:
+            if used is not given and spec.name not in self.shape_inputs:  # values on the host are copied
                 raise EngineInputError(
                     f"capturable_forward binds {spec.name!r} by pointer and copies nothing; pass a contiguous "
                     f"{spec.dtype} tensor on {self._device}, or call the engine itself, which copies"

@@ -88,3 +88,31 @@ def bind_input(spec: TensorSpec, value: Any, device: torch.device, move_inputs: 
     if rule is Placement.REFUSE:
         raise refusal(spec.name, value.device, device)
     return value.contiguous().to(device)
+
+
+def shape_values(spec: TensorSpec, value: Any) -> np.ndarray:
+    """The values of a shape-tensor input (one whose values set shapes, e.g. a Reshape's shape) as a
+    contiguous host array of the spec's integer dtype.
+
+    They may come as a torch tensor on any device (read back to the host: TensorRT and ONNX Runtime
+    read them there), a numpy array, or a list or tuple of ints.
+
+    Example:
+        >>> shape_values(TensorSpec("shape", "int64", (2,)), [3, 2])
+        array([3, 2])
+    """
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    elif isinstance(value, list | tuple):
+        value = np.asarray(value)
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "iu":
+        kind = value.dtype if isinstance(value, np.ndarray) else type(value).__name__
+        raise EngineInputError(
+            f"input {spec.name!r} sets shapes (a shape tensor) and got {kind}; pass its integer values as a "
+            f"list, a numpy array or a torch tensor, e.g. [3, 2]")
+    check_rank_and_dims(spec, value.shape)
+    want = np.dtype(spec.dtype)
+    if not np.can_cast(value.dtype, want) and np.any(value.astype(np.int64) != value.astype(want)):
+        raise EngineInputError(f"input {spec.name!r} has values {value.tolist()} that do not fit {spec.dtype}, "
+                               "the engine's type for it; pass smaller values")
+    return np.ascontiguousarray(value, dtype=want)

@@ -8,7 +8,10 @@
 | ``compiled`` | ``torch.compile(mode="max-autotune")`` in FP16, or an AOTInductor ``.pt2`` | a C++ compiler; Triton on GPU |
 
 Inputs and outputs keep the spec dtypes (FP32 I/O); the casts run inside the route (inside the
-graph for ``cuda_graph``). With no GPU every route runs on the CPU.
+graph for ``cuda_graph``). With no GPU every route runs on the CPU. Shape-tensor inputs the sidecar
+records reach the module as CPU integer tensors of their values (never cast, never moved to the GPU:
+shapes are host values), from a list, a numpy array or a tensor on any device, or left out for the
+recorded values; ``cuda_graph`` captures one graph per input shapes and values.
 
 Example:
     >>> engine = TorchEngine(efficientnet_lite0(), [TensorSpec("images", "float32", (-1, 3, 224, 224))],
@@ -36,7 +39,7 @@ from trtforge.runtime.cuda_graph import GraphCache
 from trtforge.runtime.placement import default_device, on_device
 from trtforge.runtime.profiles import choose_profile
 from trtforge.runtime.protocol import EngineBase, Profiles
-from trtforge.runtime.tensors import bind_input, torch_dtype
+from trtforge.runtime.tensors import bind_input, shape_values, torch_dtype
 
 TORCH_ROUTES: tuple[str, ...] = ("eager", "fp16", "cuda_graph", "compiled")
 
@@ -188,7 +191,9 @@ class TorchEngine(EngineBase):
     def __call__(self, *tensors: Any, **named: Any) -> dict[str, torch.Tensor]:
         self._check_open()
         values = self._arrange(tensors, named)
-        bound = [bind_input(spec, value, self._device, self.move_inputs)
+        shaped = self.recorded_shape_values()
+        bound = [torch.from_numpy(shape_values(spec, value)) if spec.name in shaped
+                 else bind_input(spec, value, self._device, self.move_inputs)
                  for spec, value in zip(self.inputs, values, strict=True)]
         choose_profile(self.profiles, {s.name: tuple(t.shape) for s, t in zip(self.inputs, bound, strict=True)})
         with on_device(self._device):  # every allocation, stream and graph of the call on the engine's device
@@ -197,7 +202,9 @@ class TorchEngine(EngineBase):
     def _run(self, bound: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         if self._graphs is None:
             return self.capturable_forward(*bound)
-        key = tuple(tuple(t.shape) for t in bound)
+        shaped = self.recorded_shape_values()
+        key = tuple((tuple(t.shape), tuple(t.tolist()) if s.name in shaped else None)
+                    for s, t in zip(self.inputs, bound, strict=True))
         statics = self._statics.get(key)
         if statics is None:
             statics = [torch.empty_like(t) for t in bound]
