@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_model import QuantNet
 from torch import nn
 
 from trtforge.convert.api import lower_module
@@ -45,18 +46,6 @@ def test_per_channel_qdq_matches_torch_fake_quantize_per_channel():
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
-class SmallNet(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = nn.Conv2d(3, 32, 3, padding=1)
-        self.dw = nn.Conv2d(32, 32, 3, padding=1, groups=32)
-        self.fc = nn.Linear(32, 10)
-
-    def forward(self, x):
-        x = torch.relu(self.stem(x))
-        return self.fc(torch.relu(self.dw(x)).mean((2, 3)))
-
-
 def _fake(x, scale):
     return torch.fake_quantize_per_tensor_affine(x, scale, 0, -128, 127)
 
@@ -66,58 +55,54 @@ def _fake_weight(w, scales):
                                                   0, -128, 127)
 
 
-def _reference(model: SmallNet, x: torch.Tensor, scales: dict[str, LayerScales]) -> torch.Tensor:
+def _reference(model: QuantNet, x: torch.Tensor, scales: dict[str, LayerScales]) -> torch.Tensor:
     """The PyTorch fake-quant reference: each quantized layer sees Q/DQ'd input and weight."""
     s = scales
     x = torch.relu(nn.functional.conv2d(_fake(x, s["stem"].input_scale), _fake_weight(model.stem.weight, s["stem"]
                                         .weight_scales), model.stem.bias, padding=1))
-    x = torch.relu(model.dw(x)).mean((2, 3))  # "dw" is not in the mapping: it stays float
-    return nn.functional.linear(_fake(x, s["fc"].input_scale), _fake_weight(model.fc.weight, s["fc"].weight_scales),
-                                model.fc.bias)
+    x = torch.relu(model.dw(x)).mean((2, 3))  # "dw" and "head" are not in the mapping: they stay float
+    x = nn.functional.linear(_fake(x, s["fc"].input_scale), _fake_weight(model.fc.weight, s["fc"].weight_scales),
+                             model.fc.bias)
+    return model.head(torch.relu(x))
 
 
-def _scales(model: SmallNet) -> dict[str, LayerScales]:
+def _scales(model: QuantNet) -> dict[str, LayerScales]:
     def per_channel(w):
         return tuple((w.detach().abs().flatten(1).amax(1) / 127).tolist())
     return {"stem": LayerScales(0.02, per_channel(model.stem.weight)),
             "fc": LayerScales(0.004, per_channel(model.fc.weight))}
 
 
-def test_conv_and_linear_of_named_modules_get_qdq_and_match_the_fake_quant_reference():
+def _lower_and_run(precision: str):
+    """QuantNet with stem and fc in INT8, lowered at ``precision``: (lowered, evaluator output, reference)."""
     torch.manual_seed(0)
-    model = SmallNet().eval()
+    model = QuantNet().eval()
     scales = _scales(model)
-    lowered = lower_module(model, (torch.randn(2, 3, 8, 8),), batch=(1, 2, 4), precision="fp32",
+    lowered = lower_module(model, (torch.randn(2, 3, 8, 8),), batch=(1, 2, 4), precision=precision,
                            int8=Int8Scales.of(scales))
+    x = torch.randn(3, 3, 8, 8)
+    with torch.no_grad():
+        return lowered, evaluate(lowered.net.record, {"x": x})[0], _reference(model, x, scales), model(x)
+
+
+def test_conv_and_linear_of_named_modules_get_qdq_and_match_the_fake_quant_reference():
+    lowered, got, expected, plain = _lower_and_run("fp32")
     assert set(lowered.int8_layers) == {"stem", "fc"}
     kinds = lowered.net.record.kinds()
     assert kinds["quantize"] == 4 and kinds["dequantize"] == 4  # input + weight of two layers
-    x = torch.randn(3, 3, 8, 8)
-    got = evaluate(lowered.net.record, {"x": x})[0]
-    with torch.no_grad():
-        expected = _reference(model, x, scales)
-        plain = model(x)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
-    assert (got - plain).abs().max() > 1e-3  # the quantization is really there
+    assert (got - plain).abs().max() > 5e-4  # the quantization is really there (5x the tolerance)
     assert build_plan(lowered.net, (1, 2, 4), optimization_level=0).plan
 
 
 def test_int8_under_fp16_builds_and_stays_close_to_the_reference():
-    torch.manual_seed(0)
-    model = SmallNet().eval()
-    scales = _scales(model)
-    lowered = lower_module(model, (torch.randn(2, 3, 8, 8),), batch=(1, 2, 4), precision="fp16",
-                           int8=Int8Scales.of(scales))
-    x = torch.randn(3, 3, 8, 8)
-    got = evaluate(lowered.net.record, {"x": x})[0]
-    with torch.no_grad():
-        expected = _reference(model, x, scales)
+    lowered, got, expected, _plain = _lower_and_run("fp16")
     torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
     assert build_plan(lowered.net, (1, 2, 4), optimization_level=0).plan
 
 
 def test_no_scales_means_no_qdq():
-    lowered = lower_module(SmallNet().eval(), (torch.randn(2, 3, 8, 8),), precision="fp32",
+    lowered = lower_module(QuantNet().eval(), (torch.randn(2, 3, 8, 8),), precision="fp32",
                            int8=Int8Scales.of({}))
     assert "quantize" not in lowered.net.record.kinds() and lowered.int8_layers == {}
 

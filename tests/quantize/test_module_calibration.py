@@ -6,24 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch import nn
+from tiny_model import QuantNet as Net
 
 from trtforge.core.config import QuantConfig
 from trtforge.passes.qdq import fp16_scales
 from trtforge.quantize.module_calibration import calibrate_module
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = nn.Conv2d(3, 32, 3, padding=1)
-        self.dw = nn.Conv2d(32, 32, 3, padding=1, groups=32)
-        self.fc = nn.Linear(32, 16)
-        self.head = nn.Linear(16, 4)
-
-    def forward(self, x):
-        x = torch.relu(self.dw(torch.relu(self.stem(x)))).mean((2, 3))
-        return self.head(torch.relu(self.fc(x)))
 
 
 def _samples(n: int = 12) -> list[dict[str, np.ndarray]]:
