@@ -120,3 +120,22 @@ def test_efficientnet_lite0_int8_builds_with_tensorrt(lite0):
     lowered = lower_module(lite0, (torch.zeros(2, 3, 224, 224),), batch=(1, 2, 4), precision="fp16", int8=scales)
     assert set(lowered.int8_layers) == set(plan.int8_modules()) and len(lowered.int8_layers) > 20
     assert build_plan(lowered.net, (1, 2, 4), optimization_level=0).plan
+
+
+class ExpandedLinear(nn.Module):
+    """A Linear on an expanded input: torch decomposes it to a bmm with the weight expanded over the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.proj(x.unsqueeze(1).expand(-1, 3, -1))
+
+
+def test_a_weight_expanded_over_a_dynamic_batch_stays_float_and_is_not_claimed():
+    scales = Int8Scales.of({"proj": LayerScales(0.01, (0.01,) * 4)})
+    dynamic = lower_module(ExpandedLinear().eval(), (torch.randn(2, 8),), batch=(1, 2, 4), int8=scales)
+    assert dynamic.int8_layers == {} and "quantize" not in dynamic.net.record.kinds()
+    static = lower_module(ExpandedLinear().eval(), (torch.randn(2, 8),), int8=scales)  # the weight folds
+    assert static.int8_layers == {"proj": "bmm"}
