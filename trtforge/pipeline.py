@@ -617,7 +617,11 @@ def _direct_int8(model: Any, args: tuple, config: CompileConfig, calibration_dat
     from trtforge.quantize.module_calibration import calibrate_module
 
     quant = config.quant if config.quant is not None else QuantConfig()
-    names = list(input_names or list(inspect.signature(model.forward).parameters)[:len(args)])
+    params = [p.name for p in inspect.signature(model.forward).parameters.values() if p.kind is not p.VAR_POSITIONAL]
+    names = list(input_names or [params[i] if i < len(params) else f"input_{i}" for i in range(len(args))])
+    if len(names) != len(args):
+        raise InvalidArgument(f"input_names={names} names {len(names)} input(s) and {len(args)} example input(s) "
+                              "were given; pass one name per input")
     specs = [(name, np.dtype(str(x.dtype).removeprefix("torch.")), (None, *x.shape[1:]))
              for name, x in zip(names, args, strict=True)]
     samples = load_calibration(calibration_data, specs, config.preprocessing, quant.max_images)
