@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from tiny_model import TinyNet
@@ -19,7 +20,7 @@ from trtforge.convert import converters
 from trtforge.convert.api import export_batch, lower_for_profiles
 from trtforge.convert.evaluator import evaluate
 from trtforge.core.batch import parse_batch
-from trtforge.core.config import CompileConfig, ConfigError
+from trtforge.core.config import CompileConfig, ConfigError, QuantConfig
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.sidecar import read_sidecar
 
@@ -106,12 +107,17 @@ def test_onnxruntime_route_explains_the_direct_path_has_no_onnx(tmp_path):
         trtforge.load(art.sidecar_path, route="onnxruntime")
 
 
-def test_direct_path_refuses_an_onnx_file_and_int8_in_one_line(tmp_path, tiny_onnx):
+def test_direct_path_refuses_an_onnx_file_and_onnx_only_int8_options_in_one_line(tmp_path, tiny_onnx):
     with pytest.raises(ConfigError, match="path='direct' converts a PyTorch module"):
         trtforge.compile(tiny_onnx, path="direct", output_dir=tmp_path)
-    with pytest.raises(ConfigError, match="int8' is not on the direct path"):
+    with pytest.raises(ConfigError, match="placement='auto' .* is not on the direct path"):
         trtforge.compile(_tiny(), (torch.zeros(1, 3, 16, 16),), path="direct", precision="int8",
-                         calibration_data=torch.zeros(4, 3, 16, 16), output_dir=tmp_path)
+                         calibration_data=np.zeros((4, 3, 16, 16), np.float32), output_dir=tmp_path,
+                         quant=QuantConfig(placement="auto"))
+    with pytest.raises(ConfigError, match="smoothquant= .* is not on the direct path"):
+        trtforge.compile(_tiny(), (torch.zeros(1, 3, 16, 16),), path="direct", precision="int8",
+                         calibration_data=np.zeros((4, 3, 16, 16), np.float32), output_dir=tmp_path,
+                         quant=QuantConfig(smoothquant=0.5))
     with pytest.raises(ConfigError, match="unknown path 'tflite'"):
         CompileConfig(path="tflite")
 
@@ -142,3 +148,16 @@ def test_cli_build_path_direct_bad_input_is_one_line(tmp_path, args, line):
     result = runner.invoke(app, ["build", *args, "-o", str(tmp_path)])
     assert result.exit_code == 2, result.output
     assert line in result.output and "Traceback" not in result.output
+
+
+def test_direct_int8_calibrates_the_module_and_records_its_placement(tmp_path):
+    calib = np.random.default_rng(0).standard_normal((12, 3, 16, 16)).astype(np.float32)
+    art = _compile(tmp_path, precision="int8", calibration_data=calib, batch=(1, 2, 4),
+                   quant=QuantConfig(include=("conv",)))
+    quant = art.sidecar.quantization
+    assert art.engine_path.is_file() and art.sidecar.precision.built == "int8"
+    assert quant.int8_layers == 1 and quant.layers_total == 2 and quant.samples == {"calibration": 12}
+    assert quant.excluded_layers == [{"layer": "head", "reason": "final head (no Conv/MatMul/Gemm after it)"}]
+    assert any("direct-path INT8: 1 layer(s)" in note for note in art.sidecar.notes)
+    default = _compile(tmp_path, precision="int8", calibration_data=calib, batch=(1, 2, 4), name="tiny_default")
+    assert default.sidecar.quantization.int8_layers == 0  # 3 input channels and the head: FP16 by the rules

@@ -202,7 +202,7 @@ def compile(  # noqa: A001 - the public verb users expect
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtforge-")))
             if config.path == "direct":
                 built = _convert_and_build(model_or_onnx, example_inputs, config, engine_cache=engine_cache,
-                                           console=console)
+                                           console=console, calibration_data=calibration_data)
             else:
                 built = _capture_and_build(model_or_onnx, example_inputs, config, tmp=tmp,
                                            calibration_data=calibration_data, engine_cache=engine_cache,
@@ -308,15 +308,19 @@ def check_same_model(paths: OutputPaths, reference_sha256: str, overwrite: bool)
 
 
 def _check_direct(model_or_onnx: Any, config: CompileConfig) -> None:
-    """What the direct path cannot take: an ONNX file, INT8 (not on the direct path yet)."""
+    """What the direct path cannot take: an ONNX file; at INT8, auto placement and SmoothQuant."""
     if config.path != "direct":
         return
     if isinstance(model_or_onnx, (str, Path)):
         raise ConfigError(f"path='direct' converts a PyTorch module, and {model_or_onnx} is a file; pass the "
                           "nn.Module with example inputs, or build the .onnx with path='onnx'")
-    if config.precision == "int8":
-        raise ConfigError("precision='int8' is not on the direct path yet; use path='onnx' for INT8, or "
-                          "fp32/fp16/bf16 on the direct path")
+    quant = config.quant if config.quant is not None else QuantConfig()
+    if config.precision == "int8" and quant.placement != "default":
+        raise ConfigError("placement='auto' measures layers on the ONNX graph and is not on the direct path; "
+                          "use placement='default' with include=/exclude=, or path='onnx'")
+    if config.precision == "int8" and quant.smoothquant is not None:
+        raise ConfigError("smoothquant= rewrites the ONNX graph and is not on the direct path; drop it, "
+                          "or use path='onnx'")
 
 
 def _check_model(model_or_onnx: Any, example_inputs: Any) -> None:
@@ -596,9 +600,53 @@ def _store(engine_cache: EngineCache | None, built: _Built, config: CompileConfi
         })
 
 
+def _direct_int8(model: Any, args: tuple, config: CompileConfig, calibration_data: Any,
+                 input_names: Sequence[str] | None):
+    """INT8 on the direct path: calibrate the module (``quantize.module_calibration``) and hand the
+    scales of the layers placed in INT8 to the lowering as a frozen mapping.
+
+    Example:
+        >>> plan, scales = _direct_int8(model, (x,), config, Path("calib/"), None)
+    """
+    import inspect
+
+    import numpy as np
+
+    from trtforge.convert.int8 import Int8Scales, LayerScales
+    from trtforge.quantize.data import load_calibration
+    from trtforge.quantize.module_calibration import calibrate_module
+
+    quant = config.quant if config.quant is not None else QuantConfig()
+    params = [p.name for p in inspect.signature(model.forward).parameters.values() if p.kind is not p.VAR_POSITIONAL]
+    names = list(input_names or [params[i] if i < len(params) else f"input_{i}" for i in range(len(args))])
+    if len(names) != len(args):
+        raise InvalidArgument(f"input_names={names} names {len(names)} input(s) and {len(args)} example input(s) "
+                              "were given; pass one name per input")
+    specs = [(name, np.dtype(str(x.dtype).removeprefix("torch.")), (None, *x.shape[1:]))
+             for name, x in zip(names, args, strict=True)]
+    samples = load_calibration(calibration_data, specs, config.preprocessing, quant.max_images)
+    plan = calibrate_module(model, names, samples, quant)
+    scales = Int8Scales.of({path: LayerScales(act, weights) for path, (act, weights) in plan.int8_modules().items()})
+    return plan, scales
+
+
+def _int8_report(plan: Any, config: CompileConfig, applied: Mapping[str, str]) -> dict:
+    """The sidecar's quantization record for a direct-path INT8 build; a layer placed in INT8 that the
+    lowering found no convolution/product with a constant weight for is listed as kept in FP16."""
+    quant = config.quant if config.quant is not None else QuantConfig()
+    excluded = plan.excluded() + [
+        {"layer": path, "reason": "the direct path found no convolution or product with a constant weight in it"}
+        for path in plan.int8_modules() if path not in applied]
+    return {"calibrator": plan.calibrator, "percentile": quant.percentile, "smoothquant_alpha": None,
+            "bias_correction": "not on the direct path", "placement": "default", "task": quant.task,
+            "samples": {"calibration": plan.samples}, "int8_layers": len(applied),
+            "layers_total": len(plan.decisions), "excluded_layers": excluded}
+
+
 def _convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *,
-                       engine_cache: EngineCache | None, console: Console) -> _Built:
-    """The direct path: PyTorch → TensorRT network (trtforge.convert) → engine-cache lookup → build → store.
+                       engine_cache: EngineCache | None, console: Console, calibration_data: Any = None) -> _Built:
+    """The direct path: PyTorch → (INT8: calibrate) → TensorRT network (trtforge.convert) → engine-cache
+    lookup → build → store.
 
     The key hashes the recorded network and the converters' source; no ONNX is made.
     """
@@ -614,9 +662,13 @@ def _convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *
         build_config = replace(config, batch=((int(rows),) * 3,))
     input_names = config.input_names or getattr(model, "trtforge_input_names", None)
     output_names = config.output_names or getattr(model, "trtforge_output_names", None)
-    lowered = lower_for_profiles(model, args, build_config.batch, precision=config.precision,
+    int8_plan, int8 = None, None
+    if config.precision == "int8":
+        int8_plan, int8 = _direct_int8(model, args, config, calibration_data, input_names)
+    lowered = lower_for_profiles(model, args, build_config.batch,
+                                 precision="fp16" if int8 is not None else config.precision,
                                  input_names=None if input_names is None else list(input_names),
-                                 output_names=None if output_names is None else list(output_names))
+                                 output_names=None if output_names is None else list(output_names), int8=int8)
     network_name = f"{config.name}_{config.precision}"
     converter_hash = _converter_hash(config)
     key = engine_key(lowered.net.record.canonical(), config, network_name=network_name, converter_hash=converter_hash)
@@ -632,7 +684,12 @@ def _convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *
         notes = ["direct path (PyTorch → TensorRT, no ONNX): no .onnx beside the engine, so no onnxruntime route"]
         if lowered.fp32_nodes:
             notes.append(f"{len(lowered.fp32_nodes)} node(s) kept in FP32 by the direct path's float rules")
-        record = _build_record(result, config, precision, notes, source={"path": "direct"})
+        quantization = None
+        if int8_plan is not None:
+            quantization = _int8_report(int8_plan, config, lowered.int8_layers)
+            notes.append(f"direct-path INT8: {len(lowered.int8_layers)} layer(s) with Q/DQ from forward-hook "
+                         "calibration, the rest FP16; no bias correction and no held-back accuracy report")
+        record = _build_record(result, config, precision, notes, source={"path": "direct"}, quantization=quantization)
         record["builder"]["converter_hash"] = converter_hash
         built = _Built.fresh(key, result.plan, record)
         _store(engine_cache, built, config)

@@ -19,6 +19,21 @@ class TinyNet(torch.nn.Module):
         return self.head(torch.relu(self.conv(x)).mean((2, 3)))
 
 
+class QuantNet(torch.nn.Module):
+    """conv (3 → 32) → depthwise conv → linear → linear head: every case of the INT8 placement rules."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 32, 3, padding=1)
+        self.dw = torch.nn.Conv2d(32, 32, 3, padding=1, groups=32)
+        self.fc = torch.nn.Linear(32, 16)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.dw(torch.relu(self.stem(x)))).mean((2, 3))
+        return self.head(torch.relu(self.fc(x)))
+
+
 EXAMPLE_SHAPE = (1, 3, 16, 16)
 
 

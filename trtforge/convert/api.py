@@ -14,6 +14,7 @@ import torch
 
 from trtforge.convert.build import build_plan
 from trtforge.convert.converters import source_hash
+from trtforge.convert.int8 import Int8Scales
 from trtforge.convert.lower import Lowered, export_program, lower_graph, program_constants
 from trtforge.convert.network import Record
 from trtforge.core.batch import BatchProfile
@@ -46,12 +47,13 @@ def precision_dtype(precision: str) -> torch.dtype:
 
 def lower_module(model: torch.nn.Module, example_inputs: tuple, *, batch: tuple[int, int, int] | None = None,
                  precision: str = "fp32", output_names: list[str] | None = None,
-                 input_names: list[str] | None = None) -> Lowered:
-    """Export ``model`` and lower all of it into a TensorRT network (raises on any unconverted op)."""
+                 input_names: list[str] | None = None, int8: Int8Scales | None = None) -> Lowered:
+    """Export ``model`` and lower all of it into a TensorRT network (raises on any unconverted op);
+    ``int8``: Q/DQ around the layers of the modules it names, the rest in ``precision``."""
     program = export_program(model, example_inputs, batch)
     return lower_graph(program.graph_module.graph, program_constants(program),
                        precision=precision_dtype(precision), output_names=output_names,
-                       input_names=input_names, name=type(model).__name__)
+                       input_names=input_names, name=type(model).__name__, int8=int8)
 
 
 def export_batch(profiles: Sequence[BatchProfile]) -> tuple[int, int, int]:
@@ -84,7 +86,7 @@ def examples_at(example_inputs: tuple, size: int) -> tuple:
 
 def lower_for_profiles(model: torch.nn.Module, example_inputs: tuple, profiles: Sequence[BatchProfile], *,
                        precision: str = "fp32", input_names: list[str] | None = None,
-                       output_names: list[str] | None = None) -> Lowered:
+                       output_names: list[str] | None = None, int8: Int8Scales | None = None) -> Lowered:
     """Lower ``model`` for ``trtforge.compile``'s batch profiles (exported as ``export_inputs`` says).
 
     Example:
@@ -92,7 +94,7 @@ def lower_for_profiles(model: torch.nn.Module, example_inputs: tuple, profiles: 
     """
     inputs, batch = export_inputs(example_inputs, profiles)
     return lower_module(model, inputs, batch=batch, precision=precision, input_names=input_names,
-                        output_names=output_names)
+                        output_names=output_names, int8=int8)
 
 
 def export_inputs(example_inputs: tuple, profiles: Sequence[BatchProfile]) -> tuple[tuple, tuple | None]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from trtforge.convert.int8 import Int8Scales, LayerScales
 from trtforge.convert.network import Network, Tensor
 from trtforge.core.errors import Unsupported
 
@@ -59,7 +60,16 @@ class Context:
     net: Network
     compute: torch.dtype = torch.float32
     fp32_reasons: dict[str, str] = field(default_factory=dict)
+    #: INT8 scales by module path (None: no INT8), and the module paths quantized so far → their node
+    int8: Int8Scales | None = None
+    int8_layers: dict[str, str] = field(default_factory=dict)
     _sizes: dict = field(default_factory=dict)
+
+    def int8_scales(self, node: torch.fx.Node) -> tuple[str, LayerScales] | None:
+        """The (module path, scales) when ``node`` is to be quantized: its module has scales and no other
+        node of that module was quantized (one Q/DQ'd product per Conv/Linear module)."""
+        found = self.int8.for_node(node) if self.int8 is not None else None
+        return None if found is None or found[0] in self.int8_layers else found
 
     def dtype(self, dtype: torch.dtype) -> torch.dtype:
         """The network dtype for a model dtype (FP32 → the compute precision)."""

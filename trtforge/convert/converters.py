@@ -17,7 +17,7 @@ from trtforge.convert.registry import REGISTRY, Converter
 
 #: Modules besides the op families whose source decides what a converted network looks like.
 LOWERING_MODULES = ("trtforge.convert.network", "trtforge.convert.context", "trtforge.convert.lower",
-                    "trtforge.convert.registry")
+                    "trtforge.convert.registry", "trtforge.convert.int8")
 
 
 def all_converters() -> dict[str, Converter]:

@@ -179,9 +179,29 @@ def _conv(attrs: dict, ins: list) -> list:
     x, dims = ins[0], len(attrs["pre"])
     pad = [p for pair in zip(reversed(attrs["pre"]), reversed(attrs["post"]), strict=True) for p in pair]
     fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[dims]
-    weight = attrs["weight"].to(x.dtype)
+    weight = (attrs["weight"] if attrs["weight"] is not None else ins[1]).to(x.dtype)
     bias = None if attrs["bias"] is None else attrs["bias"].to(x.dtype)
     return [fn(F.pad(x, pad), weight, bias, attrs["stride"], 0, attrs["dilation"], attrs["groups"])]
+
+
+def _per_axis(scale: torch.Tensor, x: torch.Tensor, axis: int) -> torch.Tensor:
+    """A 0-d scale as it is; a 1-D scale shaped to broadcast along ``axis`` of ``x``."""
+    if scale.dim() == 0:
+        return scale
+    return scale.reshape([-1 if i == axis else 1 for i in range(x.dim())])
+
+
+def _quantize(attrs: dict, ins: list) -> list:
+    """IQuantizeLayer to INT8: round half to even of x / scale (computed in FP32), clamped to [-128, 127]."""
+    x, scale = ins
+    q = torch.round(x.float() / _per_axis(scale, x, attrs["axis"]).float())
+    return [q.clamp(-128, 127).to(torch.int8)]
+
+
+def _dequantize(attrs: dict, ins: list) -> list:
+    """IDequantizeLayer: the INT8 values times the scale, in the scale's dtype."""
+    q, scale = ins
+    return [(q.float() * _per_axis(scale, q, attrs["axis"]).float()).to(scale.dtype)]
 
 
 def _deconv(attrs: dict, ins: list) -> list:
@@ -317,6 +337,8 @@ EVALUATORS: dict[str, Evaluator] = {
     "topk": _topk,
     "select": lambda attrs, ins: [torch.where(ins[0], ins[1], ins[2])],
     "shape": lambda attrs, ins: [torch.tensor(ins[0].shape, dtype=torch.int64)],
+    "quantize": _quantize,
+    "dequantize": _dequantize,
     "convolution": _conv,
     "deconvolution": _deconv,
     "pooling": _pooling,

@@ -17,6 +17,7 @@ import torch
 
 from trtforge.convert.context import Context, ConversionRefused, SymDim, is_const, static_shape
 from trtforge.convert.converters import all_converters
+from trtforge.convert.int8 import Int8Scales
 from trtforge.convert.network import Network
 from trtforge.convert.registry import REGISTRY, target_name
 from trtforge.core.errors import InvalidArgument, Unsupported
@@ -120,6 +121,8 @@ class Lowered:
     folded: list[str] = field(default_factory=list)
     converted: dict[str, str] = field(default_factory=dict)
     fp32_nodes: dict[str, str] = field(default_factory=dict)
+    #: INT8: module path → the node whose input and weight went through Q/DQ
+    int8_layers: dict[str, str] = field(default_factory=dict)
 
 
 def _fold(node: torch.fx.Node, env: dict):
@@ -191,12 +194,14 @@ def _outputs(ctx: Context, node: torch.fx.Node, env: dict, names: list[str] | No
 
 def lower_graph(graph: torch.fx.Graph, constants: dict[str, torch.Tensor], *, precision: torch.dtype = torch.float32,
                 output_names: list[str] | None = None, attrs: Callable[[str], torch.Tensor] | None = None,
-                name: str = "trtforge", input_names: list[str] | None = None) -> Lowered:
+                name: str = "trtforge", input_names: list[str] | None = None,
+                int8: Int8Scales | None = None) -> Lowered:
     """Lower ``graph`` into a new strongly typed network; every call must convert (else raises).
-    ``input_names`` rename the tensor inputs in order (default: the placeholders' names)."""
+    ``input_names`` rename the tensor inputs in order (default: the placeholders' names); ``int8`` puts
+    Q/DQ pairs around the convolutions and products of the modules it names (``convert/int8.py``)."""
     all_converters()
     mark_constants(graph, constants)
-    ctx = Context(Network(name), compute=precision)
+    ctx = Context(Network(name), compute=precision, int8=int8)
     lowered = Lowered(ctx.net)
     renamed = _input_names(graph, constants, input_names)
     env: dict = {}
@@ -216,6 +221,7 @@ def lower_graph(graph: torch.fx.Graph, constants: dict[str, torch.Tensor], *, pr
         else:
             raise UnsupportedOp(f"{node.op} {node.target} cannot be lowered; keep it in PyTorch")
     lowered.fp32_nodes.update(ctx.fp32_reasons)
+    lowered.int8_layers.update(ctx.int8_layers)
     return lowered
 
 

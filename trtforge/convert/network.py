@@ -193,6 +193,23 @@ class Network:
         layer = self.net.add_cast(x.itensor, self._enum("DataType", TORCH_TO_TRT[dtype]))
         return self._add("cast", layer, [x], {"dtype": dtype})
 
+    def quantize(self, x: Tensor, scale: torch.Tensor, axis: int = 0) -> Tensor:
+        """TensorRT's IQuantizeLayer to INT8: ``clamp(round_half_even(x / scale), -128, 127)``; ``scale`` is a
+        0-d tensor (per tensor) or 1-D along ``axis`` (per channel), in ``x``'s dtype (strongly typed)."""
+        s = self.constant(scale.detach().to(x.dtype))
+        layer = self.net.add_quantize(x.itensor, s.itensor, self._enum("DataType", "INT8"))
+        if layer is not None:
+            layer.axis = axis
+        return self._add("quantize", layer, [x, s], {"axis": axis})
+
+    def dequantize(self, q: Tensor, scale: torch.Tensor, dtype: torch.dtype, axis: int = 0) -> Tensor:
+        """TensorRT's IDequantizeLayer: ``q * scale`` in ``dtype`` (the scale's dtype), axis as in ``quantize``."""
+        s = self.constant(scale.detach().to(dtype))
+        layer = self.net.add_dequantize(q.itensor, s.itensor, self._enum("DataType", TORCH_TO_TRT[dtype]))
+        if layer is not None:
+            layer.axis = axis
+        return self._add("dequantize", layer, [q, s], {"axis": axis})
+
     def shuffle(self, x: Tensor, *, first: tuple[int, ...] | None = None, reshape: tuple[int, ...] | None = None,
                 shape: Tensor | None = None, second: tuple[int, ...] | None = None) -> Tensor:
         """TensorRT's shuffle: first transpose, reshape (0 copies, -1 infers) or a shape tensor, second."""
@@ -269,23 +286,28 @@ class Network:
         return self._add("shape", self.net.add_shape(x.itensor), [x], {})
 
     def convolution(self, x: Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *, stride, pre, post,
-                    dilation, groups: int, transposed: bool = False) -> Tensor:
+                    dilation, groups: int, transposed: bool = False, weight_input: Tensor | None = None) -> Tensor:
+        """``weight_input``: the kernel as a network tensor (e.g. weights → Q → DQ); ``weight`` then gives
+        only the kernel's shape and is not recorded (the evaluator reads the tensor input)."""
         kernel = tuple(weight.shape[2:])
         maps = weight.shape[1] * groups if transposed else weight.shape[0]
         add = self.net.add_deconvolution_nd if transposed else self.net.add_convolution_nd
-        as_tensors = weight.dtype == torch.bfloat16  # NumPy has no bfloat16: weights go in as tensor inputs
+        # NumPy has no bfloat16: BF16 weights go in as tensor inputs, as do computed ones.
+        as_tensors = weight.dtype == torch.bfloat16 or weight_input is not None
         layer = add(x.itensor, maps, kernel, self._weights(None if as_tensors else weight),
                     self._weights(None if as_tensors else bias))
         if as_tensors:
-            layer.set_input(1, self.constant(weight).itensor)
+            layer.set_input(1, (weight_input or self.constant(weight)).itensor)
             if bias is not None:
                 layer.set_input(2, self.constant(bias).itensor)
         layer.stride_nd, layer.pre_padding, layer.post_padding = tuple(stride), tuple(pre), tuple(post)
         layer.dilation_nd, layer.num_groups = tuple(dilation), groups
-        attrs = {"weight": weight.detach().clone(), "bias": None if bias is None else bias.detach().clone(),
+        attrs = {"weight": None if weight_input is not None else weight.detach().clone(),
+                 "bias": None if bias is None else bias.detach().clone(),
                  "stride": tuple(stride), "pre": tuple(pre), "post": tuple(post), "dilation": tuple(dilation),
                  "groups": groups}
-        return self._add("deconvolution" if transposed else "convolution", layer, [x], attrs)
+        inputs = [x] if weight_input is None else [x, weight_input]
+        return self._add("deconvolution" if transposed else "convolution", layer, inputs, attrs)
 
     def pooling(self, x: Tensor, op: str, window, *, stride, pre, post, exclude_padding: bool = True) -> Tensor:
         layer = self.net.add_pooling_nd(x.itensor, self._enum("PoolingType", op), tuple(window))

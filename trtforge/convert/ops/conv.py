@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from trtforge.convert.context import Context, ConversionRefused, example, is_const
+from trtforge.convert.int8 import activation_qdq, weight_qdq
 from trtforge.convert.network import Tensor
 from trtforge.convert.registry import converter
 
@@ -41,9 +42,14 @@ def convolution(ctx: Context, node, args):
         stride, padding, dilation = (1, *stride), (0, *padding), (1, *dilation)
         output_padding = (0, *output_padding)
     post = [p - o for p, o in zip(padding, output_padding, strict=True)] if transposed else list(padding)
+    quant = None if transposed else ctx.int8_scales(node)
+    weight_input = None
+    if quant is not None:  # INT8: input and weight through Q/DQ (per output channel: axis 0)
+        x, weight_input = activation_qdq(ctx.net, x, quant[1]), weight_qdq(ctx.net, weight, quant[1], 0, dtype)
+        ctx.int8_layers[quant[0]] = node.name
     out = ctx.net.convolution(
         x, weight.detach().to(dtype), None if bias is None else bias.detach().to(dtype), stride=stride,
-        pre=padding, post=post, dilation=dilation, groups=groups, transposed=transposed)
+        pre=padding, post=post, dilation=dilation, groups=groups, transposed=transposed, weight_input=weight_input)
     if one_d:
         dims = ctx.dims(out)
         out = ctx.reshape(out, dims[:2] + [dims[3]])

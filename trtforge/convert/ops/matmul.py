@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import torch
+
 from trtforge.convert.context import Context, example
+from trtforge.convert.int8 import activation_qdq, weight_qdq
 from trtforge.convert.network import Tensor
 from trtforge.convert.ops.elementwise import binary
 from trtforge.convert.registry import converter
@@ -16,8 +19,18 @@ def _rank_two_plus(node) -> str | None:
 
 
 def product(ctx: Context, node, a, b, transpose_b: bool = False) -> Tensor:
+    """``a @ b`` (``b`` transposed when asked); under INT8, when ``b`` is a constant weight of a quantized
+    Linear module, ``a`` and ``b`` go through Q/DQ (``b`` per output feature: its last axis, or its
+    second-to-last when transposed)."""
     dtype = ctx.out_dtype(node)
-    return ctx.net.matmul(ctx.tensor(a, dtype=dtype), ctx.tensor(b, dtype=dtype), False, transpose_b)
+    quant = ctx.int8_scales(node) if isinstance(b, torch.Tensor) and b.dim() >= 2 else None
+    if quant is None:
+        return ctx.net.matmul(ctx.tensor(a, dtype=dtype), ctx.tensor(b, dtype=dtype), False, transpose_b)
+    path, scales = quant
+    ctx.int8_layers[path] = node.name
+    x = activation_qdq(ctx.net, ctx.tensor(a, dtype=dtype), scales)
+    weight = weight_qdq(ctx.net, b, scales, b.dim() - (2 if transpose_b else 1), dtype)
+    return ctx.net.matmul(x, weight, False, transpose_b)
 
 
 @converter("aten.mm.default", "aten.bmm.default", "aten.matmul.default", validator=_rank_two_plus)
