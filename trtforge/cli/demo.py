@@ -80,7 +80,7 @@ def run_demo(output_dir: Path = Path("trtforge_out"), crops: int = 128, console:
                 engine=art.engine_path,
             ))
     table = Table(title=f"EfficientNet-Lite0 → TensorRT-RTX ({crops} skimage photo crops, ONNX Runtime check)")
-    for col in ("precision", "build s", "engine MB", "top-1 agree", "rel. L2", "runs on", "engine"):
+    for col in ("precision", "TensorRT build s", "engine MB", "top-1 agree", "rel. L2", "runs on", "engine"):
         table.add_column(col)
     for r in rows:
         table.add_row(r.precision, f"{r.build_seconds:.2f}", f"{r.engine_mb:.1f}", f"{r.top1_agreement:.3f}",
