@@ -59,8 +59,10 @@ def run_demo(output_dir: Path = Path("trtforge_out"), crops: int = 128, console:
     artifacts = {}
     for precision in ("fp32", "fp16"):
         start = time.perf_counter()
+        # The demo's folder holds the demo's own builds: a rerun after an upgrade (a changed export,
+        # other passes) replaces them instead of refusing as it would for a user's other build.
         artifacts[precision] = trtforge.compile(model, example, precision=precision, batch=(1, 8, 32),
-                                                output_dir=output_dir, progress=True)
+                                                output_dir=output_dir, progress=True, overwrite=True)
         console.print(f"  built {precision} in {time.perf_counter() - start:.1f} s (export included)")
     images = photo_crops(crops, seed=0)
     x = normalize(images, model.preprocessing)
