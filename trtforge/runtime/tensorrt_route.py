@@ -82,7 +82,7 @@ from trtforge.runtime.cuda_graph import GraphCache
 from trtforge.runtime.placement import TORCH_CUDA, DeviceRuntime, default_device
 from trtforge.runtime.profiles import check_shape_values, choose_profile, max_shapes
 from trtforge.runtime.protocol import EngineBase, EngineInputError
-from trtforge.runtime.tensors import BINDABLE_DTYPES, bind_input, shape_values, torch_dtype
+from trtforge.runtime.tensors import BINDABLE_DTYPES, bind_inputs, torch_dtype
 
 #: Every TensorRT attribute this route touches, as "Class.attribute" ("Class" alone for a module
 #: attribute). tests/runtime/test_trt_api_surface.py checks each against the installed bindings.
@@ -364,13 +364,6 @@ class TensorRTEngine(EngineBase):
         return torch_dtype(self.inputs[0].dtype), False
 
     # -- the call -------------------------------------------------------------------------
-    def _bound(self, values: list[Any], move_inputs: bool) -> list[torch.Tensor | np.ndarray]:
-        """Each input checked: shape-tensor inputs as host arrays of their values, the rest as tensors
-        on the engine's device (``bind_input``)."""
-        return [shape_values(spec, value) if spec.name in self.shape_inputs
-                else bind_input(spec, value, self._device, move_inputs)
-                for spec, value in zip(self.inputs, values, strict=True)]
-
     def _check_values(self, profile: int, bound: list[torch.Tensor | np.ndarray]) -> None:
         """Refuse shape-tensor values outside the profile's range, before TensorRT sees them."""
         recorded = self.recorded_shape_values()
@@ -423,7 +416,7 @@ class TensorRTEngine(EngineBase):
 
     def __call__(self, *tensors: Any, **named: Any) -> dict[str, torch.Tensor]:
         self._check_open()
-        bound = self._bound(self._arrange(tensors, named), self.move_inputs)
+        bound = bind_inputs(self.inputs, self._arrange(tensors, named), self._device, self.move_inputs, self.shape_inputs)
         with self._lock, self._device_guard():
             state, result = self._bind(bound)
             if state.graphs is not None:
@@ -450,7 +443,7 @@ class TensorRTEngine(EngineBase):
         """
         self._check_open()
         values = self._arrange(tensors, {})
-        bound = self._bound(values, move_inputs=False)
+        bound = bind_inputs(self.inputs, values, self._device, False, self.shape_inputs)
         for spec, given, used in zip(self.inputs, values, bound, strict=True):
             if used is not given and spec.name not in self.shape_inputs:  # values on the host are copied
                 raise EngineInputError(

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -88,6 +89,18 @@ def bind_input(spec: TensorSpec, value: Any, device: torch.device, move_inputs: 
     if rule is Placement.REFUSE:
         raise refusal(spec.name, value.device, device)
     return value.contiguous().to(device)
+
+
+def bind_inputs(specs: Sequence[TensorSpec], values: Sequence[Any], device: torch.device, move_inputs: bool,
+                shape_inputs: Collection[str]) -> list[torch.Tensor | np.ndarray]:
+    """Each input checked: those named in ``shape_inputs`` as host arrays of their values
+    (``shape_values``), the rest as tensors on ``device`` (``bind_input``).
+
+    Example:
+        >>> bind_inputs(engine.inputs, [x, [3, 2]], device, False, {"shape"})   # [tensor on device, array([3, 2])]
+    """
+    return [shape_values(spec, value) if spec.name in shape_inputs else bind_input(spec, value, device, move_inputs)
+            for spec, value in zip(specs, values, strict=True)]
 
 
 def shape_values(spec: TensorSpec, value: Any) -> np.ndarray:

@@ -23,11 +23,12 @@ Example:
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -39,7 +40,7 @@ from trtforge.runtime.cuda_graph import GraphCache
 from trtforge.runtime.placement import default_device, on_device
 from trtforge.runtime.profiles import choose_profile
 from trtforge.runtime.protocol import EngineBase, Profiles
-from trtforge.runtime.tensors import bind_input, shape_values, torch_dtype
+from trtforge.runtime.tensors import bind_inputs, torch_dtype
 
 TORCH_ROUTES: tuple[str, ...] = ("eager", "fp16", "cuda_graph", "compiled")
 
@@ -192,17 +193,15 @@ class TorchEngine(EngineBase):
         self._check_open()
         values = self._arrange(tensors, named)
         shaped = self.recorded_shape_values()
-        bound = [torch.from_numpy(shape_values(spec, value)) if spec.name in shaped
-                 else bind_input(spec, value, self._device, self.move_inputs)
-                 for spec, value in zip(self.inputs, values, strict=True)]
+        bound = [torch.from_numpy(v) if isinstance(v, np.ndarray) else v  # shape values stay on the host
+                 for v in bind_inputs(self.inputs, values, self._device, self.move_inputs, shaped)]
         choose_profile(self.profiles, {s.name: tuple(t.shape) for s, t in zip(self.inputs, bound, strict=True)})
         with on_device(self._device):  # every allocation, stream and graph of the call on the engine's device
-            return self._run(bound)
+            return self._run(bound, shaped)
 
-    def _run(self, bound: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _run(self, bound: list[torch.Tensor], shaped: Collection[str]) -> dict[str, torch.Tensor]:
         if self._graphs is None:
             return self.capturable_forward(*bound)
-        shaped = self.recorded_shape_values()
         key = tuple((tuple(t.shape), tuple(t.tolist()) if s.name in shaped else None)
                     for s, t in zip(self.inputs, bound, strict=True))
         statics = self._statics.get(key)
