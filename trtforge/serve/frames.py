@@ -75,12 +75,15 @@ class FrameEngine:
         copy), then one non-blocking copy. The caller reads the outputs back before the next call."""
         import torch
 
+        from trtforge.runtime.placement import on_device
+
         host = torch.from_numpy(frames) if not isinstance(frames, torch.Tensor) else frames
         device = self.preprocessor.device
         if device.type != "cuda":
             return host.to(device)
         if self._pinned is None or self._pinned.shape[0] < len(host) or self._pinned.shape[1:] != host.shape[1:]:
-            self._pinned = torch.empty(host.shape, dtype=torch.uint8, pin_memory=True)
+            with on_device(device):  # pinning needs a CUDA context: the instance's GPU's, never GPU 0's
+                self._pinned = torch.empty(host.shape, dtype=torch.uint8, pin_memory=True)
         staged = self._pinned[:len(host)]
         staged.copy_(host)
         return staged.to(device, non_blocking=True)
