@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from collections.abc import Iterator
 from typing import Protocol
 
 import torch
@@ -143,17 +142,11 @@ def default_device(device: str | torch.device | int | None, devices: DeviceRunti
     return resolve_device(device, count=count, current=devices.current() if count and asks_current else 0)
 
 
-@contextlib.contextmanager
-def on_device(device: torch.device) -> Iterator[None]:
+def on_device(device: torch.device) -> contextlib.AbstractContextManager:
     """Make ``device`` the current CUDA device for the block (nothing for a CPU device).
 
     Example:
         >>> with on_device(torch.device("cuda", 1)):
         ...     pinned = torch.empty(8, pin_memory=True)   # any context it needs is cuda:1's
     """
-    if device.type != "cuda":
-        yield
-        return
-    with torch.cuda.device(device):
-        yield
-
+    return TORCH_CUDA.use(device.index) if device.type == "cuda" else contextlib.nullcontext()
