@@ -47,13 +47,14 @@ def capture_stream(device: torch.device) -> Any:
     return stream
 
 
-def capture(fn: Callable[[], Any], device: torch.device, warmup: int = 2) -> CapturedCall:
-    """Run ``fn`` ``warmup`` times on the side stream (lazy init, autotuning), then capture it."""
+def capture(fn: Callable[[], Any], device: torch.device, warmup: int = 2, stream: Any = None) -> CapturedCall:
+    """Run ``fn`` ``warmup`` times on ``stream`` (default: the device's side stream; lazy init,
+    autotuning), then capture it there. Never the legacy default stream, which cannot be captured."""
     if device.type != "cuda":
         raise InvalidArgument(f"CUDA graphs need a CUDA device, got {device}; use a route without graphs on CPU")
     with on_device(device):
         caller = torch.cuda.current_stream(device)
-        side = capture_stream(device)
+        side = stream if stream is not None else capture_stream(device)
         side.wait_stream(caller)
         with torch.cuda.stream(side):
             for _ in range(warmup):
@@ -70,10 +71,12 @@ def capture(fn: Callable[[], Any], device: torch.device, warmup: int = 2) -> Cap
 
 
 class GraphCache:
-    """Captured calls by key; replays on the caller's current stream."""
+    """Captured calls by key, captured on ``stream`` (default: the device's side stream); replays on
+    the current stream."""
 
-    def __init__(self, device: torch.device, max_entries: int = 16, warmup: int = 2) -> None:
+    def __init__(self, device: torch.device, max_entries: int = 16, warmup: int = 2, stream: Any = None) -> None:
         self.device = device
+        self.stream = stream
         self.max_entries = max_entries
         self.warmup = warmup
         self._entries: OrderedDict[Hashable, CapturedCall] = OrderedDict()
@@ -89,7 +92,7 @@ class GraphCache:
         """Replay the capture for ``key``; capture ``fn`` first when the key is new."""
         entry = self._entries.get(key)
         if entry is None:
-            entry = capture(fn, self.device, self.warmup)
+            entry = capture(fn, self.device, self.warmup, self.stream)
             self.captures += 1
             self._entries[key] = entry
             while len(self._entries) > self.max_entries:

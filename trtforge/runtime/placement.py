@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -99,7 +99,13 @@ def resolve_device(device: str | torch.device | int | None, *, count: int, curre
 class DeviceRuntime(Protocol):
     """The CUDA runtime's device calls a route makes: how many GPUs, which is current, and a block
     with another current (cudaGetDeviceCount, cudaGetDevice, cudaSetDevice and back). ``memory``
-    is where tensors for a GPU live (host memory for the test double)."""
+    is where tensors for a GPU live (host memory for the test double).
+
+    Streams (objects like ``torch.cuda.Stream``: ``cuda_stream`` is the handle, ``wait_stream(other)``
+    orders this stream after the work queued on ``other`` so far, through an event): ``new_stream``
+    makes one on a GPU, ``current_stream`` is the calling thread's current one there (the legacy
+    default stream, handle 0, unless the caller chose another), ``on_stream`` makes a stream current
+    for a block."""
 
     def count(self) -> int: ...
 
@@ -108,6 +114,12 @@ class DeviceRuntime(Protocol):
     def use(self, index: int) -> contextlib.AbstractContextManager: ...
 
     def memory(self, index: int) -> torch.device: ...
+
+    def new_stream(self, index: int) -> Any: ...
+
+    def current_stream(self, index: int) -> Any: ...
+
+    def on_stream(self, stream: Any) -> contextlib.AbstractContextManager: ...
 
 
 class TorchCuda:
@@ -125,6 +137,15 @@ class TorchCuda:
 
     def memory(self, index: int) -> torch.device:
         return torch.device("cuda", index)
+
+    def new_stream(self, index: int) -> torch.cuda.Stream:
+        return torch.cuda.Stream(torch.device("cuda", index))
+
+    def current_stream(self, index: int) -> torch.cuda.Stream:
+        return torch.cuda.current_stream(torch.device("cuda", index))
+
+    def on_stream(self, stream: torch.cuda.Stream) -> contextlib.AbstractContextManager:
+        return torch.cuda.stream(stream)
 
 
 TORCH_CUDA = TorchCuda()
