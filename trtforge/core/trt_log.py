@@ -21,12 +21,14 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import threading
 from collections import deque
 from collections.abc import Iterator
 from types import ModuleType
+from typing import Any
 
 from trtforge.core import trt
 
@@ -113,3 +115,10 @@ class RecordingLogger:
 
     def errors(self) -> list[str]:
         return [m for s, m in self.messages if s in ERROR_SEVERITIES]
+
+
+@functools.cache
+def process_logger(bindings: ModuleType) -> Any:
+    """One TensorRT logger per bindings module, alive for the whole process: TensorRT keeps the first
+    logger it is handed and calls it later, so the runtime's must never be freed."""
+    return RecordingLogger(bindings).trt_logger

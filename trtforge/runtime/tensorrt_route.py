@@ -203,7 +203,7 @@ class TensorRTEngine(EngineBase):
         self._stream = stream
         self._lock = threading.Lock()
         # TensorRT binds an engine to the device current when it is deserialized: make it ours.
-        self._logger = trt_log.RecordingLogger(trt).trt_logger  # TensorRT's errors reach logging and our messages
+        self._logger = trt_log.process_logger(trt)  # TensorRT's errors reach logging and our messages
         mark = trt_log.mark_recent()
         with self._device_guard():
             self._runtime = trt.Runtime(self._logger)
