@@ -62,3 +62,17 @@ def test_on_a_cpu_machine_no_engine_runs_and_the_rest_is_checked(tmp_path, priva
     second = json.loads(report_path.read_text())["engines"][0]
     assert second["engine_sha256"] == engine["engine_sha256"]
     assert [r["route"] for r in second["routes"]] == ["onnxruntime", "eager"]
+
+
+def test_an_artifact_built_elsewhere_is_checked_instead_of_building(lite0_sidecar, tmp_path):
+    """Where this machine's TensorRT refuses to build, a sidecar carried from another machine is checked."""
+    report_path = tmp_path / "selftest.json"
+    result = CliRunner().invoke(app, ["selftest", "--artifact", str(lite0_sidecar), "--route", "onnxruntime",
+                                      "--samples", "2", "--repeats", "1", "--json", str(report_path)])
+    assert result.exit_code == 0, result.output
+    (engine,) = json.loads(report_path.read_text())["engines"]
+    assert engine["sidecar"] == str(lite0_sidecar) and engine["precision"] == "fp16"
+    expected = ["onnxruntime", "cuda_graph" if torch.cuda.is_available() else "eager"]
+    assert [r["route"] for r in engine["routes"]] == expected and all(r["passed"] for r in engine["routes"])
+    missing = CliRunner().invoke(app, ["selftest", "--artifact", str(tmp_path / "nope.json")])
+    assert missing.exit_code == 2 and "nope.json" in missing.output and "Traceback" not in missing.output

@@ -25,6 +25,8 @@ def selftest(
                                                     help="keep the engines here (default: a temporary folder)")] = None,
     samples: Annotated[int, typer.Option(help="photo crops per check")] = 32,
     repeats: Annotated[int, typer.Option(help="timed calls for each steady-state latency")] = 20,
+    artifact: Annotated[list[Path] | None, typer.Option(help="check this sidecar (repeatable) instead of building "
+                                                             "Lite0 here, e.g. one built on another machine")] = None,
 ) -> None:
     """Doctor; EfficientNet-Lite0 built at FP16 through the cache; each engine checked against its reference
     on --route, cuda_graph (eager without a GPU) and onnxruntime, and timed against cuda_graph. Exit 1 when
@@ -32,6 +34,6 @@ def selftest(
     from trtforge.debug.selftest import failed, run_selftest
 
     report = run_selftest(route=route, json_path=json_out, output_dir=output_dir, samples=samples, repeats=repeats,
-                          console=console)
+                          console=console, artifacts=artifact)
     if failed(report):
         raise typer.Exit(EXIT_FAILED)

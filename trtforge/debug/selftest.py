@@ -39,6 +39,7 @@ from rich.table import Table
 
 from trtforge.core.atomic import atomic_write_bytes
 from trtforge.core.errors import InvalidArgument, NotAFolder, UserError
+from trtforge.core.sidecar import read_sidecar
 
 #: Precisions the self-test builds. INT8 and FP8 join where the GPU runs them, once a table of what
 #: each GPU runs exists (today: FP16 only).
@@ -112,23 +113,24 @@ def _build(model: Any, precision: str, folder: Path) -> tuple[Any, str | None]:
         art = trtforge.compile(model, (torch.zeros(1, 3, 224, 224),), precision=precision, batch=BATCH,
                                output_dir=folder, progress=False, overwrite=True)
     except UserError as exc:
-        return None, f"build {precision}: {exc}"
+        return None, (f"build {precision}: {exc} (build it where this TensorRT builds, then "
+                      "trtforge selftest --artifact SIDECAR.json here)")
     return art, None
 
 
-def _engine_report(art: Any, precision: str, routes: list[str], samples: int, repeats: int,
+def _engine_report(sidecar: Any, precision: str, routes: list[str], samples: int, repeats: int,
                    console: Console) -> dict[str, Any]:
     results = []
     for route in routes:
         with console.status(f"{precision}: checking route {route}…"):
-            results.append(check_route(Path(art.sidecar_path), route, samples, repeats))
+            results.append(check_route(sidecar.path, route, samples, repeats))
         console.print(f"  {escape(results[-1].line)}", soft_wrap=True)
     baseline = next((r for r in results if r.route == BASELINE and r.ran), None)
     if baseline is not None:
         results = [r if not r.ran else RouteResult(**{**asdict(r), "vs_baseline": r.steady_ms / baseline.steady_ms})
                    for r in results]
-    builder = art.sidecar.builder
-    return {"precision": precision, "sidecar": str(art.sidecar_path), "engine_sha256": art.sidecar.engine_sha256,
+    builder = sidecar.builder
+    return {"precision": precision, "sidecar": str(sidecar.path), "engine_sha256": sidecar.engine_sha256,
             "builder": {"flavour": builder.flavour, "version": builder.version, "targets": list(builder.targets),
                         "build_seconds": builder.build_seconds},
             "routes": [asdict(r) for r in results]}
@@ -153,9 +155,20 @@ def _machine(console: Console) -> tuple[dict[str, Any], bool]:
                                                for s in support], "cuda": cuda}, cuda
 
 
+def _artifacts(paths: list[Path], routes: list[str], samples: int, repeats: int, console: Console) -> list[dict]:
+    """Engines built elsewhere (``--artifact``), checked the same way, instead of building here."""
+    sidecars = [read_sidecar(p) for p in paths]  # every path refused before any check runs
+    return [_engine_report(s, s.precision.built or "?", routes, samples, repeats, console) for s in sidecars]
+
+
 def run_selftest(route: str = "tensorrt", json_path: Path | None = None, output_dir: Path | None = None,
-                 samples: int = 32, repeats: int = 20, console: Console | None = None) -> dict[str, Any]:
-    """Doctor, Lite0 builds through the cache, ``check`` on each route, one report (see the module docstring)."""
+                 samples: int = 32, repeats: int = 20, console: Console | None = None,
+                 artifacts: list[Path] | None = None) -> dict[str, Any]:
+    """Doctor, Lite0 builds through the cache, ``check`` on each route, one report (see the module docstring).
+
+    ``artifacts``: sidecars of engines built elsewhere (e.g. where this machine's TensorRT refuses to
+    build) to check instead of building here.
+    """
     from trtforge._version import __version__
     from trtforge.runtime.load import ROUTE_NAMES
     from trtforge.zoo import efficientnet_lite0
@@ -165,22 +178,26 @@ def run_selftest(route: str = "tensorrt", json_path: Path | None = None, output_
     if samples < 1 or repeats < 1:
         raise InvalidArgument(f"--samples {samples} --repeats {repeats}: both need at least 1")
     check_json_path(json_path)
+    for path in artifacts or ():
+        read_sidecar(path)  # a wrong --artifact is refused before any work
     console = console or Console()
     machine, cuda = _machine(console)
     report: dict[str, Any] = {"trtforge": __version__, "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                               "route": route, "samples": samples, "repeats": repeats, "machine": machine, "engines": []}
     routes = routes_to_run(route, cuda)
-    model = efficientnet_lite0()
+    if artifacts:
+        report["engines"] = _artifacts(artifacts, routes, samples, repeats, console)
     with contextlib.ExitStack() as stack:
         folder = output_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtforge-selftest-")))
-        for precision in SELFTEST_PRECISIONS:
+        for precision in () if artifacts else SELFTEST_PRECISIONS:
             with console.status(f"building EfficientNet-Lite0 {precision} (through the engine cache)…"):
-                art, refused = _build(model, precision, folder)
+                art, refused = _build(efficientnet_lite0(), precision, folder)
             if art is None:
                 console.print(f"  {escape(refused)}", soft_wrap=True)
                 report["engines"].append({"precision": precision, "build_refused": refused, "routes": []})
                 continue
-            report["engines"].append(_engine_report(art, precision, routes, samples, repeats, console))
+            sidecar = read_sidecar(Path(art.sidecar_path))
+            report["engines"].append(_engine_report(sidecar, precision, routes, samples, repeats, console))
     print_table(report, console)
     if json_path is not None:
         atomic_write_bytes(json_path, (json.dumps(report, indent=2, default=str) + "\n").encode())
