@@ -50,7 +50,10 @@ current when it is deserialized (its contexts and runs must use that device): th
 the current device at ``deserialize_cuda_engine``, ``create_execution_context`` and every
 ``execute_async_v3``, and a context created or run on another device fails, as TensorRT would.
 Its streams (``new_stream``, ``current_stream``: the legacy default stream, handle 0, until a thread
-picks another with ``on_stream``) record every event ordering in ``waits``.
+picks another with ``on_stream``) record every event ordering in ``waits``. ``capture`` records a CUDA
+graph as CUDA does: the warm-up calls run, then an enqueue on the capturing stream is recorded with
+the bindings it had (not run; another stream, or the legacy default stream, fails), and ``replay``
+runs the recorded work again on whatever those addresses hold then.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ import math
 import threading
 import types
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -253,6 +256,8 @@ class FakeCudaDevices:
         self.streams: dict[int, FakeStream] = {}
         #: Every event ordering made: (waiting stream handle, waited-for stream handle).
         self.waits: list[tuple[int, int]] = []
+        #: Every CUDA graph captured (``capture``), oldest first.
+        self.graphs: list[FakeGraph] = []
         self._handles = itertools.count(0x100)
 
     def count(self) -> int:
@@ -276,6 +281,33 @@ class FakeCudaDevices:
 
     def memory(self, index: int) -> torch.device:
         return torch.device("cpu")
+
+    def capture(self, fn, index: int, stream: FakeStream, warmup: int) -> tuple[FakeGraph, object]:
+        """Run ``fn`` ``warmup`` times on ``stream``, then capture one call: work enqueued on ``stream``
+        meanwhile is recorded in the graph, not run (the legacy default stream cannot be captured)."""
+        if stream.cuda_stream == 0:
+            raise RuntimeError("cudaErrorStreamCaptureUnsupported: the legacy default stream cannot be captured")
+        with self.use(index), self.on_stream(stream):
+            for _ in range(warmup):
+                fn()
+            graph = FakeGraph(stream)
+            self._local.capturing = graph
+            try:
+                outputs = fn()
+            finally:
+                self._local.capturing = None
+        self.graphs.append(graph)
+        return graph, outputs
+
+    def capturing(self) -> FakeGraph | None:
+        """The graph this thread is capturing now, if any."""
+        return getattr(self._local, "capturing", None)
+
+    def replay(self, graph: FakeGraph, index: int) -> None:
+        with self.use(index):
+            for work in graph.work:
+                work()
+        graph.replays += 1
 
     def new_stream(self, index: int) -> FakeStream:
         stream = FakeStream(next(self._handles), index, self)
@@ -302,6 +334,15 @@ class FakeCudaDevices:
                 del streams[stream.device]
             else:
                 streams[stream.device] = previous
+
+
+@dataclass
+class FakeGraph:
+    """A captured CUDA graph: the work enqueued on ``stream`` while it was captured, run again by replays."""
+
+    stream: FakeStream
+    work: list = field(default_factory=list)
+    replays: int = 0
 
 
 @dataclass(eq=False)
@@ -460,6 +501,26 @@ class FakeTrtContext:
         self.run_devices.append(FAKE_CUDA.current())
         if (why := self._refusal(stream)) is not None:
             return self._error(why)
+        graph = FAKE_CUDA.capturing()
+        if graph is not None:  # recorded into the graph, run by its replays (with the memory's values then)
+            if stream != graph.stream.cuda_stream:
+                return self._error("IExecutionContext::enqueueV3: Error Code 1: Cuda Runtime (operation not "
+                                   "permitted when stream is capturing: enqueued on another stream than the capture's)")
+            frozen = (dict(self.input_shapes), dict(self.addresses))  # a graph keeps the bindings it captured
+            graph.work.append(lambda: self._replay(*frozen))
+            return True
+        return self._kernel()
+
+    def _replay(self, shapes: dict, addresses: dict) -> bool:
+        now = self.input_shapes, self.addresses
+        self.input_shapes, self.addresses = shapes, addresses
+        try:
+            return self._kernel()
+        finally:
+            self.input_shapes, self.addresses = now
+
+    def _kernel(self) -> bool:
+        """Run the model on the memory bound now (an enqueue, or a graph's replay of one)."""
         spec = self.engine.spec
         values = self._shape_values() or {}
         if not self._values_fit(values) or any(-1 in self.get_tensor_shape(n) for n in spec.outputs):

@@ -106,9 +106,37 @@ def test_a_call_from_the_legacy_default_stream_with_graph_capture_runs_on_the_ro
     torch.testing.assert_close(out["y"], 2 * x + 1)
     own = engine._contexts[0].stream.cuda_stream
     (context,) = FakeTrtRuntime.last.engines[0].contexts
-    assert [c for c in context.calls if c[0] == "execute_async_v3"] == [("execute_async_v3", own)]
+    runs = [c for c in context.calls if c[0] == "execute_async_v3"]  # full TensorRT: warm-ups and the capture
+    assert runs and set(runs) == {("execute_async_v3", own)}
     assert FAKE_CUDA.waits[waits:] == [(own, 0), (0, own)]  # events: ours after the caller's, the caller's after ours
     assert engine.native_cuda_graph == fake_trt.rtx  # TensorRT-RTX captures itself; the others on a real GPU
+
+
+def test_cuda_graph_is_captured_on_the_routes_stream_and_replayed(fake_trt, tmp_path):
+    """Full TensorRT: the route captures its enqueue on the context's own stream and replays the graph
+    (the double records the enqueue with its bindings and runs it again at each replay); TensorRT-RTX
+    captures by itself (WHOLE_GRAPH_CAPTURE), so the route captures nothing."""
+    engine = _engine(fake_trt, tmp_path, cuda_graph=True)
+    graphs = len(FAKE_CUDA.graphs)
+    x = torch.randn(3, 3)
+    torch.testing.assert_close(engine(x)["y"], 2 * x + 1)
+    x.copy_(torch.randn(3, 3))  # the same buffer, new values: the replay reads them
+    torch.testing.assert_close(engine(x)["y"], 2 * x + 1)
+    state = engine._contexts[0]
+    if fake_trt.rtx:
+        assert engine.native_cuda_graph and state.graphs is None and len(FAKE_CUDA.graphs) == graphs
+        return
+    (graph,) = FAKE_CUDA.graphs[graphs:]
+    assert graph.stream == state.stream and len(graph.work) == 1 and graph.replays == 2
+    assert state.graphs.captures == 1
+    y = engine(z := torch.randn(3, 3))["y"]  # another input address: a second capture
+    torch.testing.assert_close(y, 2 * z + 1)
+    assert state.graphs.captures == 2
+
+
+def test_the_double_refuses_a_capture_on_the_legacy_default_stream():
+    with pytest.raises(RuntimeError, match="legacy default stream cannot be captured"):
+        FAKE_CUDA.capture(lambda: None, 0, FAKE_CUDA.current_stream(0), warmup=0)
 
 
 def test_a_stream_passed_in_is_the_one_every_context_runs_on(fake_trt, tmp_path):

@@ -197,7 +197,7 @@ class TensorRTEngine(EngineBase):
         trt = bindings if bindings is not None else trt_shim.bindings()
         self._trt = trt
         self.move_inputs = move_inputs
-        self.cuda_graph = cuda_graph and self._device.type == "cuda"
+        self.cuda_graph = cuda_graph and self.gpu is not None
         if stream is not None and self.gpu is None:
             raise InvalidArgument(f"stream= needs the engine on a CUDA device, not {self._device}; leave it out")
         self._stream = stream
@@ -375,7 +375,7 @@ class TensorRTEngine(EngineBase):
             context.set_tensor_address(spec.name, buffer.data_ptr())
             state.buffers[spec.name] = buffer
         if self.cuda_graph and not self.native_cuda_graph:  # the runtime's own strategy replays otherwise
-            state.graphs = GraphCache(self._device, stream=stream)
+            state.graphs = GraphCache(self._device, stream=stream, devices=self._devices, index=self.gpu)
         self._contexts[profile] = state
         return state
 
