@@ -37,9 +37,10 @@ from trtforge.core.trt_log import RecordingLogger
 RECEIVERS: frozenset[str] = frozenset({
     "engine", "context", "runtime", "builder", "cfg", "config", "runtime_config", "network", "net", "parser",
     "logger", "trt_logger", "refitter", "opt_profile", "prototype", "runtime_cache", "err", "timing_cache",
+    "cache", "empty", "merged", "flag",
 })
 #: Names that hold the bindings module itself.
-MODULES: frozenset[str] = frozenset({"trt", "mod"})
+MODULES: frozenset[str] = frozenset({"trt", "mod", "bindings"})
 #: Python's own attributes and our recording logger's (``logger.errors()``), never TensorRT's.
 PYTHON: frozenset[str] = frozenset({"__init__", "__name__", "__version__", "name", "value",
                                     *(n for n in dir(RecordingLogger) if not n.startswith("__")),

@@ -59,7 +59,7 @@ def test_the_scan_sees_the_routes_calls_and_feature_tests():
     names = {u.name for u in uses}
     assert {"execute_async_v3", "set_optimization_profile_async", "set_input_shape", "get_tensor_profile_values",
             "TensorIOMode", "INPUT", "deserialize_cuda_engine", "build_serialized_network", "set_named_weights",
-            "parse_from_file", "num_io_tensors"} <= names
+            "parse_from_file", "num_io_tensors", "BuilderFlag", "VERSION_COMPATIBLE", "combine", "queryKeys"} <= names
     assert {"create_runtime_config", "cuda_graph_strategy", "engine_host_code_allowed"} <= tested
     assert "execute_async_v3" not in tested and "bindings" not in names  # the shim's own function is not TensorRT's
     assert "targets" not in names  # CompileConfig's, not TensorRT's
