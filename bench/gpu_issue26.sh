@@ -24,11 +24,13 @@ START=$(date +%s)
 stamp() { echo "[gpu_issue26 +$(( $(date +%s) - START ))s] $*"; }
 
 if [ "${GPU_ISSUE26_SCALE:-gpu}" = cpu ]; then   # the same steps, tiny, on the CPU
-  PP_ARGS=(--device cpu --route eager --window-s 2 --batches 2 --repeats 3)
+  PP_ARGS=(--device cpu --route eager --window-s 2 --batches 1 --repeats 1)
+  PP_TIMEOUT=900 SL_TIMEOUT=1200
   SL_ARGS=(--route eager --max-batch 4 --instances 1 --inflight 4 --processes 1 --transport grpc
-           --seconds 2 --warmup-s 1 --repeats 2 --offline-repeats 2 --budget-s 400)
+           --seconds 2 --warmup-s 1 --repeats 2 --offline-repeats 1 --budget-s 600)
 else
   PP_ARGS=(--device cuda:0 --route cuda_graph --window-s 10 --batches 200 --repeats 200)
+  PP_TIMEOUT=120 SL_TIMEOUT=390
   SL_ARGS=(--route cuda_graph --model zoo:efficientnet_lite0 --devices 0 --max-batch 64 --instances 4
            --inflight 128 --processes 8 --transport shm --seconds 15 --warmup-s 3 --repeats 2
            --offline-repeats 20 --budget-s 270)
@@ -40,7 +42,7 @@ fi
 stamp "versions: $(tr '\n' ' ' < "$OUT/versions.txt")"
 
 stamp "1/2 predictor: first seconds, steady, batch 8 pipelined"
-timeout 120 $PY bench/predictor_pipeline.py "${PP_ARGS[@]}" --out "$OUT" 2>&1 | tee "$OUT/predictor_pipeline.log" \
+timeout "$PP_TIMEOUT" $PY bench/predictor_pipeline.py "${PP_ARGS[@]}" --out "$OUT" 2>&1 | tee "$OUT/predictor_pipeline.log" \
   || stamp "predictor_pipeline.py FAILED (see predictor_pipeline.log); serving runs anyway"
 
 if ! $PY -c "import sys; from pathlib import Path; from trtforge.serve.environment import default_stub_env, stub_env_ready; sys.exit(0 if stub_env_ready(default_stub_env()) else 1)"; then
@@ -50,6 +52,6 @@ if ! $PY -c "import sys; from pathlib import Path; from trtforge.serve.environme
 fi
 
 stamp "2/2 serving: uint8 and float32 frames, served and null model, offline before and after"
-timeout 390 $PY bench/serve_load.py "${SL_ARGS[@]}" --input-format uint8,native --out "$OUT" 2>&1 \
+timeout "$SL_TIMEOUT" $PY bench/serve_load.py "${SL_ARGS[@]}" --input-format uint8,native --out "$OUT" 2>&1 \
   | tee "$OUT/serve_load.log" || stamp "serve_load.py FAILED (see serve_load.log)"
 stamp "done; JSON in $OUT: $(ls "$OUT" | tr '\n' ' ')"

@@ -59,7 +59,7 @@ def batch_one(engine, predictor: Predictor, image: np.ndarray, device: torch.dev
     x = example_input(engine.inputs[0], 1, device)
     buffer = predictor.frame_buffer(1, *image.shape[:2])
     buffer[...] = image
-    on_gpu = torch.from_numpy(image).to(device)
+    on_gpu = torch.from_numpy(image.copy()).to(device)
     calls = {"model": lambda: (engine(x), sync()), "gpu_frame": lambda: predictor(on_gpu),
              "frame_buffer": lambda: predictor(buffer[0]), "pageable": lambda: predictor(image.copy())}
     t0 = time.monotonic()
@@ -81,7 +81,7 @@ def batch_one(engine, predictor: Predictor, image: np.ndarray, device: torch.dev
         seconds.append({"second": second, **row, **{f"{k}_over_model": row[k] / row["model"]
                                                     for k in calls if k != "model"}})
     window = {k: float(np.median([ms for _, ms in v])) for k, v in samples.items()}
-    steady = measure_interleaved({k: v for k, v in calls.items()}, device, warmup=10, repeats=repeats)
+    steady = measure_interleaved(dict(calls), device, warmup=min(10, repeats), repeats=repeats)
     steady_ms = {k: s.median_ms for k, s in steady.items()}
     return {"first_compile": first_compile, "window_s": window_s,
             "window_start_s_after_process_start": start - PROCESS_START, "per_second": seconds,
@@ -98,10 +98,10 @@ def batch_eight(engine, predictor: Predictor, image: np.ndarray, device: torch.d
     x = example_input(engine.inputs[0], 8, device)
     buffer = predictor.frame_buffer(8, *image.shape[:2])
     buffer[...] = image
-    sources = {"gpu_frame": [torch.from_numpy(image).to(device) for _ in range(8)],
+    sources = {"gpu_frame": [torch.from_numpy(image.copy()).to(device) for _ in range(8)],
                "frame_buffer": list(buffer), "pageable": [image.copy() for _ in range(8)]}
     plain = measure_interleaved({"model": lambda: engine(x), **{k: (lambda f=f: predictor(f)) for k, f in sources.items()}},
-                                device, warmup=5, repeats=repeats, batch=8)
+                                device, warmup=min(5, repeats), repeats=repeats, batch=8)
     engine(x)
     sync()
     t = time.perf_counter()
@@ -112,7 +112,7 @@ def batch_eight(engine, predictor: Predictor, image: np.ndarray, device: torch.d
     pipelined = {}
     with PipelinedPredictor(predictor) as pipe:
         for name, frames in sources.items():
-            list(pipe.run([frames] * 4))  # captures and warm-up
+            list(pipe.run([frames] * min(4, batches)))  # captures and warm-up
             t = time.perf_counter()
             for _ in pipe.run([frames] * batches):
                 pass
@@ -173,7 +173,7 @@ def main(argv: list[str]) -> dict:
             Predictor(engine, model.preprocessing, task=model.task) as predictor:
         result["compile_preprocessing"] = predictor.compile_preprocessing
         result["batch1"] = batch_one(engine, predictor, image, device, args.window_s, args.repeats)
-        result["batch8"] = batch_eight(engine, predictor, image, device, args.batches, max(3, args.repeats // 4))
+        result["batch8"] = batch_eight(engine, predictor, image, device, args.batches, max(1, args.repeats // 4))
     (args.out / "predictor_pipeline.json").write_text(json.dumps(result, indent=1))
     _print(result)
     return result
