@@ -86,7 +86,8 @@ def batch_one(engine, predictor: Predictor, image: np.ndarray, device: torch.dev
     return {"first_compile": first_compile, "window_s": window_s,
             "window_start_s_after_process_start": start - PROCESS_START, "per_second": seconds,
             "window_median_ms": window, "window_over_model": {k: window[k] / window["model"] for k in calls},
-            "worst_second_over_model": {k: max(s[f"{k}_over_model"] for s in seconds) for k in calls if k != "model"},
+            "worst_second_over_model": {k: float(np.nanmax([s[f"{k}_over_model"] for s in seconds] + [0.0]))
+                                        for k in calls if k != "model"},
             "steady_median_ms": steady_ms, "steady_over_model": {k: steady_ms[k] / steady_ms["model"] for k in calls},
             "compile_worker_pools_after": _pools()}
 
