@@ -12,9 +12,9 @@ from tiny_model import EXAMPLE_SHAPE, TinyNet
 from trt_double import write_fake_engine
 
 import trtforge
+from trtforge.core.build_record import BuildRecord
 from trtforge.core.sidecar import (
     BuilderRecord,
-    BuildRecord,
     PrecisionRecord,
     QuantizationRecord,
     ShapeInputRecord,

@@ -12,9 +12,9 @@ from trtforge._version import __version__
 from trtforge.builder.build import BuildResult
 from trtforge.cache.engine_cache import CacheEntry
 from trtforge.core.atomic import Payload
+from trtforge.core.build_record import BuildRecord
 from trtforge.core.config import CompileConfig
 from trtforge.core.sidecar import (
-    BuildRecord,
     PrecisionRecord,
     QuantizationRecord,
     ShapeInputRecord,
