@@ -10,6 +10,7 @@ from rich.console import Console
 
 from trtforge.cache.engine_cache import EngineCache, engine_key
 from trtforge.capture.export import normalize_example_inputs
+from trtforge.core.batch import example_batch
 from trtforge.core.config import CompileConfig
 from trtforge.core.errors import WrongType
 from trtforge.core.sidecar import PrecisionRecord, QuantizationRecord, SourceRecord
@@ -33,8 +34,7 @@ def convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *,
         raise WrongType("path='direct' takes positional example inputs; pass a tuple of tensors in forward's order")
     build_config = config  # the model's own batch when none is asked: the example's, static
     if config.batch is None:
-        rows = args[0].shape[0] if args and hasattr(args[0], "shape") and args[0].dim() else 1
-        build_config = replace(config, batch=((int(rows),) * 3,))
+        build_config = replace(config, batch=(example_batch(args),))
     input_names = config.input_names or getattr(model, "trtforge_input_names", None)
     output_names = config.output_names or getattr(model, "trtforge_output_names", None)
     int8_plan, int8 = None, None
