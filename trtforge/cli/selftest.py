@@ -12,13 +12,14 @@ from typing import Annotated
 import typer
 
 from trtforge.cli.app import EXIT_FAILED, app, console, guarded
+from trtforge.core.routes import ROUTE_NAMES
 
 
 @app.command()
 @guarded
 def selftest(
-    route: Annotated[str, typer.Option(help="the route to check: tensorrt | eager | fp16 | cuda_graph | compiled | "
-                                            "onnxruntime (cuda_graph or eager, and onnxruntime, run too)")] = "tensorrt",
+    route: Annotated[str, typer.Option(help=f"the route to check: {' | '.join(ROUTE_NAMES)} (the PyTorch baseline "
+                                            "and ONNX Runtime run too)")] = "tensorrt",
     json_out: Annotated[Path | None, typer.Option("--json", help="write the whole report here (attach it to a bug "
                                                                 "report)")] = None,
     output_dir: Annotated[Path | None, typer.Option("-o", "--output-dir",

@@ -83,9 +83,12 @@ def routes_to_run(route: str, cuda: bool) -> list[str]:
 
 
 def _worst(judgement: Any) -> float:
-    values = [getattr(o, "top1" if judgement.metric == "top1_agreement" else judgement.metric) for o in judgement.outputs]
-    values = [v for v in values if v is not None]
-    return min(values) if judgement.metric in ("top1_agreement", "cosine") else max(values)
+    """The deciding metric on the output furthest from passing (the lowest of a floor, the highest of a ceiling)."""
+    from trtforge.core.budget import METRICS
+
+    field = "top1" if judgement.metric == "top1_agreement" else judgement.metric
+    values = [v for v in (getattr(o, field) for o in judgement.outputs) if v is not None]
+    return min(values) if METRICS[judgement.metric].op == ">=" else max(values)
 
 
 def check_route(sidecar: Path, route: str, samples: int, repeats: int) -> RouteResult:
@@ -170,7 +173,7 @@ def run_selftest(route: str = "tensorrt", json_path: Path | None = None, output_
     build) to check instead of building here.
     """
     from trtforge._version import __version__
-    from trtforge.runtime.load import ROUTE_NAMES
+    from trtforge.core.routes import ROUTE_NAMES
     from trtforge.zoo import efficientnet_lite0
 
     if route not in ROUTE_NAMES:
