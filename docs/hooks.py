@@ -4,7 +4,8 @@
 - ``changelog.md``: the repository's CHANGELOG.md, so the site and the file are one text;
 - ``<!-- example: examples/NAME.py -->`` in a page: the script itself, as a fenced Python block
   (tests/docs/test_examples.py runs each script and compares the lines the page quotes);
-- ``<!-- sidecar-fields -->``: one table row per sidecar key, from docs/sidecar.schema.json.
+- ``<!-- sidecar-fields -->``: one table row per sidecar key, from docs/sidecar.schema.json;
+- ``<!-- error-classes -->``: the error tree of ``trtforge.core.errors`` with each class's exit code.
 """
 
 from __future__ import annotations
@@ -65,6 +66,26 @@ def sidecar_fields() -> str:
     return "\n".join(["| key | type | required | what |", "|---|---|---|---|", *_rows(schema)])
 
 
+def error_classes() -> str:
+    """One row per error class: what it derives from, the CLI's exit code, its docstring's first line."""
+    import inspect
+
+    from trtforge.cli.app import EXIT_FAILED, EXIT_USER_ERROR
+    from trtforge.core import errors
+
+    rows = ["| class | also a | CLI exit | what |", "|---|---|---|---|"]
+    for name, cls in inspect.getmembers(errors, inspect.isclass):
+        if not issubclass(cls, errors.TrtforgeError) or cls.__module__ != errors.__name__:
+            continue
+        builtins = ", ".join(f"`{b.__name__}`" for b in cls.__mro__[1:] if b.__module__ == "builtins"
+                             and b not in (Exception, BaseException, object))
+        code = EXIT_USER_ERROR if issubclass(cls, errors.UserError) else EXIT_FAILED
+        doc = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split()).replace("|", "\\|")
+        rows.append(f"| `{name}` | {builtins} | {code} | {doc} |")
+    return "\n".join(rows)
+
+
 def on_page_markdown(markdown, page, config, files):
     markdown = EXAMPLE.sub(_example, markdown)
+    markdown = markdown.replace("<!-- error-classes -->", error_classes())
     return markdown.replace("<!-- sidecar-fields -->", sidecar_fields())
