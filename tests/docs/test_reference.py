@@ -76,3 +76,12 @@ def test_schema_follows_the_dataclasses():
         "type": "array", "items": {"type": "integer"}}
     assert set(schema["required"]) >= {"name", "engine", "inputs", "outputs", "generator"}
     json.dumps(schema)
+
+
+def test_readme_is_a_landing_page_whose_links_resolve():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150, "README.md is the landing page: move details into docs/"
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    assert links
+    missing = [link for link in links if not link.startswith("http") and not (ROOT / link).exists()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
