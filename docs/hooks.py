@@ -5,7 +5,8 @@
 - ``<!-- example: examples/NAME.py -->`` in a page: the script itself, as a fenced Python block
   (tests/docs/test_examples.py runs each script and compares the lines the page quotes);
 - ``<!-- sidecar-fields -->``: one table row per sidecar key, from docs/sidecar.schema.json;
-- ``<!-- error-classes -->``: the error tree of ``trtforge.core.errors`` with each class's exit code.
+- ``<!-- error-classes -->``: the error tree of ``trtforge.core.errors`` with each class's exit code;
+- ``<!-- routes-table -->``: the runtime routes, from ``trtforge.runtime.load.ROUTES``.
 """
 
 from __future__ import annotations
@@ -85,7 +86,16 @@ def error_classes() -> str:
     return "\n".join(rows)
 
 
+def routes_table() -> str:
+    from trtforge.runtime.load import ROUTES
+
+    rows = ["| route | what runs | what it needs |", "|---|---|---|"]
+    rows += [f"| `{name}` | {runs} | {needs} |" for name, runs, needs in ROUTES]
+    return "\n".join(rows)
+
+
 def on_page_markdown(markdown, page, config, files):
     markdown = EXAMPLE.sub(_example, markdown)
     markdown = markdown.replace("<!-- error-classes -->", error_classes())
+    markdown = markdown.replace("<!-- routes-table -->", routes_table())
     return markdown.replace("<!-- sidecar-fields -->", sidecar_fields())

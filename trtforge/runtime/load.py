@@ -13,7 +13,7 @@ from trtforge.core.errors import InvalidArgument, NotPermitted
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.runtime.protocol import Engine
 
-#: (route, what runs, what it needs). README's routes table is this table.
+#: (route, what runs, what it needs). The routes table of docs/routes.md is this table.
 ROUTES: tuple[tuple[str, str, str], ...] = (
     ("tensorrt", "the TensorRT engine, execute_async_v3 on the caller's stream; cuda_graph=True to replay",
      "a CUDA GPU, TensorRT 10+ or TensorRT-RTX bindings, the .engine with its sidecar"),
