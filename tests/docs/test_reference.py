@@ -85,3 +85,16 @@ def test_readme_is_a_landing_page_whose_links_resolve():
     assert links
     missing = [link for link in links if not link.startswith("http") and not (ROOT / link).exists()]
     assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+def test_every_benchmark_result_names_its_command_machine_and_date():
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    assert len(sections) > 5
+    for section in sections:
+        title = section.splitlines()[0]
+        if title.startswith("Machines"):
+            continue
+        assert re.search(r"bench/\w+\.py|`trtforge |make \w+", section), f"benchmarks.md '{title}': name the command"
+        assert re.search(r"H200|CPU", section), f"benchmarks.md '{title}': name the machine"
+        assert re.search(r"20\d\d-\d\d-\d\d", section), f"benchmarks.md '{title}': give the date"
