@@ -97,4 +97,5 @@ def test_every_benchmark_result_names_its_command_machine_and_date():
             continue
         assert re.search(r"bench/\w+\.py|`trtforge |make \w+", section), f"benchmarks.md '{title}': name the command"
         assert re.search(r"H200|CPU", section), f"benchmarks.md '{title}': name the machine"
-        assert re.search(r"20\d\d-\d\d-\d\d", section), f"benchmarks.md '{title}': give the date"
+        if not re.search(r"\*\*(H200: )?pending", section, flags=re.I):  # a run not made yet has no date
+            assert re.search(r"20\d\d-\d\d-\d\d", section), f"benchmarks.md '{title}': give the date"
