@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.trtforge-setup
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup demo test lint docs clean
+.PHONY: setup demo test test-fast lint docs clean
 
 setup: $(STAMP)
 
@@ -30,8 +30,13 @@ lint: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
+#: What CI runs: the docs site, then everything, slow and serve_load included; the 25 slowest tests are printed.
 test: setup lint docs
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
+
+#: The fast lane while developing: real builds of full models (slow) and serving under load left out.
+test-fast: setup lint
+	$(PY) -m pytest -q --durations=25 -m "not slow and not serve_load"
 
 clean:
 	rm -rf $(VENV) trtforge_out .pytest_cache site build dist

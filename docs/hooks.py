@@ -6,7 +6,7 @@
   (tests/docs/test_examples.py runs each script and compares the lines the page quotes);
 - ``<!-- sidecar-fields -->``: one table row per sidecar key, from docs/sidecar.schema.json;
 - ``<!-- error-classes -->``: the error tree of ``trtforge.core.errors`` with each class's exit code;
-- ``<!-- routes-table -->``: the runtime routes, from ``trtforge.runtime.load.ROUTES``.
+- ``<!-- routes-table -->``: the runtime routes, from ``trtforge.core.routes.ROUTES``.
 """
 
 from __future__ import annotations
@@ -87,10 +87,10 @@ def error_classes() -> str:
 
 
 def routes_table() -> str:
-    from trtforge.runtime.load import ROUTES
+    from trtforge.core.routes import ROUTES
 
     rows = ["| route | what runs | what it needs |", "|---|---|---|"]
-    rows += [f"| `{name}` | {runs} | {needs} |" for name, runs, needs in ROUTES]
+    rows += [f"| `{r.name}` | {r.runs} | {r.needs} |" for r in ROUTES]
     return "\n".join(rows)
 
 
