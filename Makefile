@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.trtforge-setup
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup demo test test-fast lint clean
+.PHONY: setup demo test test-fast lint docs clean
 
 setup: $(STAMP)
 
@@ -12,9 +12,9 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	@# torch first, pinned: the CPU wheel on this disk. An existing torch (CUDA build on a GPU box) is kept.
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install torch==2.13.0
-	$(PIP) install -e '.[zoo,dev,serve]'
+	$(PIP) install -e '.[zoo,dev,serve,docs]'
 	@# tritonserver + Python backend + stubs. --no-deps: its numpy<2 pin is for its proxy, which we do
-	@# not use; the stub gets NumPy < 2 from its own small venv (next line). See README "Serving".
+	@# not use; the stub gets NumPy < 2 from its own small venv (next line). See docs/guide-triton.md.
 	$(PIP) install --no-deps nvidia-pytriton==0.7.0
 	$(PY) -m trtforge.serve.environment $(VENV)/trtforge-serve-stub
 	@# Full TensorRT's Python bindings, 10.x and 11.x (~1.3 MB each), DOWNLOADED, never installed: their
@@ -27,10 +27,15 @@ demo: setup
 	$(VENV)/bin/trtforge demo
 
 lint: setup
-	$(PY) -m ruff check trtforge tests bench
+	$(PY) -m ruff check trtforge tests bench examples docs/hooks.py
 
-#: What CI runs: everything, slow and serve_load included; the 25 slowest tests are printed.
-test: setup lint
+# The documentation site into site/; --strict: a broken link, a missing page or an unresolved docstring
+# reference fails the build.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
+#: What CI runs: the docs site, then everything, slow and serve_load included; the 25 slowest tests are printed.
+test: setup lint docs
 	$(PY) -m pytest -q --durations=25
 
 #: The fast lane while developing: real builds of full models (slow) and serving under load left out.
@@ -38,4 +43,4 @@ test-fast: setup lint
 	$(PY) -m pytest -q --durations=25 -m "not slow and not serve_load"
 
 clean:
-	rm -rf $(VENV) trtforge_out .pytest_cache
+	rm -rf $(VENV) trtforge_out .pytest_cache site build dist

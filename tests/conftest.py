@@ -43,6 +43,36 @@ def _isolated_engine_cache(tmp_path_factory):
         os.environ["TRTFORGE_CACHE_DIR"] = previous
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _sidecars_match_schema(tmp_path_factory):
+    """At the end of the run, every sidecar the tests wrote validates against docs/sidecar.schema.json.
+
+    A sidecar is a ``*.json`` under the run's temporary folders that trtforge's own reader accepts
+    (the files tests damage on purpose are refused by it, and are no sidecars trtforge wrote).
+    """
+    yield
+    import json
+
+    import jsonschema
+
+    from trtforge.core.errors import TrtforgeError
+
+    schema = json.loads((Path(__file__).parents[1] / "docs" / "sidecar.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    failures = []
+    for path in sorted(tmp_path_factory.getbasetemp().rglob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+            if not (isinstance(data, dict) and data.get("generator") == "trtforge"):
+                continue
+            Sidecar.from_dict(data, path=path)
+        except (OSError, ValueError, TrtforgeError):
+            continue
+        failures += [f"{path}: {'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(data)]
+    assert not failures, "sidecars that do not match docs/sidecar.schema.json (regenerate it with " \
+        "python -m trtforge.core.sidecar_schema --write, or fix the writer):\n" + "\n".join(failures[:20])
+
+
 @pytest.fixture(scope="session")
 def lite0():
     from trtforge.zoo import efficientnet_lite0

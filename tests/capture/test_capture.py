@@ -107,3 +107,25 @@ def test_plain_strips_terminal_codes():
     from trtforge.core.errors import plain
 
     assert plain("\x1b[1;31mError\x1b[0m: bad \x1b[2Kline") == "Error: bad line"
+
+
+def test_output_name_that_an_inner_value_already_has_is_kept_and_the_graph_stays_valid(tmp_path):
+    """MiniLM's sentence output is named 'embedding', and the dynamo export also names the output of its
+    aten.embedding node 'embedding': the export must not hand ONNX a graph with two values of one name."""
+
+    class Lookup(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.table = torch.nn.Embedding(10, 4)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.table(ids).mean(1)
+
+    model = Lookup().eval()
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    path = export_onnx(model, (ids,), tmp_path / "m.onnx", input_names=["ids"], output_names=["embedding"])
+    proto = onnx.load(path)
+    onnx.checker.check_model(proto, full_check=True)
+    assert [o.name for o in proto.graph.output] == ["embedding"]
+    out = session(path).run(None, {"ids": ids.numpy()})[0]
+    np.testing.assert_allclose(out, model(ids).detach().numpy(), rtol=1e-6)

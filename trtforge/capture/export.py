@@ -286,11 +286,30 @@ def _export_dynamo(model, args, kwargs, path, names, out_names, batched: Sequenc
     flags = [name in batched for name in names]
     dynamic_shapes = _dynamic_shapes(model, args, kwargs, flags) if any(flags) else None
     with _quiet_exporter():
-        return torch.onnx.export(
+        program = torch.onnx.export(
             model, args, kwargs=kwargs or None, dynamo=True, external_data=False,
-            input_names=names, output_names=out_names, dynamic_shapes=dynamic_shapes,
+            input_names=names, dynamic_shapes=dynamic_shapes,
             opset_version=OPSET, optimize=True, verbose=False, custom_translation_table=translation_table(),
         )
+    name_outputs(program.model.graph, out_names)
+    return program
+
+
+def name_outputs(graph: Any, out_names: Sequence[str]) -> None:
+    """Name the graph's outputs ``out_names``; an inner value that already holds one of those names is
+    renamed first (torch.onnx's own renaming keeps both: MiniLM's output 'embedding' and its
+    aten.embedding node's 'embedding', a graph the ONNX checker refuses)."""
+    outputs = list(graph.outputs)
+    wanted = set(out_names)
+    values = [*graph.inputs, *graph.initializers.values(), *(v for node in graph for v in node.outputs)]
+    taken = {v.name for v in values if v.name} | wanted
+    for value in values:
+        if value.name in wanted and not any(value is out for out in outputs):
+            fresh = next(f"{value.name}_{i}" for i in range(1, len(taken) + 2) if f"{value.name}_{i}" not in taken)
+            taken.add(fresh)
+            value.name = fresh
+    for value, name in zip(outputs, out_names, strict=False):
+        value.name = name
 
 
 def _export_torchscript(model, args, kwargs, path, names, out_names, batched: Sequence[str]) -> None:

@@ -27,7 +27,7 @@ class Route:
     precision: str | None
 
 
-#: README's routes table is this table.
+#: The routes table of docs/routes.md is generated from this table (docs/hooks.py).
 ROUTES: tuple[Route, ...] = (
     Route("tensorrt", "the TensorRT engine, execute_async_v3 on a stream of its own per context (or stream=), "
           "ordered with the caller's by events; cuda_graph=True to replay",

@@ -21,7 +21,7 @@ from trtforge.core.errors import InvalidArgument
 from trtforge.core.metrics import PER_SAMPLE
 
 #: precision → metric → limit. FP32 allows TF32 (TensorRT's default for FP32 convolutions and
-#: matrix products); FP16 and BF16 follow the float pass's measured error (README, "Precision");
+#: matrix products); FP16 and BF16 follow the float pass's measured error (docs/guide-precision.md, "FP16 and BF16");
 #: INT8 the default placement's (top-1 agreement 0.936 on EfficientNet-Lite0).
 TOLERANCES: dict[str, dict[str, float]] = {
     "fp32": {"rel_l2": 5e-3, "top1_agreement": 0.99, "cosine": 0.9999},
