@@ -33,6 +33,7 @@ from trtforge._version import __version__
 from trtforge.artifact import Artifact
 from trtforge.builder.build import BuildResult, build_engine
 from trtforge.builder.portability import file_suffix
+from trtforge.builder.precision_plan import check_precision, plan_graph, plan_notes
 from trtforge.builder.progress import stage_progress
 from trtforge.builder.timing_cache import check_timing_cache_path
 from trtforge.cache.engine_cache import CacheEntry, EngineCache, engine_key
@@ -238,6 +239,7 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
     """Every cheap check, before capture, passes or build start; the config with its name resolved."""
     config = (config or CompileConfig()).with_overrides(**overrides)
     config.check_toolchain()
+    check_precision(config)  # a precision no target GPU accelerates: refused before capture and calibration
     if config.timing_cache is not None:
         config = replace(config, timing_cache=check_timing_cache_path(config.timing_cache))
     if config.precision != "int8" and calibration_data is not None:
@@ -406,6 +408,7 @@ def _write_locked(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths,
         notes=(*config.notes, *record["notes"]),
         quantization=record["quantization"],
         shape_inputs=tuple(record.get("shape_inputs") or ()),
+        target_plan=record.get("target_plan"),
     )
     sidecar_path = paths.sidecar(built_precision)
     check_writable(sidecar_path)
@@ -542,6 +545,7 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
     reference_bytes = proto_bytes(reference)
     feeds = probe_feeds(model_or_onnx, example_inputs, reference)
     processed, quant_report = _process(reference, config, calibration_data, feeds)
+    target_plan = plan_graph(processed.model, config)  # every quantized layer on every target GPU
     float_plan, built_precision = processed.float_plan, processed.built_precision
     processed_bytes = reference_bytes if processed.model is reference else proto_bytes(processed.model)
     network_name = f"{name}_{built_precision}"
@@ -557,7 +561,7 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
         source = str(model_or_onnx) if isinstance(model_or_onnx, (str, Path)) else type(model_or_onnx).__name__
         result: BuildResult = build_engine(staged, config, name=network_name, progress=progress, console=console,
                                            source=source, input_values=shape_values)
-        notes = []
+        notes = plan_notes(target_plan)
         if float_plan is not None and float_plan.fp32_nodes:
             notes.append(f"{len(float_plan.fp32_nodes)} node(s) kept in FP32 by the float pass")
         precision = {"requested": config.precision, "built": built_precision,
@@ -565,7 +569,9 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
                      "fp32_nodes": dict(float_plan.fp32_nodes) if float_plan else {}}
         record = _build_record(result, config, precision, notes, quantization=quant_report,
                                onnx_sha256=hashlib.sha256(processed_bytes).hexdigest(),
-                               reference_onnx_sha256=hashlib.sha256(reference_bytes).hexdigest())
+                               reference_onnx_sha256=hashlib.sha256(reference_bytes).hexdigest(),
+                               target_plan=target_plan.record(config.allow_unaccelerated) if target_plan.layers
+                               else None)
         built = _Built.fresh(key, result.plan, record, processed_bytes, reference_bytes)
         _store(engine_cache, built, config)
         return built
