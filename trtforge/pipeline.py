@@ -19,7 +19,7 @@ import logging
 import re
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -474,6 +474,26 @@ def _numpy(value: Any) -> Any:
     return value.detach().cpu().numpy() if hasattr(value, "detach") else value
 
 
+def capability_probe(config: CompileConfig) -> Callable[[str, str, str], str | None]:
+    """``builder.capability``'s probe: a small quantized build per (op class, scheme, target), its answer
+    cached per flavour and version beside the flavour probe's (in memory with ``cache=False``)."""
+    from trtforge.builder.capability_probe import probe_refusal
+    from trtforge.cache.op_support import UNKNOWN, OpSupport
+    from trtforge.core import trt
+
+    info = trt.info()
+    table = OpSupport(EngineCache(config.cache_dir).directory if config.cache else None, info.flavour, info.version,
+                      "capability")
+
+    def probe(op_class: str, scheme: str, target: str) -> str | None:
+        signature = f"{op_class}|{scheme}|{target}"
+        if table.get(signature) is UNKNOWN:
+            table.put({signature: probe_refusal(op_class, scheme, target)})
+        return table.get(signature)
+
+    return probe
+
+
 def flavour_keep(reference: ir.Model, config: CompileConfig, keep: Mapping[str, str]) -> dict[str, str]:
     """FP16/BF16: the nodes the installed TensorRT cannot build in that type, found by single-node probe builds.
 
@@ -545,7 +565,7 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
     reference_bytes = proto_bytes(reference)
     feeds = probe_feeds(model_or_onnx, example_inputs, reference)
     processed, quant_report = _process(reference, config, calibration_data, feeds)
-    target_plan = plan_graph(processed.model, config)  # every quantized layer on every target GPU
+    target_plan = plan_graph(processed.model, config, capability_probe(config))  # each quantized layer, each GPU
     float_plan, built_precision = processed.float_plan, processed.built_precision
     processed_bytes = reference_bytes if processed.model is reference else proto_bytes(processed.model)
     network_name = f"{name}_{built_precision}"

@@ -172,7 +172,8 @@ Probe = Callable[[str, str, str], "str | None"]
 def cell(flavour: str, version: str, cc: str, op_class: str, scheme: str, float_precision: str,
          probe: Probe | None = None) -> Cell:
     """How a layer of ``op_class`` quantized as ``scheme`` runs on ``cc``; ``float_precision`` is what an
-    unaccelerated layer computes in. ``probe`` (optional) may refuse what the table allows.
+    unaccelerated layer computes in. ``probe`` (optional) is asked about the cells the table accelerates,
+    and may refuse them (only a build tells; emulated cells are not probed: they cost builds and gain nothing).
 
     Example:
         >>> cell("tensorrt_rtx", "1.7", "sm86", "gemm", "fp8", "fp16").state
@@ -181,10 +182,10 @@ def cell(flavour: str, version: str, cc: str, op_class: str, scheme: str, float_
     label = FLAVOUR_LABEL.get(flavour, flavour)
     if cc not in known_ccs(flavour):
         return Cell("refused", "-", f"{label} does not run on {cc}")
-    reason = probe(op_class, scheme, cc) if probe is not None else None
-    if reason is not None:
-        return Cell("refused", "-", f"the {label} {version} build refuses it: {reason}")
-    if scheme in runs_as(flavour, version, cc, op_class):
+    if scheme in runs_as(flavour, version, cc, op_class):  # a probe build may refuse what the table allows
+        reason = probe(op_class, scheme, cc) if probe is not None else None
+        if reason is not None:
+            return Cell("refused", "-", f"the {label} {version} build refuses it: {reason}")
         return Cell("accelerated", scheme, "; ".join(sources(flavour, version, cc, op_class, scheme)))
     if scheme in HW_SPECIFIC.get(flavour, ()):
         return Cell("refused", "-", f"{label} cannot compile {RUNS_AS_LABEL[scheme]} for {cc} (a HW-specific datatype)")
