@@ -3,6 +3,8 @@ refusals, and real TensorRT-RTX builds of every cell the table says builds."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -11,9 +13,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from trtforge.builder.capability import (
+    DOC_BEGIN,
+    DOC_END,
     QuantizedLayer,
     cell,
     default_targets,
+    markdown,
     plan_layers,
     plan_precision,
     runs_as,
@@ -201,3 +206,12 @@ def test_every_cell_the_table_says_builds_builds_with_tensorrt_rtx(target, op_cl
         assert reason is not None and "HW-specific datatypes" in reason, reason
     else:
         assert reason is None, reason
+
+
+def test_the_docs_table_is_the_generated_one():
+    """docs/quantization.md's "which precision for which GPU" block is ``markdown()``'s text; regenerate it
+    with ``python -m trtforge.builder.capability`` after a table change."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "quantization.md").read_text()
+    begin, end = page.index(DOC_BEGIN), page.index(DOC_END) + len(DOC_END)
+    assert page[begin:end] == markdown()
+    assert page.index("## Which precision for which GPU") < begin < page.index("## When INT8 pays off")
