@@ -160,6 +160,10 @@ def test_direct_int8_calibrates_the_module_and_records_its_placement(tmp_path):
     assert quant.int8_layers == 1 and quant.layers_total == 2 and quant.samples == {"calibration": 12}
     assert quant.excluded_layers == [{"layer": "head", "reason": "final head (no Conv/MatMul/Gemm after it)"}]
     assert any("direct-path INT8: 1 layer(s)" in note for note in art.sidecar.notes)
+    plan = art.sidecar.target_plan  # TensorRT-RTX: the INT8 convolution runs as FP16 on every target
+    assert [(layer["layer"], layer["op"], set(layer["runs_as"].values())) for layer in plan.layers] == [
+        ("conv", "Conv", {"fp16"})]
+    assert plan.unaccelerated == ("conv",) and plan.allow_unaccelerated
     default = _compile(tmp_path, precision="int8", calibration_data=calib, batch=(1, 2, 4), name="tiny_default",
                        allow_unaccelerated=True)
     assert default.sidecar.quantization.int8_layers == 0  # 3 input channels and the head: FP16 by the rules

@@ -33,7 +33,7 @@ from trtforge._version import __version__
 from trtforge.artifact import Artifact
 from trtforge.builder.build import BuildResult, build_engine
 from trtforge.builder.portability import file_suffix
-from trtforge.builder.precision_plan import check_precision, plan_graph, plan_notes
+from trtforge.builder.precision_plan import check_precision, plan_direct, plan_graph, plan_notes
 from trtforge.builder.progress import stage_progress
 from trtforge.builder.timing_cache import check_timing_cache_path
 from trtforge.cache.engine_cache import CacheEntry, EngineCache, engine_key
@@ -710,12 +710,16 @@ def _convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *
         notes = ["direct path (PyTorch → TensorRT, no ONNX): no .onnx beside the engine, so no onnxruntime route"]
         if lowered.fp32_nodes:
             notes.append(f"{len(lowered.fp32_nodes)} node(s) kept in FP32 by the direct path's float rules")
-        quantization = None
+        quantization = target_plan = None
         if int8_plan is not None:
+            target_plan = plan_direct(lowered.int8_layers, config)  # each INT8 layer on each target GPU
+            notes += plan_notes(target_plan)
             quantization = _int8_report(int8_plan, config, lowered.int8_layers)
             notes.append(f"direct-path INT8: {len(lowered.int8_layers)} layer(s) with Q/DQ from forward-hook "
                          "calibration, the rest FP16; no bias correction and no held-back accuracy report")
-        record = _build_record(result, config, precision, notes, source={"path": "direct"}, quantization=quantization)
+        record = _build_record(result, config, precision, notes, source={"path": "direct"}, quantization=quantization,
+                               target_plan=target_plan.record(config.allow_unaccelerated)
+                               if target_plan is not None and target_plan.layers else None)
         record["builder"]["converter_hash"] = converter_hash
         built = _Built.fresh(key, result.plan, record)
         _store(engine_cache, built, config)

@@ -16,9 +16,18 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import onnx_ir as ir
 
-from trtforge.builder.capability import Probe, TargetPlan, default_targets, plan_layers, plan_precision
+from trtforge.builder.capability import (
+    Probe,
+    QuantizedLayer,
+    TargetPlan,
+    default_targets,
+    plan_layers,
+    plan_precision,
+)
 from trtforge.builder.quantized_layers import quantized_layers
 from trtforge.core import machine, trt
 from trtforge.core.config import CompileConfig, ConfigError
@@ -56,13 +65,28 @@ def check_precision(config: CompileConfig, probe: Probe | None = None) -> None:
 def plan_graph(model: ir.Model, config: CompileConfig, probe: Probe | None = None) -> TargetPlan:
     """Every quantized layer of ``model`` planned on every target; refused (``Unaccelerated``) when a
     layer no target accelerates is not allowed, or a target cannot build one."""
+    return _checked(quantized_layers(model), config, probe)
+
+
+def _checked(layers: list[QuantizedLayer], config: CompileConfig, probe: Probe | None) -> TargetPlan:
+    """``layers`` planned on ``config``'s targets; refused in one line when the plan cannot go on."""
     info = trt.info()
-    plan = plan_layers(quantized_layers(model), info.flavour, info.version, targets_of(config),
+    plan = plan_layers(layers, info.flavour, info.version, targets_of(config),
                        FLOAT_RUNS_AS.get(config.float_dtype, "fp16"), probe)
     reason = plan.refusal(config.allow_unaccelerated)
     if reason is not None:
         raise Unaccelerated(reason)
     return plan
+
+
+#: The direct path's quantized node kinds (``convert`` records ``module path → aten op``) → an ONNX op type.
+DIRECT_OP_TYPES: dict[str, str] = {"convolution": "Conv"}
+
+
+def plan_direct(int8_layers: Mapping[str, str], config: CompileConfig, probe: Probe | None = None) -> TargetPlan:
+    """``plan_graph`` for the direct path's INT8 layers (module path → the quantized aten op; W8A8 each)."""
+    layers = [QuantizedLayer(path, DIRECT_OP_TYPES.get(op, "MatMul"), "int8") for path, op in int8_layers.items()]
+    return _checked(layers, config, probe)
 
 
 def plan_notes(plan: TargetPlan) -> list[str]:
