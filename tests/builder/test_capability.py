@@ -16,6 +16,7 @@ from trtforge.builder.capability import (
     DOC_BEGIN,
     DOC_END,
     QuantizedLayer,
+    accelerated_classes,
     cell,
     default_targets,
     markdown,
@@ -76,6 +77,14 @@ def test_full_tensorrt_rows_are_pinned(target):
     if target in ("sm90", "sm100"):  # data-centre Hopper and Blackwell: TensorRT-RTX does not run there
         assert runs_as("tensorrt_rtx", RTX_VERSION, target, "gemm") == set()
         assert cell("tensorrt_rtx", RTX_VERSION, target, "gemm", "int8_wo", "fp16").state == "refused"
+
+
+def test_accelerated_classes_are_those_every_target_accelerates():
+    assert accelerated_classes("fp8", RTX, "1.6.0", ("sm89", "sm120")) == ("gemm",)
+    assert accelerated_classes("fp8", RTX, RTX_VERSION, ("sm89", "sm120")) == ("conv", "gemm")
+    assert accelerated_classes("fp8", RTX, RTX_VERSION, ("sm86", "sm89")) == ()
+    assert accelerated_classes("int8", RTX, RTX_VERSION, ("sm89",)) == ()
+    assert accelerated_classes("int8", "tensorrt", "10.9.0", ("sm80", "sm90")) == ("conv", "gemm")
 
 
 def test_default_targets_are_the_rtx_portable_set_or_the_local_gpus():

@@ -193,6 +193,17 @@ def cell(flavour: str, version: str, cc: str, op_class: str, scheme: str, float_
                 f"{label} {version} has no {RUNS_AS_LABEL[scheme]} {op_class} kernels on {cc}")
 
 
+def accelerated_classes(scheme: str, flavour: str, version: str, targets: Sequence[str]) -> tuple[str, ...]:
+    """The op classes that every target runs accelerated in ``scheme`` (what a quantizer may quantize
+    for those targets; ``precision="auto"`` picks among these).
+
+    Example:
+        >>> accelerated_classes("fp8", "tensorrt_rtx", "1.6", ("sm89", "sm120"))
+        ('gemm',)
+    """
+    return tuple(c for c in OP_CLASSES if targets and all(scheme in runs_as(flavour, version, t, c) for t in targets))
+
+
 @dataclass(frozen=True)
 class QuantizedLayer:
     """One quantized layer of a graph: its node, op type and the scheme its Q/DQ carries."""
