@@ -160,6 +160,7 @@ def test_direct_int8_calibrates_the_module_and_records_its_placement(tmp_path):
     assert quant.int8_layers == 1 and quant.layers_total == 2 and quant.samples == {"calibration": 12}
     assert quant.excluded_layers == [{"layer": "head", "reason": "final head (no Conv/MatMul/Gemm after it)"}]
     assert any("direct-path INT8: 1 layer(s)" in note for note in art.sidecar.notes)
+    assert read_sidecar(art.sidecar_path).unknown_keys() == []  # the INT8 report is typed, key for key
     plan = art.sidecar.target_plan  # TensorRT-RTX: the INT8 convolution runs as FP16 on every target
     assert [(layer["layer"], layer["op"], set(layer["runs_as"].values())) for layer in plan.layers] == [
         ("conv", "Conv", {"fp16"})]

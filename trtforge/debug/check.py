@@ -29,15 +29,12 @@ from typing import Any
 import numpy as np
 
 from trtforge.core.errors import MissingDependency, Unsupported
+from trtforge.core.routes import ROUTE_PRECISION
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.debug.inputs import batch_size, load_npz, make_inputs, split_batches
 from trtforge.debug.speedup import BASELINE_PRECISION, Speedup, fp16_baseline
 from trtforge.debug.tolerances import Judgement, judge
 
-#: route → the precision its numbers have (None: the precision the engine was built in).
-ROUTE_PRECISION: dict[str, str | None] = {
-    "tensorrt": None, "onnxruntime": None, "eager": "fp32", "fp16": "fp16", "cuda_graph": "fp16", "compiled": "fp16",
-}
 NEXT_STEP = ("find where it diverges: trtforge compare --layerwise {reference} {processed}")
 
 
@@ -170,7 +167,8 @@ def check_artifact(
     ``model=`` for a PyTorch route). ``limit`` overrides the tolerance of the task's metric. On the
     TensorRT route, an engine not built in FP16 is also timed against its FP16 build (``compare_fp16``).
     """
-    from trtforge.runtime.load import ROUTE_NAMES, load
+    from trtforge.core.routes import ROUTE_NAMES
+    from trtforge.runtime.load import load
 
     sidecar = read_sidecar(path)
     if route not in ROUTE_NAMES:
