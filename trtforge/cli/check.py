@@ -34,7 +34,7 @@ def check(
     limit: LimitOption = None,
     repeats: Annotated[int, typer.Option(help="timed calls for the steady-state latency")] = 20,
     fp16: Annotated[bool, typer.Option("--fp16/--no-fp16", help=(
-        "--route tensorrt: time a non-FP16 engine against its FP16 build (beside it, else built through the "
+        "--route tensorrt: time a quantized engine against its FP16 build (beside it, else built through the "
         "engine cache) and print the speed-up"))] = True,
 ) -> None:
     """Run ARTIFACT through --route and compare it with its FP32 reference ONNX in ONNX Runtime."""

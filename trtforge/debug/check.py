@@ -28,11 +28,12 @@ from typing import Any
 
 import numpy as np
 
+from trtforge.builder.capability import SCHEME_OF_PRECISION
 from trtforge.core.errors import MissingDependency, Unsupported
 from trtforge.core.routes import ROUTE_PRECISION
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.debug.inputs import batch_size, load_npz, make_inputs, split_batches
-from trtforge.debug.speedup import BASELINE_PRECISION, Speedup, fp16_baseline
+from trtforge.debug.speedup import Speedup, fp16_baseline
 from trtforge.debug.tolerances import Judgement, judge
 
 NEXT_STEP = ("find where it diverges: trtforge compare --layerwise {reference} {processed}")
@@ -165,7 +166,7 @@ def check_artifact(
 
     ``options`` go to ``trtforge.load`` (e.g. ``bindings=`` for the TensorRT route's test double,
     ``model=`` for a PyTorch route). ``limit`` overrides the tolerance of the task's metric. On the
-    TensorRT route, an engine not built in FP16 is also timed against its FP16 build (``compare_fp16``).
+    TensorRT route, a quantized engine (INT8, FP8, weight-only) is also timed against its FP16 build (``compare_fp16``).
     """
     from trtforge.core.routes import ROUTE_NAMES
     from trtforge.runtime.load import load
@@ -200,7 +201,7 @@ def check_artifact(
             timing = replace(timing, first_call_cached_ms=_first_call_cached(
                 lambda: load(sidecar.path, route=route, device=device, **load_options, **options), batches[0]))
         speedup = None
-        if route == "tensorrt" and compare_fp16 and sidecar.precision.built not in (None, BASELINE_PRECISION):
+        if route == "tensorrt" and compare_fp16 and sidecar.precision.built in SCHEME_OF_PRECISION:  # quantized
             baseline, built = fp16_baseline(sidecar, stack)
             with load(baseline, route=route, device=device, **options) as fp16:
                 base_timing = timed_run(fp16, batches[:1], repeats)[1]
