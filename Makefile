@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml Makefile
 	@# not use; the stub gets NumPy < 2 from its own small venv (next line). See README "Serving".
 	$(PIP) install --no-deps nvidia-pytriton==0.7.0
 	$(PY) -m trtforge.serve.environment $(VENV)/trtforge-serve-stub
+	@# Full TensorRT's Python bindings, 10.x and 11.x (~1.3 MB each), DOWNLOADED, never installed: their
+	@# tensorrt.so cannot import without libnvinfer (and an installed `tensorrt` that cannot import would
+	@# hide TensorRT-RTX from the shim). tests/runtime/test_trt_api_surface.py reads their names.
+	$(PIP) download --no-deps -d $(VENV)/tensorrt-bindings "tensorrt-cu12-bindings>=10,<11" "tensorrt-cu13-bindings>=11,<12"
 	touch $(STAMP)
 
 demo: setup

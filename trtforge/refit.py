@@ -214,8 +214,8 @@ def refit_engine(engine: Path, weights: Path, *, bindings: ModuleType | None = N
     """Refit ``engine`` in place from ``weights`` (.onnx or state_dict .pt); update its sidecar's hash."""
     sidecar = read_sidecar(Path(engine))
     engine_path = sidecar.verify_engine()
-    builder = sidecar.builder
-    if not (builder.refittable or builder.weights_stripped):
+    built = sidecar.builder
+    if not (built.refittable or built.weights_stripped):
         raise RefitError(
             f"{engine_path.name} was not built refittable (sidecar builder.refittable is false); rebuild it "
             "with refittable=True (trtforge build --refittable)"
@@ -223,7 +223,7 @@ def refit_engine(engine: Path, weights: Path, *, bindings: ModuleType | None = N
     new_weights = load_new_weights(Path(weights), sidecar)  # names and shapes, before any TensorRT work
     trt = bindings if bindings is not None else trt_shim.bindings()
     with FileLock(str(engine_path) + ".lock"):
-        plan = apply_refit(engine_path.read_bytes(), new_weights, stripped=builder.weights_stripped,
+        plan = apply_refit(engine_path.read_bytes(), new_weights, stripped=built.weights_stripped,
                            bindings=trt)
         mode = stat.S_IMODE(os.stat(engine_path).st_mode)
         atomic_write_bytes(engine_path, plan, mode=mode)
@@ -235,7 +235,7 @@ def refit_engine(engine: Path, weights: Path, *, bindings: ModuleType | None = N
             "previous_engine_sha256": sidecar.engine_sha256,
         }
         updated = replace(sidecar.with_engine(engine_path),
-                          builder=replace(builder, weights_stripped=False, refit=refit_record))
+                          builder=replace(built, weights_stripped=False, refit=refit_record))
         write_sidecar(sidecar.path, updated)
     return RefitReport(engine=engine_path, weights=len(new_weights), source=Path(weights).name,
                        old_sha256=sidecar.engine_sha256, new_sha256=hashlib.sha256(plan).hexdigest())

@@ -7,11 +7,10 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,8 +26,10 @@ from trtforge.core.config import CompileConfig
 from trtforge.core.errors import Cancelled, InvalidArgument, Unsupported
 from trtforge.core.sidecar import BuilderRecord
 from trtforge.core.specs import TensorSpec
+from trtforge.core.trt_log import RecordingLogger
 
 log = logging.getLogger(__name__)
+
 
 #: TensorRT log lines that never explain a refusal: (pattern, why dropped). Data.
 UNRELATED_LINES: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -106,53 +107,6 @@ class BuildFailedError(Unsupported):
 
 class BuildCancelled(Cancelled):
     """The user pressed Ctrl-C during a build; nothing was written."""
-
-
-#: The recorders of the builds running now, innermost last. TensorRT keeps the first builder's logger
-#: for the whole process and ignores later ones, so every logger forwards to the running build's.
-_ACTIVE: list[RecordingLogger] = []
-
-
-class RecordingLogger:
-    """A TensorRT logger that keeps warnings and errors and forwards them to ``logging``.
-
-    Whichever ``RecordingLogger`` TensorRT calls, the message goes to the one ``active()`` now.
-    """
-
-    def __init__(self) -> None:
-        mod = trt.bindings()
-        owner = self
-        self.messages: list[tuple[str, str]] = []
-
-        class _Logger(mod.ILogger):
-            def __init__(self) -> None:
-                mod.ILogger.__init__(self)
-
-            def log(self, severity, msg):
-                target = _ACTIVE[-1] if _ACTIVE else owner
-                target.record(severity.name if hasattr(severity, "name") else str(severity), msg)
-
-        self.trt_logger = _Logger()
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[RecordingLogger]:
-        """Route every TensorRT log message to this recorder while the block runs."""
-        _ACTIVE.append(self)
-        try:
-            yield self
-        finally:
-            _ACTIVE.remove(self)
-
-    def record(self, severity: str, msg: str) -> None:
-        if severity in ("INTERNAL_ERROR", "ERROR"):
-            self.messages.append((severity, msg))
-            log.debug("TensorRT %s: %s", severity, msg)
-        elif severity == "WARNING":
-            self.messages.append((severity, msg))
-            log.debug("TensorRT warning: %s", msg)
-
-    def errors(self) -> list[str]:
-        return [m for s, m in self.messages if s in ("INTERNAL_ERROR", "ERROR")]
 
 
 @dataclass(frozen=True)
@@ -289,9 +243,13 @@ def configure(builder, network, config: CompileConfig, monitor: BuildProgress | 
                 opt_profile.set_shape_input(name, values, values, values)
             cfg.add_optimization_profile(opt_profile)
     if config.targets:
-        cfg.num_compute_capabilities = len(config.targets)
-        for index, target in enumerate(config.targets):
-            if not cfg.set_compute_capability(trt.compute_capability(target), index):
+        capabilities = [trt.compute_capability(target) for target in config.targets]  # one line if not offered
+        if not (hasattr(cfg, "num_compute_capabilities") and hasattr(cfg, "set_compute_capability")):
+            raise InvalidArgument(f"targets {list(config.targets)}: {info.flavour} {info.version} builds for no named "
+                                  "GPU; omit targets (full TensorRT builds for the GPU it runs on)")
+        cfg.num_compute_capabilities = len(capabilities)
+        for index, (target, capability) in enumerate(zip(config.targets, capabilities, strict=True)):
+            if not cfg.set_compute_capability(capability, index):
                 raise BuildFailedError(f"TensorRT refused target {target}")
     apply_portability(cfg, config, mod)
     if monitor is not None and info.progress_monitor:

@@ -29,7 +29,8 @@ class Route:
 
 #: README's routes table is this table.
 ROUTES: tuple[Route, ...] = (
-    Route("tensorrt", "the TensorRT engine, execute_async_v3 on the caller's stream; cuda_graph=True to replay",
+    Route("tensorrt", "the TensorRT engine, execute_async_v3 on a stream of its own per context (or stream=), "
+          "ordered with the caller's by events; cuda_graph=True to replay",
           "a CUDA GPU, TensorRT 10+ or TensorRT-RTX bindings, the .engine with its sidecar", "artifact", None),
     Route("eager", "the PyTorch model in FP32", "torch; the model (zoo factory in the sidecar, or model=)",
           "torch", "fp32"),
