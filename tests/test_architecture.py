@@ -202,10 +202,14 @@ TABLES: tuple[tuple[str, str, str], ...] = (
     ("trtforge/debug/layerwise.py", "precision", "LAYER_THRESHOLDS: the divergence threshold per precision"),
     ("trtforge/core/metrics.py", "metric", "PER_SAMPLE: each metric's per-sample function"),
     ("trtforge/quantize/report.py", "metric", "the measured values, by metric name"),
+    ("trtforge/builder/capability.py", "precision",
+     "RUNS_AS_LABEL: the hardware-side 'runs as' vocabulary (int8 = W8A8, int8_wo, fp8, ...) is its own, defined there"),
 )
 #: Selections of a vocabulary that are a choice, not a definition: (module, vocabulary, why).
 SELECTIONS: tuple[tuple[str, str, str], ...] = (
     ("trtforge/cli/demo.py", "precision", "the demo builds FP32 and FP16 side by side"),
+    ("trtforge/builder/capability.py", "precision",
+     "RUNS_AS and the capability rows: what each GPU runs, a hardware vocabulary that shares names with precisions"),
 )
 
 

@@ -113,11 +113,11 @@ def test_direct_path_refuses_an_onnx_file_and_onnx_only_int8_options_in_one_line
     with pytest.raises(ConfigError, match="placement='auto' .* is not on the direct path"):
         trtforge.compile(_tiny(), (torch.zeros(1, 3, 16, 16),), path="direct", precision="int8",
                          calibration_data=np.zeros((4, 3, 16, 16), np.float32), output_dir=tmp_path,
-                         quant=QuantConfig(placement="auto"))
+                         quant=QuantConfig(placement="auto"), allow_unaccelerated=True)
     with pytest.raises(ConfigError, match="smoothquant= .* is not on the direct path"):
         trtforge.compile(_tiny(), (torch.zeros(1, 3, 16, 16),), path="direct", precision="int8",
                          calibration_data=np.zeros((4, 3, 16, 16), np.float32), output_dir=tmp_path,
-                         quant=QuantConfig(smoothquant=0.5))
+                         quant=QuantConfig(smoothquant=0.5), allow_unaccelerated=True)
     with pytest.raises(ConfigError, match="unknown path 'tflite'"):
         CompileConfig(path="tflite")
 
@@ -152,13 +152,19 @@ def test_cli_build_path_direct_bad_input_is_one_line(tmp_path, args, line):
 
 def test_direct_int8_calibrates_the_module_and_records_its_placement(tmp_path):
     calib = np.random.default_rng(0).standard_normal((12, 3, 16, 16)).astype(np.float32)
+    # TensorRT-RTX runs no W8A8 INT8 (builder.capability): this tests the direct path's INT8 machinery.
     art = _compile(tmp_path, precision="int8", calibration_data=calib, batch=(1, 2, 4),
-                   quant=QuantConfig(include=("conv",)))
+                   quant=QuantConfig(include=("conv",)), allow_unaccelerated=True)
     quant = art.sidecar.quantization
     assert art.engine_path.is_file() and art.sidecar.precision.built == "int8"
     assert quant.int8_layers == 1 and quant.layers_total == 2 and quant.samples == {"calibration": 12}
     assert quant.excluded_layers == [{"layer": "head", "reason": "final head (no Conv/MatMul/Gemm after it)"}]
     assert any("direct-path INT8: 1 layer(s)" in note for note in art.sidecar.notes)
     assert read_sidecar(art.sidecar_path).unknown_keys() == []  # the INT8 report is typed, key for key
-    default = _compile(tmp_path, precision="int8", calibration_data=calib, batch=(1, 2, 4), name="tiny_default")
+    plan = art.sidecar.target_plan  # TensorRT-RTX: the INT8 convolution runs as FP16 on every target
+    assert [(layer["layer"], layer["op"], set(layer["runs_as"].values())) for layer in plan.layers] == [
+        ("conv", "Conv", {"fp16"})]
+    assert plan.unaccelerated == ("conv",) and plan.allow_unaccelerated
+    default = _compile(tmp_path, precision="int8", calibration_data=calib, batch=(1, 2, 4), name="tiny_default",
+                       allow_unaccelerated=True)
     assert default.sidecar.quantization.int8_layers == 0  # 3 input channels and the head: FP16 by the rules

@@ -78,6 +78,7 @@ ENGINE_CHANGES: dict[str, object] = {
     "refittable": True,
     "strip_weights": True,
     "name": "other",
+    "allow_unaccelerated": True,
 }
 #: Options that change the processed graph: the request key reads them (the engine key reads the graph).
 GRAPH_CHANGES: dict[str, object] = {

@@ -100,7 +100,7 @@ def test_empty_name_says_empty(tiny_onnx, tmp_path, no_build):
 
 def test_int8_without_calibration_data(tiny_onnx, tmp_path, no_build):
     with pytest.raises(ConfigError, match="needs calibration_data"):
-        trtforge.compile(tiny_onnx, precision="int8", output_dir=tmp_path)
+        trtforge.compile(tiny_onnx, precision="int8", output_dir=tmp_path, allow_unaccelerated=True)
 
 
 def test_parser_rejection_names_the_node(tmp_path):

@@ -201,3 +201,18 @@ def test_shape_inputs_round_trip_and_a_bad_list_is_malformed(built):
     data["shape_inputs"] = [{"name": "repeats", "values": [3.5]}]
     with pytest.raises(MalformedSidecar, match="shape_inputs"):
         Sidecar.from_dict(data)
+
+
+def test_target_plan_round_trips_and_is_absent_without_quantized_layers(built):
+    data = json.loads(built.sidecar_path.read_text())
+    assert "target_plan" not in data  # an FP16 build has no quantized layer
+    data["target_plan"] = {"flavour": "tensorrt_rtx", "version": "1.7.1.116", "targets": ["sm86", "sm89"],
+                           "float_precision": "fp16", "allow_unaccelerated": True, "unaccelerated": ["c"],
+                           "layers": [{"layer": "c", "op": "Conv", "class": "conv", "quantized_as": "int8",
+                                       "runs_as": {"sm86": "fp16", "sm89": "fp16"}}], "future": 1}
+    sc = Sidecar.from_dict(data)
+    assert sc.target_plan.targets == ("sm86", "sm89") and sc.target_plan.unaccelerated == ("c",)
+    assert sc.target_plan.extra == {"future": 1} and sc.to_dict() == data
+    data["target_plan"] = ["not", "an", "object"]
+    with pytest.raises(WrongType, match="JSON object"):
+        Sidecar.from_dict(data)

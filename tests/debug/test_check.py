@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
-from debug_models import double_artifact
+from debug_models import double_artifact, timed_double
+from trt_double import FAKE_TRT
 from typer.testing import CliRunner
 
+import trtforge
 from trtforge.cli import app
+from trtforge.core import trt
+from trtforge.core.sidecar import read_sidecar
 from trtforge.debug.check import check_artifact
 from trtforge.debug.doctor import artifact_verdict, gather_facts
 from trtforge.debug.inputs import save_npz
+from trtforge.debug.speedup import fp16_baseline
 from trtforge.debug.tolerances import TOLERANCES, judge
 
 runner = CliRunner()
@@ -91,3 +98,42 @@ def test_tolerances_follow_precision_and_task():
     noisy = {"logits": ref["logits"] * (1 + 1e-2)}
     assert judge(ref, noisy, precision="fp16").passed and not judge(ref, noisy, precision="fp32").passed
     assert TOLERANCES["fp32"]["rel_l2"] < TOLERANCES["fp16"]["rel_l2"] < TOLERANCES["int8"]["rel_l2"]
+
+
+@pytest.mark.parametrize(("engine_ms", "fp16_ms", "verdict"), [(40, 160, "it pays off here"),
+                                                                (160, 40, "a slow-down: FP16 is faster here")])
+def test_a_quantized_engine_is_timed_against_its_fp16_build(tmp_path, engine_ms, fp16_ms, verdict):
+    """The double's engines take their recorded times: the speed-up is their ratio, in the report and the CLI."""
+    quantized = timed_double(tmp_path, "int8", engine_ms)
+    fp16 = timed_double(tmp_path, "fp16", fp16_ms)
+    report = check_artifact(quantized, route="tensorrt", device="cpu", samples=4, repeats=5, bindings=FAKE_TRT)
+    speedup = report.speedup
+    assert speedup.baseline == str(fp16) and not speedup.built
+    # The recorded 4× (or ¼×), diluted by the route's own per-call cost on this shared CPU machine.
+    if fp16_ms > engine_ms:
+        assert 1.5 < speedup.ratio < 4.4 and speedup.pays_off
+    else:
+        assert 1 / 4.4 < speedup.ratio < 1 / 1.5 and not speedup.pays_off
+    assert speedup.line.startswith(f"int8 engine: {speedup.ratio:.2f}× the speed of its FP16 build") and verdict in speedup.line
+    assert check_artifact(fp16, route="tensorrt", device="cpu", samples=4, repeats=2, bindings=FAKE_TRT).speedup is None
+    assert check_artifact(quantized, route="tensorrt", device="cpu", samples=4, repeats=2, bindings=FAKE_TRT,
+                          compare_fp16=False).speedup is None
+
+
+@pytest.mark.skipif(not trt.available() or not trt.info().is_rtx, reason="needs TensorRT-RTX")
+def test_an_absent_fp16_engine_is_built_on_the_fly_through_the_engine_cache(tiny_onnx, tmp_path):
+    art = trtforge.compile(tiny_onnx, precision="fp32", targets=["sm89"], batch="1:2:4", output_dir=tmp_path / "out",
+                           progress=False, cache_dir=tmp_path / "cache")
+    sidecar = read_sidecar(art.sidecar_path)
+    hits = []
+    for _ in range(2):
+        with contextlib.ExitStack() as stack:
+            path, built = fp16_baseline(sidecar, stack)
+            fp16 = read_sidecar(path)
+            assert built and path.parent != art.sidecar_path.parent  # nothing written beside the user's engine
+            assert fp16.precision.built == "fp16" and fp16.builder.targets == ("sm89",)
+            assert fp16.profiles == sidecar.profiles
+            hits.append(fp16.builder.cache["hit"])
+    assert hits == [False, True]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        [art.engine_path.name, art.sidecar_path.name, art.onnx_path.name, art.reference_onnx_path.name])

@@ -16,6 +16,7 @@ from trtforge.debug.doctor import (
     Gpu,
     MachineFacts,
     artifact_verdict,
+    capability_lines,
     gather_facts,
     gpu_support,
     torch_cuda_build,
@@ -100,6 +101,16 @@ def test_facts_of_this_machine_are_read_without_importing_torch():
     assert facts.torch == torch.__version__
     assert torch_cuda_build() == torch.version.cuda
     assert facts.gpus == () or all(g.cc.startswith("sm") for g in facts.gpus)
+
+
+def test_each_local_gpu_gets_its_capability_row_per_flavour():
+    rtx_sm86, full_sm86, rtx_h200, full_h200 = capability_lines(machine(RTX3090, Gpu(1, "NVIDIA H200", "sm90")))
+    assert rtx_sm86.startswith("GPU 0 (sm86), TensorRT-RTX 1.7.1.116: convolutions FP16/BF16; INT8 weight-only | ")
+    assert "GEMM FP16/BF16; INT8 weight-only, INT4 weight-only | --precision int8-wo, int4-wo" in rtx_sm86
+    assert full_sm86.startswith("GPU 0 (sm86), full TensorRT 10.8 (not installed): convolutions FP16/BF16; INT8 (W8A8)")
+    assert rtx_h200 == "GPU 1 (sm90), TensorRT-RTX 1.7.1.116: TensorRT-RTX does not run on sm90"
+    assert "FP8" in full_h200 and "--precision int8, fp8" in full_h200
+    assert capability_lines(machine()) == []
 
 
 def test_doctor_command_on_this_machine(lite0_sidecar):

@@ -4,6 +4,7 @@ a graph FP16 breaks through one constant, and a graph INT8 breaks through one la
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,20 @@ def double_artifact(folder: Path, reference_op: str = "ReduceMean", processed_op
     source = dataclasses.replace(sidecar.source, onnx_file=processed.name, reference_onnx_file=reference.name,
                                  onnx_sha256=sha256_file(processed), reference_onnx_sha256=sha256_file(reference))
     return write_sidecar(engine.with_suffix(".json"), dataclasses.replace(sidecar, source=source))
+
+
+def timed_double(folder: Path, precision: str, latency_ms: float) -> Path:
+    """``double_artifact``'s engine as the ``precision`` build of model ``fake`` (``fake_<precision>.json``),
+    each run taking ``latency_ms`` (the double's recorded timing); the sidecar's path."""
+    sidecar = read_sidecar(double_artifact(folder / f"work_{precision}"))
+    engine = folder / f"fake_{precision}.engine"
+    description = json.loads(sidecar.engine_path.read_text())
+    engine.write_text(json.dumps({**description, "latency_ms": latency_ms}))
+    for kind in ("reference_onnx_file", "onnx_file"):  # the graphs beside the engine, as a build writes them
+        name = getattr(sidecar.source, kind)
+        (folder / name).write_bytes((sidecar.folder / name).read_bytes())
+    timed = dataclasses.replace(sidecar.with_engine(engine), precision={"requested": precision, "built": precision})
+    return write_sidecar(engine.with_suffix(".json"), timed)
 
 
 def rounding_model(path):

@@ -8,7 +8,8 @@ wrong or stale pointer gives wrong numbers. Like ``execute_async_v3``, a run fai
 while an I/O tensor has no address or an input no shape.
 
 The "engine file" is JSON: ``{"model": ..., "inputs": {name: [dims]}, "profiles": [{name: [min, opt, max]}]}``,
-plus ``"shape_values": [{name: [min, opt, max]}]`` (one per profile) for a model with shape-tensor inputs.
+plus ``"shape_values": [{name: [min, opt, max]}]`` (one per profile) for a model with shape-tensor inputs,
+and ``"latency_ms"``: a recorded run time each ``execute_async_v3`` takes (timing tests).
 Three models (see ``MODELS``):
 
 - ``affine``: ``y = 2 * x + 1`` (same shape as ``x``) and ``total = x.sum(axis=1..)`` (shape ``[batch]``);
@@ -64,6 +65,7 @@ import enum
 import functools
 import json
 import math
+import time
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -402,6 +404,7 @@ class FakeTrtContext:
         shape = self.input_shapes[spec.tensor_input]
         self._jit(f"{self.engine.model}:{'x'.join(map(str, shape))}")
         x = self._view(self.addresses[spec.tensor_input], shape)
+        time.sleep(self.engine.description.get("latency_ms", 0) / 1000.0)  # the engine's recorded run time
         for name, value in _run(self.engine.model, x, values).items():
             self._view(self.addresses[name], self.get_tensor_shape(name))[...] = value
         return True

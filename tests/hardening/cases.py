@@ -131,8 +131,16 @@ def _calib_without_int8(ctx: Ctx) -> Case:
 
 @case("int8_without_calib")
 def _int8_without_calib(ctx: Ctx) -> Case:
-    return Case(build(ctx, "--precision", "int8"), USER, r"needs calibration_data",
-                fix=lambda: build(ctx, "--precision", "int8", "--calib", str(ctx.copy("calib"))))
+    return Case(build(ctx, "--precision", "int8", "--allow-unaccelerated"), USER, r"needs calibration_data",
+                fix=lambda: build(ctx, "--precision", "int8", "--allow-unaccelerated", "--calib", str(ctx.copy("calib"))))
+
+
+@case("int8_no_target_accelerates")
+def _int8_no_target_accelerates(ctx: Ctx) -> Case:
+    """TensorRT-RTX runs no W8A8 INT8 (builder.capability): refused before calibration, unless allowed."""
+    argv = build(ctx, "--precision", "int8", "--calib", str(ctx.copy("calib")))
+    return Case(argv, USER, r"TensorRT-RTX runs INT8 only as weight-only GEMM: .*--precision int8-wo",
+                fix=lambda: [*argv, "--allow-unaccelerated"])
 
 
 @case("calib_not_an_image")
@@ -140,21 +148,21 @@ def _calib_not_an_image(ctx: Ctx) -> Case:
     folder = ctx.tmp / "calib_images"
     ctx.write("calib_images/a.jpg", "not a jpeg")
     pre = ctx.write("pre.json", json.dumps({"resize": [16, 16], "mean": [0, 0, 0], "std": [1, 1, 1]}))
-    argv = build(ctx, "--precision", "int8", "--calib", str(folder), "--preprocessing", str(pre))
+    argv = build(ctx, "--precision", "int8", "--allow-unaccelerated", "--calib", str(folder), "--preprocessing", str(pre))
     return Case(argv, USER, r"calibration image .*a\.jpg cannot be read as an image",
-                fix=lambda: build(ctx, "--precision", "int8", "--calib", str(ctx.copy("calib"))))
+                fix=lambda: build(ctx, "--precision", "int8", "--allow-unaccelerated", "--calib", str(ctx.copy("calib"))))
 
 
 @case("calib_garbage_npy")
 def _calib_garbage_npy(ctx: Ctx) -> Case:
     bad = ctx.write("calib.npy", b"\x93NUMPY garbage that is no array")
-    return Case(build(ctx, "--precision", "int8", "--calib", str(bad)), USER, r"calib\.npy is not a readable \.npy",
+    return Case(build(ctx, "--precision", "int8", "--allow-unaccelerated", "--calib", str(bad)), USER, r"calib\.npy is not a readable \.npy",
                 fix=lambda: (ctx.copy("calib"), None)[1])
 
 
 @case("calib_missing")
 def _calib_missing(ctx: Ctx) -> Case:
-    return Case(build(ctx, "--precision", "int8", "--calib", str(ctx.tmp / "nope.npy")), USER, r"does not exist",
+    return Case(build(ctx, "--precision", "int8", "--allow-unaccelerated", "--calib", str(ctx.tmp / "nope.npy")), USER, r"does not exist",
                 fix=lambda: (ctx.copy("calib", "nope.npy"), None)[1])
 
 

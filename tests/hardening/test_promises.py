@@ -246,7 +246,7 @@ def test_missed_int8_budget_warns_and_strict_accuracy_refuses(hardening_inputs, 
     # relative L2 of 1e-9: no INT8 graph meets it.
     quant = QuantConfig(task="other", error_budget=1e-9, include=("Conv", "Gemm"))
     common = {"precision": "int8", "calibration_data": data, "quant": quant, "progress": False,
-              "cache_dir": tmp_path / "cache"}
+              "cache_dir": tmp_path / "cache", "allow_unaccelerated": True}
     with caplog.at_level(logging.WARNING, logger="trtforge"):
         art = trtforge.compile(hardening_inputs["tiny"], output_dir=tmp_path / "a", **common)
     assert any("misses its error budget" in r.getMessage() for r in caplog.records)
@@ -261,7 +261,7 @@ def test_float64_calibration_data_is_not_taken_silently(hardening_inputs, tmp_pa
     data = np.load(hardening_inputs["calib"]).astype(np.float64)
     with caplog.at_level(logging.WARNING, logger="trtforge"):
         trtforge.compile(hardening_inputs["tiny"], precision="int8", calibration_data=data, output_dir=tmp_path,
-                         progress=False, cache_dir=tmp_path / "cache")
+                         progress=False, cache_dir=tmp_path / "cache", allow_unaccelerated=True)
     assert any("is float64; the model takes float32" in r.getMessage() for r in caplog.records)
 
 

@@ -33,13 +33,16 @@ def check(
     inputs: InputsOption = None,
     limit: LimitOption = None,
     repeats: Annotated[int, typer.Option(help="timed calls for the steady-state latency")] = 20,
+    fp16: Annotated[bool, typer.Option("--fp16/--no-fp16", help=(
+        "--route tensorrt: time a quantized engine against its FP16 build (beside it, else built through the "
+        "engine cache) and print the speed-up"))] = True,
 ) -> None:
     """Run ARTIFACT through --route and compare it with its FP32 reference ONNX in ONNX Runtime."""
     from trtforge.debug.check import CannotRunHere, check_artifact
 
     try:
         report = check_artifact(artifact, route=route, device=device, samples=samples, inputs=inputs, limit=limit,
-                                repeats=repeats)
+                                repeats=repeats, compare_fp16=fp16)
     except CannotRunHere as exc:
         say_error(str(exc))
         raise typer.Exit(EXIT_FAILED) from exc
@@ -77,6 +80,9 @@ def print_check(report) -> None:
               else f" ({t.first_call_cached_ms:.1f} ms with the JIT runtime cache a first load stored)")
     console.print(f"first call {t.first_call_ms:.1f} ms{cached}, steady state {t.steady_ms:.3f} ms/batch, "
                   f"{t.memory_kind} {t.memory_mib:.0f}")
+    if report.speedup is not None:
+        colour = "green" if report.speedup.pays_off else "yellow"
+        console.print(f"[{colour}]speed-up[/]: {escape(report.speedup.line)}", soft_wrap=True)
     print_verdict(j)
     if not report.passed:
         console.print(f"next: {escape(report.hint or '')}", soft_wrap=True)

@@ -28,7 +28,7 @@ def doctor(
 
     Exit 1 when ARTIFACT cannot run on this machine.
     """
-    from trtforge.debug.doctor import artifact_verdict, gather_facts, gpu_support
+    from trtforge.debug.doctor import artifact_verdict, capability_lines, gather_facts, gpu_support
 
     sidecar = None
     if artifact is not None:
@@ -41,7 +41,7 @@ def doctor(
     if as_json:
         data = {"machine": facts.as_dict(), "gpus": [{"index": s.gpu.index, "cc": s.gpu.cc, "tensorrt_rtx_runs": s.rtx,
                                                       "full_tensorrt_present": s.full_installed, "line": s.line}
-                                                     for s in support]}
+                                                     for s in support], "capability": capability_lines(facts)}
         if verdict is not None:
             data["artifact"] = {"path": str(sidecar.path), "runs": verdict.runs, "gpu": verdict.gpu, "line": verdict.line}
         print(json.dumps(data, indent=2))
@@ -71,3 +71,15 @@ def _print(facts, support) -> None:
         table.add_row(f"GPU {row.gpu.index}", escape(row.line.split(": ", 1)[1] if ": " in row.line else row.line))
         table.add_row("", f"{row.gpu.name}, {row.gpu.cc}" + (f", {row.gpu.memory_mib} MiB" if row.gpu.memory_mib else ""))
     console.print(table)
+    from trtforge.debug.doctor import capability_lines
+
+    lines = capability_lines(facts)
+    if lines:
+        precisions = Table(title="which precision runs as what on each GPU (trtforge/builder/capability.py)")
+        for col in ("GPU, flavour", "convolutions", "GEMM / MatMul", "pays off"):
+            precisions.add_column(col)
+        for line in lines:
+            head, rest = line.split(": ", 1)
+            cells = [part.split(" ", 1)[-1] for part in rest.split(" | ")] if " | " in rest else [rest]
+            precisions.add_row(escape(head), *(escape(c) for c in cells + [""] * (3 - len(cells))))
+        console.print(precisions)

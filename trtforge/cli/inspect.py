@@ -53,6 +53,8 @@ def inspect(path: Annotated[Path, typer.Argument(help="an .engine, its .json sid
     console.print(_io_table(sc))
     if sc.profiles:
         console.print(_profile_table(sc))
+    if sc.target_plan is not None and sc.target_plan.layers:
+        console.print(target_plan_table(sc.target_plan))
     if not ok:
         say_error(problem)
         raise typer.Exit(1)
@@ -101,6 +103,26 @@ def _profile_table(sc: Any) -> Table:
         for name, triple in profile.items():
             prof.add_row(str(i), escape(name), _shape(triple["min"]), _shape(triple["opt"]), _shape(triple["max"]))
     return prof
+
+
+def target_plan_table(plan: Any) -> Table:
+    """What each quantized layer runs as on each target; layers that run alike share a row."""
+    targets = list(plan.targets)
+    groups: dict[tuple, list[str]] = {}
+    for layer in plan.layers:
+        runs = layer.get("runs_as") or {}
+        key = (layer.get("op", "?"), layer.get("quantized_as", "?"), *(runs.get(t, "?") for t in targets))
+        groups.setdefault(key, []).append(str(layer.get("layer", "?")))
+    title = f"quantized layers on each target ({plan.flavour} {plan.version}"
+    title += "; built with allow_unaccelerated)" if plan.allow_unaccelerated else ")"
+    table = Table(title=escape(title))
+    for col in ("layers", "op", "quantized as", *targets):
+        table.add_column(escape(col))
+    for (op, scheme, *runs), names in groups.items():
+        shown = ", ".join(names[:3]) + (f" (+{len(names) - 3})" if len(names) > 3 else "")
+        cells = [escape(r) if r == scheme else f"[yellow]{escape(r)}[/]" for r in runs]
+        table.add_row(f"{len(names)}: {escape(shown)}", escape(op), escape(scheme), *cells)
+    return table
 
 
 def _inspect_onnx(path: Path) -> None:

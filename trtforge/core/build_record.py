@@ -21,6 +21,7 @@ from trtforge.core.sidecar import (
     ShapeInputRecord,
     Sidecar,
     SourceRecord,
+    TargetPlanRecord,
     normalize_profiles,
 )
 from trtforge.core.specs import TensorSpec
@@ -50,6 +51,8 @@ class BuildRecord:
     notes: tuple[str, ...] = ()
     quantization: QuantizationRecord | None = None
     shape_inputs: tuple[ShapeInputRecord, ...] = ()
+    #: What each quantized layer runs as on each target (``builder.capability``); None without quantized layers.
+    target_plan: TargetPlanRecord | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", tuple(self.inputs))
@@ -67,7 +70,7 @@ class BuildRecord:
                        inputs=self.inputs, outputs=self.outputs, profiles=self.profiles, precision=self.precision,
                        builder=replace(self.builder, cache=cache), source=_merge(self.source, source),
                        preprocessing=preprocessing, notes=(*notes, *self.notes), quantization=self.quantization,
-                       shape_inputs=self.shape_inputs)
+                       shape_inputs=self.shape_inputs, target_plan=self.target_plan)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object the engine cache stores."""
@@ -75,7 +78,8 @@ class BuildRecord:
                 "profiles": list(self.profiles), "precision": self.precision.to_dict(),
                 "builder": self.builder.to_dict(), "source": self.source.to_dict(), "notes": list(self.notes),
                 "quantization": None if self.quantization is None else self.quantization.to_dict(),
-                "shape_inputs": [r.to_dict() for r in self.shape_inputs]}
+                "shape_inputs": [r.to_dict() for r in self.shape_inputs],
+                "target_plan": None if self.target_plan is None else self.target_plan.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BuildRecord:
@@ -87,7 +91,9 @@ class BuildRecord:
                    builder=BuilderRecord.from_dict(data["builder"]), source=SourceRecord.from_dict(data.get("source")),
                    notes=tuple(data.get("notes") or ()),
                    quantization=None if quantization is None else QuantizationRecord.from_dict(quantization),
-                   shape_inputs=tuple(ShapeInputRecord.from_dict(r) for r in data.get("shape_inputs") or ()))
+                   shape_inputs=tuple(ShapeInputRecord.from_dict(r) for r in data.get("shape_inputs") or ()),
+                   target_plan=None if data.get("target_plan") is None
+                   else TargetPlanRecord.from_dict(data["target_plan"]))
 
 
 def _merge(base: SourceRecord, over: SourceRecord | None) -> SourceRecord:

@@ -404,6 +404,8 @@ class CompileConfig:
                              help="replace a different trtforge build of the same name in output_dir")
     strict_accuracy: bool = option(False, affects=OUTPUT, cli=CliFlag(bool),
                                    help="int8: fail (exit 1) when the error budget is missed, instead of a warning")
+    allow_unaccelerated: bool = option(False, affects=ENGINE, cli=CliFlag(bool), help=(
+        "build quantized layers that no target GPU accelerates (they run in the float type; sidecar note)"))
     input_names: tuple[str, ...] | None = option(None, help="names of the exported inputs", affects=GRAPH)
     output_names: tuple[str, ...] | None = option(None, help="names of the exported outputs", affects=GRAPH)
     notes: tuple[str, ...] = option((), help="free-text notes for the sidecar", affects=OUTPUT)
@@ -444,7 +446,7 @@ class CompileConfig:
         validate_patterns(normalised["keep_fp32"], "keep_fp32")
         check_layer_precision(normalised["layer_precision"], precision)
         for flag in ("version_compatible", "refittable", "strip_weights", "progress", "cache", "overwrite",
-                     "strict_accuracy"):
+                     "strict_accuracy", "allow_unaccelerated"):
             normalised[flag] = bool(getattr(self, flag))
         check_batch_and_shapes(normalised["batch"], normalised["shapes"])
         for key, value in normalised.items():

@@ -59,6 +59,23 @@ def cuda_device_count() -> int:
     return count.value
 
 
+@functools.cache
+def compute_capabilities() -> tuple[str, ...]:
+    """The local GPUs' compute capabilities as ``"sm89"``, one per GPU (empty without a driver)."""
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
+    except OSError:
+        return ()
+    found = []
+    for index in range(cuda_device_count()):
+        device, major, minor = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+        lib.cuDeviceGet(ctypes.byref(device), index)
+        lib.cuDeviceGetAttribute(ctypes.byref(major), 75, device)  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+        lib.cuDeviceGetAttribute(ctypes.byref(minor), 76, device)  # ..._MINOR
+        found.append(f"sm{major.value}{minor.value}")
+    return tuple(found)
+
+
 def lean_runtime_missing_message() -> str:
     return (
         f"version_compatible=True embeds TensorRT's lean runtime, but {LEAN_RUNTIME_LIBRARY}.* was found "

@@ -278,6 +278,33 @@ class QuantizationRecord(SidecarRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TargetPlanRecord(SidecarRecord):
+    """Each quantized layer and the precision it is planned to run as on each target GPU
+    (``builder.capability``); ``unaccelerated`` names the layers no target accelerates
+    (built only with ``allow_unaccelerated=True``).
+
+    Example:
+        >>> TargetPlanRecord.from_dict({"targets": ["sm86"], "layers": [{"layer": "c", "op": "Conv",
+        ...     "quantized_as": "int8", "runs_as": {"sm86": "fp16"}}]}).layers[0]["runs_as"]
+        {'sm86': 'fp16'}
+    """
+
+    flavour: str | None = None
+    version: str | None = None
+    targets: tuple[str, ...] = ()
+    float_precision: str | None = None
+    allow_unaccelerated: bool = False
+    #: {"layer", "op", "class", "quantized_as", "runs_as": {target: precision}} each.
+    layers: tuple[Mapping[str, Any], ...] = ()
+    unaccelerated: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "targets", _tuple(self.targets))
+        object.__setattr__(self, "layers", _tuple(self.layers))
+        object.__setattr__(self, "unaccelerated", _tuple(self.unaccelerated))
+
+
+@dataclass(frozen=True, kw_only=True)
 class ShapeInputRecord(SidecarRecord):
     """An input TensorRT reads as a shape tensor (its values set shapes, e.g. a Reshape's shape) and the
     values the engine was built for (min = opt = max in every profile). A runtime passes exactly these
@@ -336,6 +363,8 @@ class Sidecar:
     quantization: QuantizationRecord | None = None
     #: Inputs read as shape tensors and their built-in values (absent in sidecars without any).
     shape_inputs: tuple[ShapeInputRecord, ...] = ()
+    #: What each quantized layer runs as on each target (absent for builds without quantized layers).
+    target_plan: TargetPlanRecord | None = None
     trtforge_version: str = __version__
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
@@ -352,6 +381,8 @@ class Sidecar:
         if self.quantization is not None:
             object.__setattr__(self, "quantization", QuantizationRecord.from_dict(self.quantization))
         object.__setattr__(self, "shape_inputs", tuple(ShapeInputRecord.from_dict(r) for r in self.shape_inputs))
+        if self.target_plan is not None:
+            object.__setattr__(self, "target_plan", TargetPlanRecord.from_dict(self.target_plan))
         if self.preprocessing is not None:
             object.__setattr__(self, "preprocessing", PreprocessConfig.of(self.preprocessing))
 
@@ -436,6 +467,8 @@ class Sidecar:
             data["quantization"] = self.quantization.to_dict()
         if self.shape_inputs:
             data["shape_inputs"] = [r.to_dict() for r in self.shape_inputs]
+        if self.target_plan is not None:
+            data["target_plan"] = self.target_plan.to_dict()
         return data
 
     @classmethod
@@ -459,6 +492,7 @@ class Sidecar:
             notes=data.get("notes") or (),
             quantization=data.get("quantization"),
             shape_inputs=_shape_inputs(data.get("shape_inputs"), path),
+            target_plan=data.get("target_plan"),
             trtforge_version=data.get("trtforge_version", "unknown"),
             schema_version=int(data.get("schema_version", SCHEMA_VERSION)),
             extra={k: v for k, v in data.items() if k not in known},
@@ -476,6 +510,7 @@ class Sidecar:
         """
         found = list(self.extra)
         records = {"precision": self.precision, "builder": self.builder, "source": self.source,
+                   "target_plan": self.target_plan,
                    "quantization": self.quantization,
                    **{f"shape_inputs[{i}]": r for i, r in enumerate(self.shape_inputs)}}
         for name, record in records.items():

@@ -28,10 +28,12 @@ from typing import Any
 
 import numpy as np
 
+from trtforge.builder.capability import SCHEME_OF_PRECISION
 from trtforge.core.errors import MissingDependency, Unsupported
 from trtforge.core.routes import ROUTE_PRECISION
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.debug.inputs import batch_size, load_npz, make_inputs, split_batches
+from trtforge.debug.speedup import Speedup, fp16_baseline
 from trtforge.debug.tolerances import Judgement, judge
 
 NEXT_STEP = ("find where it diverges: trtforge compare --layerwise {reference} {processed}")
@@ -68,6 +70,8 @@ class CheckReport:
     judgement: Judgement
     timing: Timing
     hint: str | None = None
+    #: The engine's time against its FP16 build (TensorRT route, engines not built in FP16).
+    speedup: Speedup | None = None
 
     @property
     def passed(self) -> bool:
@@ -156,12 +160,13 @@ def _first_call_cached(open_engine: Any, batch: dict[str, np.ndarray]) -> float 
 
 def check_artifact(
     path: Path, route: str = "tensorrt", device: Any = None, samples: int = 32, inputs: Path | None = None,
-    limit: float | None = None, repeats: int = 20, **options: Any,
+    limit: float | None = None, repeats: int = 20, compare_fp16: bool = True, **options: Any,
 ) -> CheckReport:
     """Run the artifact at ``path`` through ``route`` and judge it against the FP32 reference in ONNX Runtime.
 
     ``options`` go to ``trtforge.load`` (e.g. ``bindings=`` for the TensorRT route's test double,
-    ``model=`` for a PyTorch route). ``limit`` overrides the tolerance of the task's metric.
+    ``model=`` for a PyTorch route). ``limit`` overrides the tolerance of the task's metric. On the
+    TensorRT route, a quantized engine (INT8, FP8, weight-only) is also timed against its FP16 build (``compare_fp16``).
     """
     from trtforge.core.routes import ROUTE_NAMES
     from trtforge.runtime.load import load
@@ -195,6 +200,12 @@ def check_artifact(
         if route == "tensorrt":
             timing = replace(timing, first_call_cached_ms=_first_call_cached(
                 lambda: load(sidecar.path, route=route, device=device, **load_options, **options), batches[0]))
+        speedup = None
+        if route == "tensorrt" and compare_fp16 and sidecar.precision.built in SCHEME_OF_PRECISION:  # quantized
+            baseline, built = fp16_baseline(sidecar, stack)
+            with load(baseline, route=route, device=device, **options) as fp16:
+                base_timing = timed_run(fp16, batches[:1], repeats)[1]
+            speedup = Speedup(str(baseline), base_timing.steady_ms, timing.steady_ms, sidecar.precision.built, built)
     task = artifact_task(sidecar, reference_onnx)
     judgement = judge(expected, outputs, task=task, precision=precision or "fp32", limit=limit)
     hint = None
@@ -202,4 +213,4 @@ def check_artifact(
         processed = sidecar.path.parent / (sidecar.source.onnx_file or "PROCESSED.onnx")
         hint = NEXT_STEP.format(reference=reference_onnx, processed=processed)
     return CheckReport(sidecar.name, route, device_name, count, batches[0][sidecar.inputs[0].name].shape[0],
-                       judgement, timing, hint)
+                       judgement, timing, hint, speedup)

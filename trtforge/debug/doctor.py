@@ -28,15 +28,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtforge.builder.capability import DOC_ROWS, RTX_PORTABLE_TARGETS, capability_words
 from trtforge.core.sidecar import BuilderRecord
 
 #: Compute capabilities TensorRT-RTX runs engines on when its bindings cannot say (their
 #: ``ComputeCapability`` enum does): the TensorRT-RTX support matrix. It refuses data-centre
 #: Hopper and Blackwell (sm90, sm100).
 RTX_RUNTIME_TARGETS: tuple[str, ...] = ("sm75", "sm80", "sm86", "sm89", "sm120", "sm121")
-#: Where a TensorRT-RTX engine built without ``--target`` runs (the support matrix: "portable
-#: across 8.6, 8.9 and 12.0"; 12.1 shares 12.0's code). Other GPUs need an engine built for them.
-RTX_PORTABLE_TARGETS: tuple[str, ...] = ("sm86", "sm89", "sm120", "sm121")
 #: Full TensorRT 10 runs on Turing and later.
 FULL_TRT_MIN_CC = 75
 #: ``hardware_compatibility`` level → the smallest compute capability it runs on.
@@ -245,6 +243,25 @@ def gpu_support(facts: MachineFacts) -> list[GpuSupport]:
         rows.append(GpuSupport(gpu, rtx_ok, rtx_installed, full_ok, full is not None,
                                f"GPU {gpu.index} {gpu.name} ({gpu.cc}): {rtx_text}; {full_text}"))
     return rows
+
+
+def capability_lines(facts: MachineFacts) -> list[str]:
+    """Per local GPU and flavour: what convolutions and GEMMs run as there, and the precisions that pay
+    off (``builder.capability``'s row). A flavour that is not installed is read at the table's version.
+
+    Example:
+        >>> capability_lines(MachineFacts("3.12", "Linux", gpus=(Gpu(0, "RTX 4090", "sm89"),)))[0]
+        'GPU 0 (sm89), TensorRT-RTX 1.7 (not installed): convolutions FP16/BF16; INT8 weight-only, FP8; ...'
+    """
+    lines = []
+    for gpu in facts.gpus:
+        for flavour, doc_version, _ in DOC_ROWS:
+            installed = facts.flavour(flavour)
+            version = installed.version if installed is not None else doc_version
+            state = "" if installed is not None else " (not installed)"
+            lines.append(f"GPU {gpu.index} ({gpu.cc}), {LABEL[flavour]} {version}{state}: "
+                         + capability_words(flavour, version, gpu.cc))
+    return lines
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
+from trtforge.builder.precision_plan import plan_direct, plan_notes
 from trtforge.cache.engine_cache import EngineCache, engine_key
 from trtforge.capture.export import normalize_example_inputs
 from trtforge.core.batch import example_batch
@@ -59,13 +60,17 @@ def convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *,
         notes = ["direct path (PyTorch → TensorRT, no ONNX): no .onnx beside the engine, so no onnxruntime route"]
         if lowered.fp32_nodes:
             notes.append(f"{len(lowered.fp32_nodes)} node(s) kept in FP32 by the direct path's float rules")
-        quantization = None
+        quantization = target_plan = None
         if int8_plan is not None:
+            target_plan = plan_direct(lowered.int8_layers, config)  # each INT8 layer on each target GPU
+            notes += plan_notes(target_plan)
             quantization = QuantizationRecord(**int8_report(int8_plan, config, lowered.int8_layers))
             notes.append(f"direct-path INT8: {len(lowered.int8_layers)} layer(s) with Q/DQ from forward-hook "
                          "calibration, the rest FP16; no bias correction and no held-back accuracy report")
         record = build_record(result, config, precision, notes, source=SourceRecord(path="direct"),
-                              quantization=quantization, converter_hash=converter_hash)
+                              quantization=quantization, converter_hash=converter_hash,
+                              target_plan=target_plan.record(config.allow_unaccelerated)
+                              if target_plan is not None and target_plan.layers else None)
         built = Built.fresh(key, result.plan, record)
         store_built(engine_cache, built, config)
         return built

@@ -1,8 +1,9 @@
-"""The FP16/BF16 flavour-probing policy: nodes the installed TensorRT cannot build in the low type stay FP32."""
+"""The flavour-probing policies: nodes the installed TensorRT cannot build in the low type stay FP32 (FP16/BF16),
+and the capability table's probe builds (which quantized op class builds for which target)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import onnx_ir as ir
 
@@ -40,3 +41,23 @@ def flavour_keep(reference: ir.Model, config: CompileConfig, keep: Mapping[str, 
             kept.update({name: f"{op}: {info.flavour} {info.version} cannot run it in {precision.upper()} ({reason})"
                          for name in names})
     return kept
+
+
+def capability_probe(config: CompileConfig) -> Callable[[str, str, str], str | None]:
+    """``builder.capability``'s probe: a small quantized build per (op class, scheme, target), its answer
+    cached per flavour and version beside the flavour probe's (in memory with ``cache=False``)."""
+    from trtforge.builder.capability_probe import probe_refusal
+    from trtforge.cache.op_support import UNKNOWN, OpSupport
+    from trtforge.core import trt
+
+    info = trt.info()
+    table = OpSupport(EngineCache(config.cache_dir).directory if config.cache else None, info.flavour, info.version,
+                      "capability")
+
+    def probe(op_class: str, scheme: str, target: str) -> str | None:
+        signature = f"{op_class}|{scheme}|{target}"
+        if table.get(signature) is UNKNOWN:
+            table.put({signature: probe_refusal(op_class, scheme, target)})
+        return table.get(signature)
+
+    return probe

@@ -13,6 +13,7 @@ import onnx_ir as ir
 from rich.console import Console
 
 from trtforge.builder.build import BuildResult, build_engine
+from trtforge.builder.precision_plan import plan_graph, plan_notes
 from trtforge.builder.progress import stage_progress
 from trtforge.cache.engine_cache import EngineCache, engine_key
 from trtforge.capture.export import export_onnx, normalize_example_inputs
@@ -24,7 +25,7 @@ from trtforge.core.specs import shape_value_candidates
 from trtforge.passes.graph import dtype_summary, proto_bytes
 from trtforge.passes.process import Processed, process, reference_graph
 from trtforge.passes.range_probe import probe
-from trtforge.pipeline.flavour import flavour_keep
+from trtforge.pipeline.flavour import capability_probe, flavour_keep
 from trtforge.pipeline.record import Built, build_record
 from trtforge.pipeline.store import store_built
 
@@ -39,6 +40,7 @@ def capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileCo
     reference_bytes = proto_bytes(reference)
     feeds = probe_feeds(model_or_onnx, example_inputs, reference)
     processed, quant_report = _process(reference, config, calibration_data, feeds)
+    target_plan = plan_graph(processed.model, config, capability_probe(config))  # each quantized layer, each GPU
     float_plan, built_precision = processed.float_plan, processed.built_precision
     processed_bytes = reference_bytes if processed.model is reference else proto_bytes(processed.model)
     network_name = f"{name}_{built_precision}"
@@ -54,7 +56,7 @@ def capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileCo
         source = str(model_or_onnx) if isinstance(model_or_onnx, (str, Path)) else type(model_or_onnx).__name__
         result: BuildResult = build_engine(staged, config, name=network_name, progress=progress, console=console,
                                            source=source, input_values=shape_values)
-        notes = []
+        notes = plan_notes(target_plan)
         if float_plan is not None and float_plan.fp32_nodes:
             notes.append(f"{len(float_plan.fp32_nodes)} node(s) kept in FP32 by the float pass")
         precision = PrecisionRecord(requested=config.precision, built=built_precision,
@@ -63,7 +65,9 @@ def capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileCo
         source = SourceRecord(onnx_sha256=hashlib.sha256(processed_bytes).hexdigest(),
                               reference_onnx_sha256=hashlib.sha256(reference_bytes).hexdigest())
         quantization = None if quant_report is None else QuantizationRecord(**quant_report)
-        record = build_record(result, config, precision, notes, source=source, quantization=quantization)
+        record = build_record(result, config, precision, notes, source=source, quantization=quantization,
+                              target_plan=target_plan.record(config.allow_unaccelerated) if target_plan.layers
+                              else None)
         built = Built.fresh(key, result.plan, record, processed_bytes, reference_bytes)
         store_built(engine_cache, built, config)
         return built

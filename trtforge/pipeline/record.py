@@ -5,8 +5,10 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from trtforge._version import __version__
 from trtforge.builder.build import BuildResult
@@ -19,6 +21,7 @@ from trtforge.core.sidecar import (
     QuantizationRecord,
     ShapeInputRecord,
     SourceRecord,
+    TargetPlanRecord,
 )
 from trtforge.core.specs import TensorSpec
 
@@ -65,7 +68,7 @@ class Built:
 
 def build_record(result: BuildResult, config: CompileConfig, precision: PrecisionRecord, notes: list[str], *,
                  source: SourceRecord, quantization: QuantizationRecord | None = None,
-                 converter_hash: str | None = None) -> BuildRecord:
+                 converter_hash: str | None = None, target_plan: Mapping[str, Any] | None = None) -> BuildRecord:
     """The typed record of one build (the sidecar's inputs, outputs, profiles, precision, builder), plus the
     path's own facts (graph hashes or ``path="direct"``, quantization, the converters' hash)."""
     inputs, outputs = static_io(result.inputs, result.outputs, result.profiles)
@@ -74,7 +77,8 @@ def build_record(result: BuildResult, config: CompileConfig, precision: Precisio
                       trtforge_version=__version__, converter_hash=converter_hash)
     return BuildRecord(inputs=inputs, outputs=outputs, profiles=result.profiles, precision=precision,
                        builder=builder, source=source, notes=tuple(notes), quantization=quantization,
-                       shape_inputs=tuple(ShapeInputRecord(name=k, values=v) for k, v in result.shape_values.items()))
+                       shape_inputs=tuple(ShapeInputRecord(name=k, values=v) for k, v in result.shape_values.items()),
+                       target_plan=None if target_plan is None else TargetPlanRecord.from_dict(target_plan))
 
 
 def static_io(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trtforge.builder.portability import check_toolchain, file_suffix
+from trtforge.builder.precision_plan import check_precision
 from trtforge.builder.timing_cache import check_timing_cache_path
 from trtforge.capture.export import normalize_example_inputs
 from trtforge.capture.onnx_file import check_onnx_path
@@ -30,6 +31,7 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
     """Every cheap check, before capture, passes or build start; the config with its name resolved."""
     config = (config or CompileConfig()).with_overrides(**overrides)
     check_toolchain(config)
+    check_precision(config)  # a precision no target GPU accelerates: refused before capture and calibration
     if config.timing_cache is not None:
         config = replace(config, timing_cache=check_timing_cache_path(config.timing_cache))
     if config.precision != "int8" and calibration_data is not None:
