@@ -39,7 +39,13 @@ from trtforge.cache.engine_cache import CacheEntry, EngineCache, engine_key
 from trtforge.capture.export import export_onnx, normalize_example_inputs
 from trtforge.capture.onnx_file import check_onnx_path, load_onnx
 from trtforge.core.atomic import Payload, atomic_write_all, folder_lock
-from trtforge.core.config import MAX_NAME_LENGTH, CompileConfig, ConfigError, QuantConfig
+from trtforge.core.config import (
+    MAX_NAME_LENGTH,
+    QUANTIZED_PRECISIONS,
+    CompileConfig,
+    ConfigError,
+    QuantConfig,
+)
 from trtforge.core.errors import (
     FileConflict,
     InvalidArgument,
@@ -226,7 +232,7 @@ def check_budget(report: Mapping[str, Any] | None, config: CompileConfig) -> Non
     if not isinstance(budget, Mapping) or budget.get("holds", True):
         return
     measured = ", ".join(f"{x.get('measured', float('nan')):.4g}" for x in budget.get("limits", ()))
-    message = (f"the INT8 build misses its error budget ({budget.get('description')}: measured {measured}); "
+    message = (f"the {config.precision.upper()} build misses its error budget ({budget.get('description')}: measured {measured}); "
                "loosen it (error_budget= / --error-budget), try placement='auto' (--placement auto), or build fp16")
     if config.strict_accuracy:
         raise AccuracyBudgetMissed(message + "; nothing was written (strict_accuracy)")
@@ -240,12 +246,13 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
     config.check_toolchain()
     if config.timing_cache is not None:
         config = replace(config, timing_cache=check_timing_cache_path(config.timing_cache))
-    if config.precision != "int8" and calibration_data is not None:
-        raise ConfigError(f"calibration_data= is used only by precision='int8' (this build is {config.precision!r}); "
-                          "drop it, or ask for precision='int8'")
-    if config.precision == "int8" and calibration_data is None:
+    quantized = config.precision in QUANTIZED_PRECISIONS
+    if not quantized and calibration_data is not None:
+        raise ConfigError(f"calibration_data= is used only by the quantized precisions ({', '.join(QUANTIZED_PRECISIONS)}; "
+                          f"this build is {config.precision!r}); drop it, or ask for precision='int8'")
+    if quantized and calibration_data is None:
         raise ConfigError(
-            "precision='int8' needs calibration_data= (an image folder, a .npy file, an array, "
+            f"precision={config.precision!r} needs calibration_data= (an image folder, a .npy file, an array, "
             "an iterable of input dicts, or a callable); see docs/quantization.md"
         )
     _check_direct(model_or_onnx, config)
@@ -314,6 +321,9 @@ def _check_direct(model_or_onnx: Any, config: CompileConfig) -> None:
     if isinstance(model_or_onnx, (str, Path)):
         raise ConfigError(f"path='direct' converts a PyTorch module, and {model_or_onnx} is a file; pass the "
                           "nn.Module with example inputs, or build the .onnx with path='onnx'")
+    if config.precision in QUANTIZED_PRECISIONS and config.precision != "int8":
+        raise ConfigError(f"precision={config.precision!r} is on the ONNX path only; use path='onnx' "
+                          "(--path onnx), or precision='int8' on the direct path")
     quant = config.quant if config.quant is not None else QuantConfig()
     if config.precision == "int8" and quant.placement != "default":
         raise ConfigError("placement='auto' measures layers on the ONNX graph and is not on the direct path; "
@@ -339,8 +349,8 @@ def _check_model(model_or_onnx: Any, example_inputs: Any) -> None:
 
 def _request_key(model_or_onnx: Any, example_inputs: Any, config: CompileConfig,
                  engine_cache: EngineCache | None) -> str | None:
-    """A cheap key over what was asked (a hit skips export, passes and build); none for int8."""
-    if engine_cache is None or config.precision == "int8":
+    """A cheap key over what was asked (a hit skips export, passes and build); none when quantized."""
+    if engine_cache is None or config.precision in QUANTIZED_PRECISIONS:
         return None
     from trtforge.cache.request_key import request_key
 
@@ -518,7 +528,7 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
 
     FP16/BF16: the range probe runs the reference on ``feeds`` and keeps what leaves the low type's range.
     """
-    if config.precision != "int8":
+    if config.precision not in QUANTIZED_PRECISIONS:
         if feeds and config.float_dtype:
             _check_probe_feeds(reference, feeds[0], config.precision)
         keep = probe(reference, feeds, config.float_dtype) if feeds and config.float_dtype else {}
@@ -528,8 +538,8 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
     from trtforge.quantize.quantizer import quantize_model
 
     result = quantize_model(reference, calibration_data, config.quant if config.quant is not None else QuantConfig(),
-                            preprocessing=config.preprocessing, progress=config.progress)
-    return process(result.fp32, "int8", result.plan), result.report
+                            preprocessing=config.preprocessing, progress=config.progress, precision=config.precision)
+    return process(result.fp32, config.precision, result.plan), result.report
 
 
 def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileConfig, *, tmp: Path,

@@ -20,7 +20,15 @@ from rich.markup import escape
 
 from trtforge.cli.app import app, console, guarded
 from trtforge.cli.models import SHAPE_HELP, model_from_cli
-from trtforge.core.config import CliFlag, CompileConfig, ConfigError, QuantConfig, cli_default, options_of
+from trtforge.core.config import (
+    QUANTIZED_PRECISIONS,
+    CliFlag,
+    CompileConfig,
+    ConfigError,
+    QuantConfig,
+    cli_default,
+    options_of,
+)
 from trtforge.core.errors import InvalidArgument
 
 
@@ -60,7 +68,8 @@ OWN_PARAMETERS = (
     inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Annotated[str, typer.Argument(
         help="an .onnx file; with --path direct a PyTorch model factory package.module:function")]),
     inspect.Parameter("calib", inspect.Parameter.KEYWORD_ONLY, default=None,
-                      annotation=Annotated[Path | None, typer.Option(help="int8: calibration images folder or .npy")]),
+                      annotation=Annotated[Path | None, typer.Option(
+                          help="int8/fp8/int8-wo/int4-wo: calibration images folder or .npy")]),
     inspect.Parameter("input_shape", inspect.Parameter.KEYWORD_ONLY, default=None,
                       annotation=Annotated[list[str] | None, typer.Option(help=f"--path direct: {SHAPE_HELP}")]),
 )
@@ -76,9 +85,9 @@ def config_from_cli(values: dict[str, Any]) -> CompileConfig:
 
 def build(model: str, calib: Path | None = None, input_shape: list[str] | None = None, **values: Any) -> None:
     """Build an engine + sidecar from an ONNX file (or, with --path direct, a PyTorch model factory)."""
-    if calib is not None and values["precision"].lower() != "int8":
-        raise ConfigError(f"--calib is used only by --precision int8 (this build is {values['precision']}); "
-                          "drop --calib, or add --precision int8")
+    if calib is not None and values["precision"].lower() not in QUANTIZED_PRECISIONS:
+        raise ConfigError(f"--calib is used only by --precision {'/'.join(QUANTIZED_PRECISIONS)} (this build is "
+                          f"{values['precision']}); drop --calib, or add --precision int8")
     config = config_from_cli(values)  # bad options are refused before torch and onnx load
     from trtforge.pipeline import compile as compile_model
 
