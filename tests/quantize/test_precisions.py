@@ -250,3 +250,19 @@ def test_tensorrt_rtx_builds_the_graphs(mlp, tmp_path, precision, targets, build
     assert ok == builds, errors
     if not builds:  # FP8 is hardware-specific: sm86 has no FP8 units
         assert any("fp8" in e for e in errors), errors
+
+
+@pytest.mark.skipif(not trt.info().is_rtx, reason="TensorRT-RTX builds")
+def test_compile_builds_fp8_for_sm89_and_sm120(mlp, tmp_path):
+    """trtforge.compile end to end: an FP8 engine for sm89 + sm120, and a sidecar that says what it is."""
+    import trtforge
+
+    proto, x = mlp
+    path = tmp_path / "mlp.onnx"
+    onnx.save(proto, str(path))
+    art = trtforge.compile(path, precision="fp8", targets=["sm89", "sm120"], calibration_data=x,
+                           output_dir=tmp_path / "out", progress=False, cache=False)
+    sidecar = art.sidecar
+    assert sidecar.precision.built == "fp8" and art.engine_path.stat().st_size > 0
+    assert sidecar.quantization.precision == "fp8" and sidecar.quantization.coverage == 1.0
+    assert sidecar.precision.node_dtypes.get("float8e4m3fn", 0) == 3  # one activation Q per layer input
