@@ -266,3 +266,24 @@ def test_compile_builds_fp8_for_sm89_and_sm120(mlp, tmp_path):
     assert sidecar.precision.built == "fp8" and art.engine_path.stat().st_size > 0
     assert sidecar.quantization.precision == "fp8" and sidecar.quantization.coverage == 1.0
     assert sidecar.precision.node_dtypes.get("float8e4m3fn", 0) == 3  # one activation Q per layer input
+
+
+@pytest.mark.parametrize(("flags", "match"), [
+    (["--precision", "int8", "--awq"], "awq=True (--awq) scales weights for the weight-only precisions"),
+    (["--precision", "int4-wo", "--smoothquant", "0.5"], "smoothquant= (--smoothquant) moves activation outliers"),
+    (["--precision", "fp8", "--block-size", "64"], "block_size= (--block-size) is for int8-wo/int4-wo"),
+])
+def test_cli_refuses_options_the_precision_cannot_use(mlp, tmp_path, flags, match):
+    import subprocess
+    import sys
+
+    proto, x = mlp
+    onnx.save(proto, str(tmp_path / "mlp.onnx"))
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "trtforge.cli", "build", str(tmp_path / "mlp.onnx"), "--calib",
+                           str(tmp_path / "x.npy"), "-o", str(out), "-q", *flags],
+                          capture_output=True, text=True, timeout=300, check=False)
+    text = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2 and match in text and "Traceback" not in text, text
+    assert not out.exists() or not any(out.rglob("*.engine"))

@@ -222,6 +222,24 @@ def check_layer_precision(pairs: tuple[tuple[str, str], ...], precision: str) ->
                               f"precision {wanted}")
 
 
+def check_quant_options(quant: QuantConfig, precision: str) -> None:
+    """Refuse a quantization option the precision has no use for (one line, before any work).
+
+    Example:
+        >>> check_quant_options(QuantConfig(awq=True), "int4-wo")   # fine
+    """
+    weight_only = precision in WEIGHT_ONLY_PRECISIONS
+    if quant.awq and not weight_only:
+        raise ConfigError(f"awq=True (--awq) scales weights for the weight-only precisions (int8-wo, int4-wo), not "
+                          f"{precision}; drop it, or use smoothquant=0.5 (--smoothquant 0.5) with int8/fp8")
+    if quant.smoothquant is not None and weight_only:
+        raise ConfigError(f"smoothquant= (--smoothquant) moves activation outliers into the weights; {precision} "
+                          "keeps activations in FP16. Drop it, or use awq=True (--awq)")
+    if quant.block_size is not None and not weight_only:
+        raise ConfigError(f"block_size= (--block-size) is for int8-wo/int4-wo weights; {precision} quantizes "
+                          "weights per output channel. Drop it")
+
+
 def read_preprocessing_json(path: Path | None) -> dict | None:
     """A preprocessing dict from a JSON file: a plain dict or a sidecar's ``preprocessing`` block."""
     if path is None:
@@ -457,6 +475,7 @@ class CompileConfig:
         }
         validate_patterns(normalised["keep_fp32"], "keep_fp32")
         check_layer_precision(normalised["layer_precision"], precision)
+        check_quant_options(quant, precision)
         for flag in ("version_compatible", "refittable", "strip_weights", "progress", "cache", "overwrite",
                      "strict_accuracy"):
             normalised[flag] = bool(getattr(self, flag))
