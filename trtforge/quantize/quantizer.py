@@ -29,7 +29,7 @@ import onnx_ir as ir
 
 from trtforge.cache.calib_cache import CalibrationCache
 from trtforge.core.budget import ErrorBudget, resolve_budget
-from trtforge.core.config import QuantConfig
+from trtforge.core.config import QuantConfig, check_quant_options
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.passes.graph import ensure_node_names, ensure_opset, fresh_ir, to_proto
@@ -183,20 +183,10 @@ def _finish_report(report: dict, config: QuantConfig, budget: ErrorBudget, plan:
     report["data_sha256"] = data_sha
 
 
-def _checked_options(config: QuantConfig, spec: PrecisionSpec) -> None:
-    """Refuse an option the precision has no use for, in one line, before any work."""
-    if spec.weight_only and config.smoothquant is not None:
-        raise InvalidArgument(f"smoothquant= moves activation outliers into the weights; {spec.precision} keeps "
-                              "activations in FP16. Drop smoothquant (--smoothquant), or use awq=True (--awq)")
-    if config.awq and not spec.weight_only:
-        raise InvalidArgument(f"awq=True (--awq) scales weights for weight-only precisions; with {spec.precision} "
-                              "use smoothquant=0.5 (--smoothquant 0.5) instead, or precision int8-wo/int4-wo")
-
-
 def _checked_start(fp32, calibration_data, config: QuantConfig, preprocessing: PreprocessConfig | Mapping | None,
                    spec: PrecisionSpec):
     """(model, task, budget, data): everything that can refuse the input, before any calibration."""
-    _checked_options(config, spec)
+    check_quant_options(config, spec.precision)
     model = ensure_node_names(ensure_opset(fresh_ir(fp32), spec.opset))
     task = detect_task(model, config.task)
     budget = resolve_budget(task, config.error_budget)
