@@ -69,7 +69,7 @@ OWN_PARAMETERS = (
         help="an .onnx file; with --path direct a PyTorch model factory package.module:function")]),
     inspect.Parameter("calib", inspect.Parameter.KEYWORD_ONLY, default=None,
                       annotation=Annotated[Path | None, typer.Option(
-                          help="int8/fp8/int8-wo/int4-wo: calibration images folder or .npy")]),
+                          help=f"{'/'.join(QUANTIZED_PRECISIONS)}: calibration images folder or .npy")]),
     inspect.Parameter("input_shape", inspect.Parameter.KEYWORD_ONLY, default=None,
                       annotation=Annotated[list[str] | None, typer.Option(help=f"--path direct: {SHAPE_HELP}")]),
     inspect.Parameter("matrix", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=Annotated[bool, typer.Option(

@@ -25,8 +25,8 @@ def quantize_sensitivity(
     data: Annotated[Path, typer.Option(help="calibration images folder, .npy, or .npz per input (20 % held back)")],
     preprocessing: Annotated[Path | None, typer.Option(help="JSON with the preprocessing (or a sidecar) for images")] = None,
     calibrator: Annotated[str, typer.Option(help="mse | percentile | entropy | max")] = "mse",
-    precision: Annotated[str, typer.Option(help="int8 | fp8 | int8-wo | int4-wo: the precision each layer is "
-                                                "tried in")] = "int8",
+    precision: Annotated[str, typer.Option(help=f"{' | '.join(QUANTIZED_PRECISIONS)}: the precision each layer "
+                                                "is tried in")] = QUANTIZED_PRECISIONS[0],
     top: Annotated[int | None, typer.Option(help="show only the N most harmful")] = None,
 ) -> None:
     """Quantize one layer (or block) at a time and rank them by the output error they cause."""

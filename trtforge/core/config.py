@@ -26,17 +26,22 @@ from pathlib import Path
 from typing import Any
 
 from trtforge.core import machine
-from trtforge.core.batch import BatchProfile, parse_batch
+from trtforge.core.batch import DEFAULT_BATCH, BatchProfile, parse_batch
 from trtforge.core.budget import ErrorBudget, check_override, resolve_budget
 from trtforge.core.errors import InvalidArgument, MissingFile, WrongType
 from trtforge.core.preprocessing import PreprocessConfig
 
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8", "fp8", "int8-wo", "int4-wo")
+#: Every precision trtforge builds, named here once: import it, never re-list it.
+#: The precisions with no quantization: the whole graph computes in one float type.
+FLOAT_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
+#: The float precisions below FP32: the float pass, its range probe and float bisection work on these.
+REDUCED_PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS[1:]
 #: The precisions ``trtforge.quantize`` plans (calibration data, a quantization plan, Q/DQ nodes): W8A8 INT8,
 #: FP8 (E4M3) weights and activations, and weight-only INT8/INT4 GEMMs (activations stay FP16).
 QUANTIZED_PRECISIONS: tuple[str, ...] = ("int8", "fp8", "int8-wo", "int4-wo")
 #: Quantized precisions that leave activations in the float type (DequantizeLinear-only weights).
 WEIGHT_ONLY_PRECISIONS: tuple[str, ...] = ("int8-wo", "int4-wo")
+PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS + QUANTIZED_PRECISIONS
 #: How a model becomes a TensorRT network: through ONNX and TensorRT's parser, or converted directly
 #: from PyTorch (``trtforge.convert``, docs/direct-path.md).
 PATHS: tuple[str, ...] = ("onnx", "direct")
@@ -46,7 +51,7 @@ FLOAT_OF_PRECISION: dict[str, str | None] = {
 }
 OPTIMIZATION_LEVELS = range(0, 6)
 #: What ``layer_precision`` may give a layer: FP32 (kept out of the float pass) or the build's own type.
-LAYER_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
+LAYER_PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS
 CALIBRATORS: tuple[str, ...] = ("max", "percentile", "entropy", "mse")
 PLACEMENTS: tuple[str, ...] = ("default", "auto")
 TASKS: tuple[str, ...] = ("auto", "classification", "embedding", "other")
@@ -279,9 +284,6 @@ def validate_name(name: str) -> str:
     if not NAME_PATTERN.fullmatch(name):
         raise ConfigError(f"name {name!r}: use letters, digits, '.', '_' and '-' (starting with a letter or digit)")
     return name
-
-
-DEFAULT_BATCH = (BatchProfile(1, 1, 1),)
 
 
 @dataclass(frozen=True)

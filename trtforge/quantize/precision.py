@@ -91,14 +91,13 @@ class PrecisionSpec:
                           tuple(int(d) for d in scales.shape))
 
 
-#: Every quantized precision (``core.config.QUANTIZED_PRECISIONS``) → its spec.
-SPECS: dict[str, PrecisionSpec] = {
-    "int8": PrecisionSpec("int8", "int8", "int8", RULES),
-    "fp8": PrecisionSpec("fp8", "float8e4m3fn", "float8e4m3fn", FP8_RULES),
-    "int8-wo": PrecisionSpec("int8-wo", None, "int8", ()),
-    "int4-wo": PrecisionSpec("int4-wo", None, "int4", (), 128),
-}
-assert tuple(SPECS) == QUANTIZED_PRECISIONS  # one vocabulary: core.config names them
+#: Every quantized precision (``core.config.QUANTIZED_PRECISIONS``, in its order) → its spec.
+SPECS: dict[str, PrecisionSpec] = {spec.precision: spec for spec in (
+    PrecisionSpec(QUANTIZED_PRECISIONS[0], "int8", "int8", RULES),
+    PrecisionSpec(QUANTIZED_PRECISIONS[1], "float8e4m3fn", "float8e4m3fn", FP8_RULES),
+    PrecisionSpec(QUANTIZED_PRECISIONS[2], None, "int8", ()),
+    PrecisionSpec(QUANTIZED_PRECISIONS[3], None, "int4", (), 128),
+)}
 
 
 def spec_of(precision: str, config: QuantConfig | None = None) -> PrecisionSpec:
