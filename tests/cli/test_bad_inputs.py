@@ -71,8 +71,8 @@ def test_bad_batch_specs(tiny_onnx, tmp_path, no_build, batch, message):
 
 
 def test_unknown_precision_and_target(tiny_onnx, tmp_path, no_build):
-    with pytest.raises(ConfigError, match="unknown precision 'fp8'.*fp32, fp16, bf16, int8"):
-        trtforge.compile(tiny_onnx, precision="fp8", output_dir=tmp_path)
+    with pytest.raises(ConfigError, match="unknown precision 'fp4'.*fp32, fp16, bf16, int8, fp8, int8-wo, int4-wo"):
+        trtforge.compile(tiny_onnx, precision="fp4", output_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"unknown target\(s\) \['sm99'\].*sm86"):
         trtforge.compile(tiny_onnx, targets=["sm99"], output_dir=tmp_path)
 

@@ -88,7 +88,7 @@ for _name, _flag, _value, _match, _good in [
     ("batch_min_over_opt", "--batch", "8:4:16", r"min <= opt <= max", "1:4:16"),
     ("batch_overflow", "--batch", "99999999999999999999", r"larger than TensorRT's dims allow", None),
     ("batch_duplicate", "--batch", "1:1:1,1:1:1", r"given twice", "1:1:1,1:2:4"),
-    ("precision_unknown", "--precision", "fp8", r"unknown precision 'fp8'", "fp32"),
+    ("precision_unknown", "--precision", "fp4", r"unknown precision 'fp4'", "fp32"),
     ("target_unknown", "--target", "sm99", r"unknown target", None),
     ("target_list_unknown", "--target", "sm86,sm99", r"unknown target\(s\) \['sm99'\]", None),
     ("opt_level", "--opt-level", "9", r"must be 0\.\.5", "3"),

@@ -1,4 +1,4 @@
-"""``trtforge quantize sensitivity``: rank layers by the output error their INT8 version causes.
+"""``trtforge quantize sensitivity``: rank layers by the output error their quantized version causes.
 
 Example:
     $ trtforge quantize sensitivity lite0_fp32.onnx --data images/ --preprocessing lite0.json --top 10
@@ -12,9 +12,9 @@ from typing import Annotated
 import typer
 
 from trtforge.cli.app import app, guarded
-from trtforge.core.config import QuantConfig, read_preprocessing_json
+from trtforge.core.config import QUANTIZED_PRECISIONS, ConfigError, QuantConfig, read_preprocessing_json
 
-quantize_app = typer.Typer(no_args_is_help=True, help="INT8 analysis: sensitivity.")
+quantize_app = typer.Typer(no_args_is_help=True, help="Quantization analysis (INT8, FP8, weight-only): sensitivity.")
 app.add_typer(quantize_app, name="quantize")
 
 
@@ -25,6 +25,8 @@ def quantize_sensitivity(
     data: Annotated[Path, typer.Option(help="calibration images folder, .npy, or .npz per input (20 % held back)")],
     preprocessing: Annotated[Path | None, typer.Option(help="JSON with the preprocessing (or a sidecar) for images")] = None,
     calibrator: Annotated[str, typer.Option(help="mse | percentile | entropy | max")] = "mse",
+    precision: Annotated[str, typer.Option(help=f"{' | '.join(QUANTIZED_PRECISIONS)}: the precision each layer "
+                                                "is tried in")] = QUANTIZED_PRECISIONS[0],
     top: Annotated[int | None, typer.Option(help="show only the N most harmful")] = None,
 ) -> None:
     """Quantize one layer (or block) at a time and rank them by the output error they cause."""
@@ -32,6 +34,8 @@ def quantize_sensitivity(
 
     from trtforge.quantize.sensitivity import print_sensitivity, sensitivity_table
 
+    if precision not in QUANTIZED_PRECISIONS:
+        raise ConfigError(f"--precision {precision}: choose one of {', '.join(QUANTIZED_PRECISIONS)}")
     rows = sensitivity_table(onnx.load(str(model)), data, QuantConfig(calibrator=calibrator),
-                             read_preprocessing_json(preprocessing))
-    print_sensitivity(rows, top)
+                             read_preprocessing_json(preprocessing), precision=precision)
+    print_sensitivity(rows, top, precision)

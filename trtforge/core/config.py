@@ -32,17 +32,22 @@ from trtforge.core.errors import InvalidArgument, MissingFile, WrongType
 from trtforge.core.preprocessing import PreprocessConfig
 
 #: Every precision trtforge builds, named here once: import it, never re-list it.
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
 #: The precisions with no quantization: the whole graph computes in one float type.
 FLOAT_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
 #: The float precisions below FP32: the float pass, its range probe and float bisection work on these.
 REDUCED_PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS[1:]
+#: The precisions ``trtforge.quantize`` plans (calibration data, a quantization plan, Q/DQ nodes): W8A8 INT8,
+#: FP8 (E4M3) weights and activations, and weight-only INT8/INT4 GEMMs (activations stay FP16).
+QUANTIZED_PRECISIONS: tuple[str, ...] = ("int8", "fp8", "int8-wo", "int4-wo")
+#: Quantized precisions that leave activations in the float type (DequantizeLinear-only weights).
+WEIGHT_ONLY_PRECISIONS: tuple[str, ...] = ("int8-wo", "int4-wo")
+PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS + QUANTIZED_PRECISIONS
 #: How a model becomes a TensorRT network: through ONNX and TensorRT's parser, or converted directly
 #: from PyTorch (``trtforge.convert``, docs/direct-path.md).
 PATHS: tuple[str, ...] = ("onnx", "direct")
-#: Precision → the float dtype the graph computes in (int8 graphs are FP16 outside Q/DQ).
+#: Precision → the float dtype the graph computes in (quantized graphs are FP16 outside Q/DQ).
 FLOAT_OF_PRECISION: dict[str, str | None] = {
-    "fp32": None, "fp16": "float16", "bf16": "bfloat16", "int8": "float16",
+    "fp32": None, "fp16": "float16", "bf16": "bfloat16", **dict.fromkeys(QUANTIZED_PRECISIONS, "float16"),
 }
 OPTIMIZATION_LEVELS = range(0, 6)
 #: What ``layer_precision`` may give a layer: FP32 (kept out of the float pass) or the build's own type.
@@ -198,7 +203,8 @@ def layer_precisions(value: Any, what: str = "layer_precision") -> tuple[tuple[s
         if precision not in LAYER_PRECISIONS:
             raise ConfigError(f"{what} '{pattern}:{entry[1]}': a layer can be given "
                               f"{', '.join(LAYER_PRECISIONS)}, not {entry[1]!r}; e.g. {example}"
-                              + ("; to keep layers out of INT8 use exclude" if precision == "int8" else ""))
+                              + ("; to keep layers out of a quantized precision use exclude"
+                                 if precision in QUANTIZED_PRECISIONS else ""))
         pairs.append((pattern, precision))
     validate_patterns(tuple(p for p, _ in pairs), what)
     return tuple(pairs)
@@ -211,14 +217,32 @@ def check_layer_precision(pairs: tuple[tuple[str, str], ...], precision: str) ->
     Example:
         >>> check_layer_precision((("^/head/", "fp32"), ("conv", "fp16")), "fp16")   # fine
     """
-    if pairs and precision == "int8":
-        raise ConfigError(f"layer_precision {pairs[0][0]}:{pairs[0][1]} is for fp16/bf16 builds; an int8 build "
-                          "keeps layers out of INT8 with quant exclude (--exclude PATTERN)")
+    if pairs and precision in QUANTIZED_PRECISIONS:
+        raise ConfigError(f"layer_precision {pairs[0][0]}:{pairs[0][1]} is for fp16/bf16 builds; an {precision} build "
+                          f"keeps layers out of {precision.upper()} with quant exclude (--exclude PATTERN)")
     for pattern, wanted in pairs:
         if wanted not in ("fp32", precision):
             raise ConfigError(f"layer_precision {pattern}:{wanted} with precision {precision}: a graph computes in "
                               f"one float type; give {pattern}:fp32 to keep those layers in FP32, or build with "
                               f"precision {wanted}")
+
+
+def check_quant_options(quant: QuantConfig, precision: str) -> None:
+    """Refuse a quantization option the precision has no use for (one line, before any work).
+
+    Example:
+        >>> check_quant_options(QuantConfig(awq=True), "int4-wo")   # fine
+    """
+    weight_only = precision in WEIGHT_ONLY_PRECISIONS
+    if quant.awq and not weight_only:
+        raise ConfigError(f"awq=True (--awq) scales weights for the weight-only precisions (int8-wo, int4-wo), not "
+                          f"{precision}; drop it, or use smoothquant=0.5 (--smoothquant 0.5) with int8/fp8")
+    if quant.smoothquant is not None and weight_only:
+        raise ConfigError(f"smoothquant= (--smoothquant) moves activation outliers into the weights; {precision} "
+                          "keeps activations in FP16. Drop it, or use awq=True (--awq)")
+    if quant.block_size is not None and not weight_only:
+        raise ConfigError(f"block_size= (--block-size) is for int8-wo/int4-wo weights; {precision} quantizes "
+                          "weights per output channel. Drop it")
 
 
 def read_preprocessing_json(path: Path | None) -> dict | None:
@@ -299,6 +323,12 @@ class QuantConfig:
     cache_dir: Path | None = option(None, help="calibration cache folder", affects=OUTPUT)
     task: str = option("auto", help="classification | embedding | other: the metrics and default budget",
                        affects=GRAPH)
+    block_size: int | None = option(
+        None, affects=GRAPH, cli=CliFlag(int | None),
+        help="int8-wo/int4-wo: weights per scale along the reduction axis (a power of two >= 16); default: 128 "
+             "for int4-wo, one scale per output channel for int8-wo")
+    awq: bool = option(False, affects=GRAPH, cli=CliFlag(bool),
+                       help="int8-wo/int4-wo: AWQ-lite activation-aware weight scaling (kept only when it helps)")
 
     def __post_init__(self) -> None:
         if self.calibrator not in CALIBRATORS:
@@ -313,6 +343,10 @@ class QuantConfig:
             raise ConfigError(f"holdout={self.holdout} must lie in (0, 1), e.g. 0.2")
         if self.task not in TASKS:
             raise ConfigError(f"task={self.task!r}; choose one of {', '.join(TASKS)}")
+        if self.block_size is not None and (isinstance(self.block_size, bool) or not isinstance(self.block_size, int)
+                                            or self.block_size < 16 or self.block_size & (self.block_size - 1)):
+            raise ConfigError(f"block_size={self.block_size!r}: give a power of two of at least 16 (128 is usual), "
+                              "or None for the precision's default")
         check_override(self.error_budget)
         if self.task != "auto":
             resolve_budget(self.task, self.error_budget)  # a float out of the task metric's range fails here
@@ -367,7 +401,7 @@ class CompileConfig:
     workspace_bytes: int | None = option(
         None, help="workspace limit in bytes (None: no limit)", affects=ENGINE,
         cli=CliFlag(int | None, name="workspace_mb", to_field=_mib, help="workspace limit in MiB"))
-    quant: QuantConfig = option(help="int8: how to quantize (its flags: --calibrator, --placement, ...)",
+    quant: QuantConfig = option(help="int8/fp8/int8-wo/int4-wo: how to quantize (its flags: --calibrator, --placement, ...)",
                                 affects=GRAPH, factory=QuantConfig)
     preprocessing: PreprocessConfig | None = option(
         None, affects=OUTPUT, cli=CliFlag(Path | None, to_field=read_preprocessing_json,
@@ -445,6 +479,7 @@ class CompileConfig:
         }
         validate_patterns(normalised["keep_fp32"], "keep_fp32")
         check_layer_precision(normalised["layer_precision"], precision)
+        check_quant_options(quant, precision)
         for flag in ("version_compatible", "refittable", "strip_weights", "progress", "cache", "overwrite",
                      "strict_accuracy", "allow_unaccelerated"):
             normalised[flag] = bool(getattr(self, flag))
@@ -480,9 +515,9 @@ class CompileConfig:
 
     @property
     def possible_precisions(self) -> tuple[str, ...]:
-        """The precisions the engine's file name may carry: INT8 is built as FP16 when placement keeps
-        every layer in FP16."""
-        return (self.precision, "fp16") if self.precision == "int8" else (self.precision,)
+        """The precisions the engine's file name may carry: a quantized precision is built as FP16 when
+        placement keeps every layer in FP16."""
+        return (self.precision, "fp16") if self.precision in QUANTIZED_PRECISIONS else (self.precision,)
 
     def key_fields(self) -> dict[str, Any]:
         """JSON-able values of the options that change the engine's bytes (cache keys, sidecars)."""
@@ -497,7 +532,7 @@ class CompileConfig:
         """JSON-able values of the options that change the processed graph (the request key's part)."""
         data: dict[str, Any] = {"input_names": list(self.input_names or []),
                                 "output_names": list(self.output_names or [])}
-        if self.precision == "int8":
+        if self.precision in QUANTIZED_PRECISIONS:
             data["quant"] = {k: v for k, v in self.quant.as_dict().items() if k != "cache_dir"}
         if self.fp32_patterns:  # --keep-fp32 X and --layer-precision X:fp32 make one graph, one key
             data["keep_fp32"] = list(self.fp32_patterns)

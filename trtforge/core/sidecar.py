@@ -254,7 +254,8 @@ class BuilderRecord(SidecarRecord):
 
 @dataclass(frozen=True, kw_only=True)
 class QuantizationRecord(SidecarRecord):
-    """The INT8 report: calibration, placement, and the error measured on held-back samples."""
+    """The quantization report (INT8, FP8, weight-only): calibration, placement, and the error measured on
+    held-back samples."""
 
     calibrator: str | None = None
     percentile: float | None = None
@@ -264,6 +265,10 @@ class QuantizationRecord(SidecarRecord):
     task: str | None = None
     samples: Mapping[str, int] | None = None
     smoothquant: Any = _optional()
+    precision: str | None = _optional()  # int8, fp8, int8-wo, int4-wo (absent in INT8-era sidecars)
+    block_size: int | None = _optional()  # weight-only: weights per scale along the reduction axis
+    awq: Mapping[str, Any] | None = _optional()  # weight-only AWQ-lite: applied, held-back error before/after
+    quantized_layers: int | None = _optional()
     cache: str | None = _optional()
     sensitivity: Any = _optional()
     auto_placement: Mapping[str, Any] | None = _optional()

@@ -132,8 +132,9 @@ def dtype_summary(model: ir.Model) -> dict[str, int]:
         infer_shapes(model)  # e.g. Q/DQ graphs written without value_info
     counts: Counter[str] = Counter()
     for node in model.graph.all_nodes():
-        if node.op_type == "QuantizeLinear":
-            counts["int8"] += 1
+        if node.op_type == "QuantizeLinear":  # counted as the type it quantizes to (int8, float8e4m3fn)
+            out = node.outputs[0].dtype
+            counts[dtype_name(out) if out is not None else "int8"] += 1
             continue
         counts[node_dtype(node) or "unknown"] += 1
     return dict(sorted(counts.items()))

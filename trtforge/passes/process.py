@@ -2,7 +2,8 @@
 
 ``reference_graph`` runs the cleanup (constant and BatchNorm folding, no-op removal) on a captured
 graph; ``process`` turns that FP32 reference into the graph handed to TensorRT: itself for FP32,
-the float pass for FP16/BF16, the float pass then a frozen ``QuantPlan``'s Q/DQ nodes for INT8.
+the float pass for FP16/BF16, the float pass then a frozen ``QuantPlan``'s Q/DQ nodes for the
+quantized precisions (INT8, FP8, weight-only INT8/INT4).
 ``trtforge.compile`` and ``trtforge.refit`` both go through these two functions. Neither changes
 its input.
 
@@ -23,11 +24,11 @@ from dataclasses import dataclass
 import onnx
 import onnx_ir as ir
 
-from trtforge.core.config import FLOAT_OF_PRECISION
+from trtforge.core.config import FLOAT_OF_PRECISION, QUANTIZED_PRECISIONS
 from trtforge.core.errors import InvalidArgument
 from trtforge.passes.cleanup import cleanup
 from trtforge.passes.float16 import FloatPlan, apply_float, convert_float, infer_types, plan_float
-from trtforge.passes.graph import QDQ_OPSET, copy_model, ensure_node_names, ensure_opset, has_qdq, load_ir
+from trtforge.passes.graph import copy_model, ensure_node_names, ensure_opset, has_qdq, load_ir
 from trtforge.passes.keep import kept_by_patterns
 from trtforge.passes.qdq import QuantPlan, apply_plan_in_place
 
@@ -46,10 +47,10 @@ def reference_graph(source: ir.Model | onnx.ModelProto) -> ir.Model:
     return cleanup(load_ir(source))
 
 
-def int8_graph(fp32: ir.Model, plan: QuantPlan) -> ir.Model:
+def quantized_graph(fp32: ir.Model, plan: QuantPlan) -> ir.Model:
     """The FP16 float pass on a copy of ``fp32``, then ``plan``'s Q/DQ nodes with FP16 scales."""
     fp16 = convert_float(copy_model(fp32), "float16")
-    return apply_plan_in_place(ensure_node_names(ensure_opset(fp16, QDQ_OPSET)), plan)
+    return apply_plan_in_place(ensure_node_names(ensure_opset(fp16, plan.opset)), plan)
 
 
 def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None,
@@ -60,19 +61,23 @@ def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None,
     range probe's (``passes.range_probe.probe``), or at refit the build's recorded ones.
     ``keep_fp32``: name patterns of nodes the user keeps in FP32 (``passes.keep``).
 
-    FP32 returns ``reference`` itself. INT8 needs the plan ``trtforge.quantize`` computed on
-    ``reference``; when that plan keeps every layer in FP16 the build is an FP16 one.
+    FP32 returns ``reference`` itself. A quantized precision needs the plan ``trtforge.quantize``
+    computed on ``reference``; when that plan keeps every layer in FP16 the build is an FP16 one.
     """
     if precision not in FLOAT_OF_PRECISION:
         raise InvalidArgument(f"precision={precision!r}; choose one of {', '.join(FLOAT_OF_PRECISION)}")
-    if (plan is None) != (precision != "int8"):
-        raise InvalidArgument("process() takes a QuantPlan for precision='int8' and only then; "
-                              "compute it with trtforge.quantize.quantize_model")
+    quantized = precision in QUANTIZED_PRECISIONS
+    if (plan is None) == quantized:
+        raise InvalidArgument(f"process() takes a QuantPlan for precision {', '.join(QUANTIZED_PRECISIONS)} and "
+                              "only then; compute it with trtforge.quantize.quantize_model")
+    if quantized and plan.precision != precision:
+        raise InvalidArgument(f"process(precision={precision!r}) was given a plan for {plan.precision!r}; "
+                              f"quantize with precision={precision!r}")
     if precision == "fp32":
         return Processed(reference, "fp32")
-    if precision == "int8":
-        model = int8_graph(reference, plan)
-        return Processed(model, "int8" if has_qdq(model) else "fp16")
+    if quantized:
+        model = quantized_graph(reference, plan)
+        return Processed(model, precision if has_qdq(model) else "fp16")
     model = infer_types(copy_model(reference))
     kept = {**kept_by_patterns(model, keep_fp32), **(keep or {})}
     float_plan = plan_float(model, FLOAT_OF_PRECISION[precision], kept or None)

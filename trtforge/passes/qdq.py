@@ -1,12 +1,14 @@
-"""The frozen ``QuantPlan`` (which layers run in INT8, with which scales) and ``apply_plan``, the Q/DQ pass.
+"""The frozen ``QuantPlan`` (which layers run quantized, in which dtype, with which scales) and ``apply_plan``.
 
 The plan is policy-free data: ``trtforge.quantize`` computes it (calibration, placement,
 sensitivity); this module only writes it into a graph, so ``passes.process`` can apply a frozen
 plan without importing the quantizer.
 
 Activations get QuantizeLinear → DequantizeLinear (per tensor, symmetric, zero point 0);
-weights become INT8 initializers behind a DequantizeLinear (per output channel). Graph I/O and
-every layer outside the plan keep their float type.
+weights become quantized initializers behind a DequantizeLinear (per output channel, or in blocks
+along the reduction axis). The quantized dtype is each input's own (``QUANT_DTYPES``): INT8,
+FLOAT8E4M3FN (FP8; opset 19) or INT4 (opset 21); a weight-only layer has a weight input and no
+activation input. Graph I/O and every layer outside the plan keep their float type.
 
 Layers are addressed by their first output tensor's name, which the FP16 pass keeps, so the same
 plan applies to the FP32 graph (ONNX Runtime simulation, FP32 scales) and to the FP16 graph
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import ml_dtypes
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -41,6 +44,28 @@ from trtforge.passes.graph import (
 
 #: Smallest scale kept (FP16 can represent it, ORT and TensorRT handle it).
 MIN_SCALE = 2.0**-20
+#: Opset that allows INT4 and ``block_size`` on DequantizeLinear.
+BLOCKED_OPSET = 21
+
+
+@dataclass(frozen=True)
+class QuantDtype:
+    """A quantized ONNX type: its numpy (ml_dtypes) type, the largest magnitude kept, and whether values round
+    to integers (INT8/INT4) or to the nearest representable float (FP8)."""
+
+    name: str
+    numpy: type
+    qmax: float
+    integer: bool
+    opset: int
+
+
+#: The quantized dtypes a plan may use, by name (the names ONNX gives them, lower case).
+QUANT_DTYPES: dict[str, QuantDtype] = {
+    "int8": QuantDtype("int8", np.int8, 127.0, True, QDQ_OPSET),
+    "float8e4m3fn": QuantDtype("float8e4m3fn", ml_dtypes.float8_e4m3fn, 448.0, False, QDQ_OPSET),
+    "int4": QuantDtype("int4", ml_dtypes.int4, 7.0, True, BLOCKED_OPSET),
+}
 
 
 def fp16_scales(values) -> tuple[float, ...]:
@@ -51,18 +76,40 @@ def fp16_scales(values) -> tuple[float, ...]:
 
 @dataclass(frozen=True)
 class QuantInput:
-    """One quantized input of a layer: per-tensor (axis None) or per-channel scales."""
+    """One quantized input of a layer: per-tensor (axis None), per-channel (``axis``) or blocked scales.
+
+    Blocked (``block_size`` set): ``scales`` hold the scale tensor flattened, shaped ``scale_shape`` (the
+    weight's shape with ``axis``, the blocked reduction axis, divided by ``block_size``).
+    """
 
     index: int
     tensor: str
     scales: tuple[float, ...]
     axis: int | None = None
     is_weight: bool = False
+    dtype: str = "int8"
+    block_size: int | None = None
+    scale_shape: tuple[int, ...] | None = None
+
+    @property
+    def qtype(self) -> QuantDtype:
+        return QUANT_DTYPES[self.dtype]
+
+    @property
+    def opset(self) -> int:
+        return max(self.qtype.opset, BLOCKED_OPSET if self.block_size else QDQ_OPSET)
+
+    def scale_array(self, dtype=np.float32) -> np.ndarray:
+        """The scales shaped as DequantizeLinear reads them (0-d, 1-D, or blocked)."""
+        arr = np.asarray(self.scales, dtype=dtype)
+        if self.block_size:
+            return arr.reshape(self.scale_shape)
+        return arr.reshape((len(self.scales),) if self.axis is not None else ())
 
 
 @dataclass(frozen=True)
 class QuantLayer:
-    """A Conv/ConvTranspose/MatMul/Gemm layer that runs in INT8."""
+    """A Conv/ConvTranspose/MatMul/Gemm layer that runs quantized (weight-only: its weight alone)."""
 
     output: str
     op_type: str
@@ -73,21 +120,31 @@ class QuantLayer:
 
 @dataclass(frozen=True)
 class QuantPlan:
-    """Everything the Q/DQ pass needs, and what the report says about it."""
+    """Everything the Q/DQ pass needs, and what the report says about it.
+
+    ``precision`` is the build precision the plan is for (``int8``, ``fp8``, ``int8-wo``, ``int4-wo``);
+    each input carries its own quantized dtype.
+    """
 
     layers: tuple[QuantLayer, ...]
     excluded: tuple[tuple[str, str], ...] = ()  # (label, reason)
     calibrator: str = "entropy"
     total_macs: int = 0
+    precision: str = "int8"
 
     @property
-    def int8_macs(self) -> int:
+    def quantized_macs(self) -> int:
         return sum(layer.macs for layer in self.layers)
 
     @property
     def coverage(self) -> float:
-        """Share of Conv/ConvTranspose/MatMul/Gemm multiply-accumulates that run in INT8."""
-        return self.int8_macs / self.total_macs if self.total_macs else 0.0
+        """Share of Conv/ConvTranspose/MatMul/Gemm multiply-accumulates that run quantized."""
+        return self.quantized_macs / self.total_macs if self.total_macs else 0.0
+
+    @property
+    def opset(self) -> int:
+        """The lowest opset that holds every Q/DQ node of the plan (19; 21 for INT4 or blocks)."""
+        return max((q.opset for layer in self.layers for q in layer.inputs), default=QDQ_OPSET)
 
     def only(self, outputs) -> QuantPlan:
         """A plan restricted to the layers whose outputs are in ``outputs`` (sensitivity runs)."""
@@ -105,11 +162,13 @@ class QuantPlan:
 
     def to_dict(self) -> dict:
         return {
+            "precision": self.precision,
             "calibrator": self.calibrator,
             "coverage": self.coverage,
             "layers": [
                 {"output": layer.output, "op": layer.op_type, "label": layer.label, "macs": layer.macs,
                  "inputs": [{"index": q.index, "tensor": q.tensor, "axis": q.axis, "weight": q.is_weight,
+                             "dtype": q.dtype, "block_size": q.block_size,
                              "scales": list(q.scales) if q.axis is None or len(q.scales) <= 8 else len(q.scales)}
                             for q in layer.inputs]}
                 for layer in self.layers
@@ -122,16 +181,37 @@ class PlanMismatchError(InvalidArgument):
     """The plan names a layer or weight that the graph does not have."""
 
 
-def quantize_weight(weight: np.ndarray, q: QuantInput) -> np.ndarray:
-    """INT8 values of ``weight`` on the plan's grid (symmetric, clipped to ±127)."""
-    scales = np.asarray(q.scales, dtype=np.float32)
+def broadcast_scales(q: QuantInput, ndim: int) -> np.ndarray:
+    """``q``'s scales shaped to broadcast against a weight of rank ``ndim`` (blocks repeated)."""
+    scales = q.scale_array()
+    if q.block_size:
+        return np.repeat(scales, q.block_size, axis=q.axis)
     if q.axis is not None:
-        shape = [1] * weight.ndim
+        shape = [1] * ndim
         shape[q.axis] = -1
-        scales = scales.reshape(shape)
-    else:
-        scales = scales.reshape(())
-    return np.clip(np.round(weight.astype(np.float32) / scales), -127, 127).astype(np.int8)
+        return scales.reshape(shape)
+    return scales
+
+
+def quantize_values(x: np.ndarray, scales: np.ndarray, qtype: QuantDtype) -> np.ndarray:
+    """``x / scales`` on ``qtype``'s grid (symmetric, saturated to ±qmax) in its numpy type."""
+    scaled = np.clip(np.asarray(x, dtype=np.float32) / scales, -qtype.qmax, qtype.qmax)
+    return (np.round(scaled) if qtype.integer else scaled).astype(qtype.numpy)
+
+
+def _scales_for(weight: np.ndarray, q: QuantInput) -> np.ndarray:
+    scales = broadcast_scales(q, weight.ndim)
+    return scales[tuple(slice(0, n) for n in weight.shape)] if q.block_size else scales
+
+
+def quantize_weight(weight: np.ndarray, q: QuantInput) -> np.ndarray:
+    """The quantized values of ``weight`` on the plan's grid (symmetric, saturated to ±qmax of its dtype)."""
+    return quantize_values(weight, _scales_for(weight, q), q.qtype)
+
+
+def dequantized_weight(weight: np.ndarray, q: QuantInput) -> np.ndarray:
+    """What the DequantizeLinear of ``weight`` under ``q`` gives back (FP32): its value on the plan's grid."""
+    return quantize_weight(weight, q).astype(np.float32) * _scales_for(weight, q)
 
 
 def _missing_types(model: ir.Model, names: set[str]) -> dict[str, ir.DataType]:
@@ -171,26 +251,29 @@ class _QdqWriter:
             self.serial += 1
             dtype = np.float16 if array.dtype == np.float16 else np.float32
             base = f"{value.name}__w{self.serial}"
-            shape = (len(q.scales),) if q.axis is not None else ()
-            inputs = [self._initializer(quantize_weight(array, q), base + "_int8"),
-                      self._initializer(np.asarray(q.scales, dtype=dtype).reshape(shape), base + "_scale"),
-                      self._initializer(np.zeros(shape, dtype=np.int8), base + "_zp")]
-            node = ir.node("DequantizeLinear", inputs, {"axis": q.axis} if q.axis is not None else None,
+            scales = q.scale_array(dtype)
+            inputs = [self._initializer(quantize_weight(array, q), f"{base}_{q.dtype}"),
+                      self._initializer(scales, base + "_scale"),
+                      self._initializer(np.zeros(scales.shape, dtype=q.qtype.numpy), base + "_zp")]
+            attrs = {"axis": q.axis} if q.axis is not None else {}
+            if q.block_size:
+                attrs["block_size"] = q.block_size
+            node = ir.node("DequantizeLinear", inputs, attrs or None,
                            outputs=[ir.Value(name=base + "_dq")], name=base + "_DequantizeLinear")
             self.weight_nodes.append(node)
             self.weights[key] = node.outputs[0]
         return self.weights[key]
 
-    def activation(self, value: ir.Value, scale: float, consumer: ir.Node) -> ir.Value:
+    def activation(self, value: ir.Value, scale: float, consumer: ir.Node, qtype: QuantDtype) -> ir.Value:
         """The DequantizeLinear output that replaces activation ``value`` (Q/DQ emitted before ``consumer``)."""
-        key = (value.name, scale)
+        key = (value.name, scale, qtype.name)
         if key not in self.acts:
             self.serial += 1
             dtype = self.types.get(value.name, value.dtype)
             np_dtype = np.float16 if dtype == ir.DataType.FLOAT16 else np.float32
             base = f"{value.name}__a{self.serial}"
             scale_v = self._initializer(np.asarray(scale, dtype=np_dtype), base + "_scale")
-            zp = self._initializer(np.asarray(0, dtype=np.int8), base + "_zp")
+            zp = self._initializer(np.asarray(0, dtype=qtype.numpy), base + "_zp")
             q = ir.node("QuantizeLinear", [value, scale_v, zp], outputs=[ir.Value(name=base + "_q")],
                         name=base + "_QuantizeLinear")
             dq = ir.node("DequantizeLinear", [q.outputs[0], scale_v, zp], outputs=[ir.Value(name=base + "_dq")],
@@ -222,7 +305,7 @@ def _layer_node(by_output: dict[str, ir.Node], layer: QuantLayer) -> ir.Node:
 
 
 def apply_plan(model: ir.Model, plan: QuantPlan) -> ir.Model:
-    """A copy of ``model`` (opset ≥ 19) with the plan's Q/DQ nodes; no other node changes.
+    """A copy of ``model`` (opset ≥ ``plan.opset``) with the plan's Q/DQ nodes; no other node changes.
 
     Scales take the dtype of the tensor they quantize: FP16 in an FP16 graph, FP32 in an FP32 one.
 
@@ -230,7 +313,7 @@ def apply_plan(model: ir.Model, plan: QuantPlan) -> ir.Model:
         >>> has_qdq(apply_plan(model, plan))
         True
     """
-    return apply_plan_in_place(ensure_opset(copy_model(model), QDQ_OPSET), plan)
+    return apply_plan_in_place(ensure_opset(copy_model(model), plan.opset), plan)
 
 
 def apply_plan_in_place(out: ir.Model, plan: QuantPlan) -> ir.Model:
@@ -247,6 +330,6 @@ def apply_plan_in_place(out: ir.Model, plan: QuantPlan) -> ir.Model:
             if q.is_weight:
                 node.replace_input_with(q.index, writer.weight(value, q, layer.label))
             else:
-                node.replace_input_with(q.index, writer.activation(value, q.scales[0], node))
+                node.replace_input_with(q.index, writer.activation(value, q.scales[0], node, q.qtype))
     writer.finish()
     return out

@@ -18,7 +18,7 @@ from trtforge.builder.progress import stage_progress
 from trtforge.cache.engine_cache import EngineCache, engine_key
 from trtforge.capture.export import export_onnx, normalize_example_inputs
 from trtforge.capture.onnx_file import load_onnx
-from trtforge.core.config import CompileConfig, QuantConfig
+from trtforge.core.config import QUANTIZED_PRECISIONS, CompileConfig, QuantConfig
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.sidecar import PrecisionRecord, QuantizationRecord, SourceRecord
 from trtforge.core.specs import shape_value_candidates
@@ -119,7 +119,7 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
 
     FP16/BF16: the range probe runs the reference on ``feeds`` and keeps what leaves the low type's range.
     """
-    if config.precision != "int8":
+    if config.precision not in QUANTIZED_PRECISIONS:
         if feeds and config.float_dtype:
             _check_probe_feeds(reference, feeds[0], config.precision)
         keep = probe(reference, feeds, config.float_dtype) if feeds and config.float_dtype else {}
@@ -129,5 +129,5 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
     from trtforge.quantize.quantizer import quantize_model
 
     result = quantize_model(reference, calibration_data, config.quant if config.quant is not None else QuantConfig(),
-                            preprocessing=config.preprocessing, progress=config.progress)
-    return process(result.fp32, "int8", result.plan), result.report
+                            preprocessing=config.preprocessing, progress=config.progress, precision=config.precision)
+    return process(result.fp32, config.precision, result.plan), result.report

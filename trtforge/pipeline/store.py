@@ -8,7 +8,7 @@ from typing import Any
 
 from trtforge.builder.portability import file_suffix
 from trtforge.cache.engine_cache import EngineCache
-from trtforge.core.config import CompileConfig
+from trtforge.core.config import QUANTIZED_PRECISIONS, CompileConfig
 from trtforge.pipeline.record import Built
 
 log = logging.getLogger(__name__)
@@ -16,8 +16,8 @@ log = logging.getLogger(__name__)
 
 def request_key_of(model_or_onnx: Any, example_inputs: Any, config: CompileConfig,
                  engine_cache: EngineCache | None) -> str | None:
-    """A cheap key over what was asked (a hit skips export, passes and build); none for int8."""
-    if engine_cache is None or config.precision == "int8":
+    """A cheap key over what was asked (a hit skips export, passes and build); none when quantized."""
+    if engine_cache is None or config.precision in QUANTIZED_PRECISIONS:
         return None
     from trtforge.cache.request_key import request_key
 

@@ -13,7 +13,7 @@ from trtforge.builder.precision_plan import check_precision
 from trtforge.builder.timing_cache import check_timing_cache_path
 from trtforge.capture.export import normalize_example_inputs
 from trtforge.capture.onnx_file import check_onnx_path
-from trtforge.core.config import CompileConfig, ConfigError, QuantConfig
+from trtforge.core.config import QUANTIZED_PRECISIONS, CompileConfig, ConfigError, QuantConfig
 from trtforge.core.errors import FileConflict, UserError, WrongType
 from trtforge.core.hashing import sha256_file
 from trtforge.core.sidecar import is_trtforge_sidecar, read_sidecar
@@ -34,12 +34,13 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
     check_precision(config)  # a precision no target GPU accelerates: refused before capture and calibration
     if config.timing_cache is not None:
         config = replace(config, timing_cache=check_timing_cache_path(config.timing_cache))
-    if config.precision != "int8" and calibration_data is not None:
-        raise ConfigError(f"calibration_data= is used only by precision='int8' (this build is {config.precision!r}); "
-                          "drop it, or ask for precision='int8'")
-    if config.precision == "int8" and calibration_data is None:
+    quantized = config.precision in QUANTIZED_PRECISIONS
+    if not quantized and calibration_data is not None:
+        raise ConfigError(f"calibration_data= is used only by the quantized precisions ({', '.join(QUANTIZED_PRECISIONS)}; "
+                          f"this build is {config.precision!r}); drop it, or ask for precision='int8'")
+    if quantized and calibration_data is None:
         raise ConfigError(
-            "precision='int8' needs calibration_data= (an image folder, a .npy file, an array, "
+            f"precision={config.precision!r} needs calibration_data= (an image folder, a .npy file, an array, "
             "an iterable of input dicts, or a callable); see docs/quantization.md"
         )
     _check_direct(model_or_onnx, config)
@@ -108,6 +109,9 @@ def _check_direct(model_or_onnx: Any, config: CompileConfig) -> None:
     if isinstance(model_or_onnx, (str, Path)):
         raise ConfigError(f"path='direct' converts a PyTorch module, and {model_or_onnx} is a file; pass the "
                           "nn.Module with example inputs, or build the .onnx with path='onnx'")
+    if config.precision in QUANTIZED_PRECISIONS and config.precision != "int8":
+        raise ConfigError(f"precision={config.precision!r} is on the ONNX path only; use path='onnx' "
+                          "(--path onnx), or precision='int8' on the direct path")
     quant = config.quant if config.quant is not None else QuantConfig()
     if config.precision == "int8" and quant.placement != "default":
         raise ConfigError("placement='auto' measures layers on the ONNX graph and is not on the direct path; "

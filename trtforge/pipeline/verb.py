@@ -82,7 +82,7 @@ def check_budget(report: QuantizationRecord | None, config: CompileConfig) -> No
     if not isinstance(budget, Mapping) or budget.get("holds", True):
         return
     measured = ", ".join(f"{x.get('measured', float('nan')):.4g}" for x in budget.get("limits", ()))
-    message = (f"the INT8 build misses its error budget ({budget.get('description')}: measured {measured}); "
+    message = (f"the {config.precision.upper()} build misses its error budget ({budget.get('description')}: measured {measured}); "
                "loosen it (error_budget= / --error-budget), try placement='auto' (--placement auto), or build fp16")
     if config.strict_accuracy:
         raise AccuracyBudgetMissed(message + "; nothing was written (strict_accuracy)")

@@ -3,13 +3,13 @@
 Example:
     >>> data = split_samples(model, Path("calib/"), QuantConfig(), preprocessing=pp)
     >>> amax, shapes = calibrate_model(model, analyse(model), data.calib_batches, QuantConfig())
-    >>> full = build_full_plan(model, analyse(model), amax, shapes, "mse")
+    >>> full = build_full_plan(model, analyse(model), amax, shapes, "mse", spec_of("fp8"))
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx_ir as ir
@@ -19,10 +19,11 @@ from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.passes.graph import constant_value, input_specs, values_by_name
 from trtforge.passes.qdq import QuantInput, QuantLayer, QuantPlan, fp16_scales
 from trtforge.quantize import placement as placement_mod
-from trtforge.quantize.calibrators import calibrate, weight_scales
+from trtforge.quantize.calibrators import calibrate
 from trtforge.quantize.data import Batches, batches, check_count, load_calibration
 from trtforge.quantize.macs import layer_macs
 from trtforge.quantize.observers import observe
+from trtforge.quantize.precision import SPECS, PrecisionSpec
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,21 @@ def calibrate_model(
     calib_batches: list[dict[str, np.ndarray]],
     config: QuantConfig,
     progress=None,
+    spec: PrecisionSpec = SPECS["int8"],
 ) -> tuple[dict[str, float], dict[str, tuple[int, ...]]]:
-    """amax per activation tensor (with ``config.calibrator``) and the observed shapes."""
-    tensors = sorted({name for c in analysis.candidates for _, name in c.activations})
+    """amax per activation tensor (with ``config.calibrator``, on ``spec``'s grid) and the observed shapes.
+
+    Weight-only precisions quantize no activation: one batch gives the shapes (for the MAC counts).
+    """
+    activations = sorted({name for c in analysis.candidates for _, name in c.activations})
+    tensors = [] if spec.weight_only else activations
     shapes_of = [c.output for c in analysis.candidates]
-    stats = observe(model, tensors, calib_batches, shapes_of=shapes_of + tensors, num_bins=config.num_bins,
+    if spec.weight_only:
+        calib_batches = calib_batches[:1]
+    stats = observe(model, tensors, calib_batches, shapes_of=shapes_of + activations, num_bins=config.num_bins,
                     progress=progress, total=len(calib_batches))
-    amax = {name: calibrate(stats.histograms[name], config.calibrator, config.percentile) for name in tensors}
+    amax = {name: calibrate(stats.histograms[name], config.calibrator, config.percentile,
+                            qtype=spec.activation_qtype) for name in tensors}
     return amax, stats.shapes
 
 
@@ -82,24 +91,36 @@ def build_full_plan(
     amax: dict[str, float],
     shapes: dict[str, tuple[int, ...]],
     calibrator: str,
+    spec: PrecisionSpec = SPECS["int8"],
 ) -> QuantPlan:
-    """A plan that quantizes every candidate (placement then removes layers from it)."""
+    """A plan that quantizes every candidate ``spec`` can take (placement then removes layers from it).
+
+    The MAC total counts every candidate of ``analysis``, so a weight-only plan's coverage is the share
+    of all Conv/MatMul/Gemm MACs whose weights it quantizes (attention products stay out of it).
+    """
     values = values_by_name(model.graph)
-    layers, total = [], 0
+    eligible = {c.output for c in spec.candidates(analysis).candidates}
+    act = spec.activation_qtype
+    layers, excluded, total = [], [], 0
     for c in analysis.candidates:
         macs = layer_macs(c, values, shapes)
         total += macs
-        inputs = [QuantInput(idx, name, fp16_scales([amax[name] / 127.0])) for idx, name in c.activations]
+        if c.output not in eligible:
+            continue
+        inputs = [] if act is None else [QuantInput(idx, name, fp16_scales([amax[name] / act.qmax]), dtype=act.name)
+                                         for idx, name in c.activations]
         if c.weight is not None:
-            idx, name, axis = c.weight
-            scales = weight_scales(constant_value(values[name]), axis)
-            inputs.append(QuantInput(idx, name, fp16_scales(scales), axis, True))
+            weight = spec.weight_input(c.weight, constant_value(values[c.weight[1]]))
+            if isinstance(weight, str):
+                excluded.append((c.label, weight))
+                continue
+            inputs.append(weight)
         layers.append(QuantLayer(c.output, c.op_type, c.label, tuple(sorted(inputs, key=lambda q: q.index)), macs))
-    return QuantPlan(tuple(layers), (), calibrator, total)
+    return QuantPlan(tuple(layers), tuple(excluded), calibrator, total, spec.precision)
 
 
 def plan_from_decisions(full: QuantPlan, decisions: dict[str, str | None]) -> QuantPlan:
     """``full`` without the layers a decision keeps in FP16 (listed in ``excluded`` with the reason)."""
     keep = [layer for layer in full.layers if not decisions.get(layer.output)]
     excluded = tuple((layer.label, decisions[layer.output]) for layer in full.layers if decisions.get(layer.output))
-    return QuantPlan(tuple(keep), excluded, full.calibrator, full.total_macs)
+    return replace(full, layers=tuple(keep), excluded=full.excluded + excluded)

@@ -1,12 +1,14 @@
 """Activation calibrators: turn a histogram of |x| into a clipping threshold (amax).
 
 All calibrators read the same streaming histogram (``observers.Histogram``): ``counts`` over
-equal-width bins of |x| from 0 to ``edges[-1]``. The scale is ``amax / 127``.
+equal-width bins of |x| from 0 to ``edges[-1]``. The scale is ``amax / qmax`` of the quantized dtype:
+127 for INT8, 448 for FP8 (E4M3).
 
 * ``max``: the largest |x| seen.
 * ``percentile``: the upper edge of the bin where the cumulative count reaches p % (99.99).
 * ``entropy``: TensorRT's KL method (see ``kl_divergence``), 128 levels over 2048 bins.
-* ``mse``: the threshold that minimises the quantisation MSE over the histogram.
+* ``mse``: the threshold that minimises the quantisation MSE over the histogram, on the dtype's own
+  grid (integers for INT8, E4M3's floats for FP8).
 
 Example:
     >>> kl_divergence([1, 4, 10, 20, 20, 10, 3, 2], num_levels=4, stop=6)   # 0.0380…
@@ -21,8 +23,10 @@ import numpy as np
 
 from trtforge.core.config import CALIBRATORS
 from trtforge.core.errors import InvalidArgument
+from trtforge.passes.qdq import QUANT_DTYPES, QuantDtype, quantize_values
 
 INT8_MAX = 127
+INT8 = QUANT_DTYPES["int8"]
 
 
 def kl_divergence(counts: Sequence[float], num_levels: int, stop: int, q_from: str = "folded") -> float:
@@ -122,8 +126,8 @@ def percentile_amax(counts: np.ndarray, edges: np.ndarray, percentile: float = 9
     return float(edges[min(idx + 1, len(edges) - 1)])
 
 
-def mse_amax(counts: np.ndarray, edges: np.ndarray, num_candidates: int = 256) -> float:
-    """The threshold among bin edges that minimises Σ count·(x − Q(x))² at bin centres."""
+def mse_amax(counts: np.ndarray, edges: np.ndarray, num_candidates: int = 256, qtype: QuantDtype = INT8) -> float:
+    """The threshold among bin edges that minimises Σ count·(x − Q(x))² at bin centres (``qtype``'s grid)."""
     counts = np.asarray(counts, dtype=np.float64)
     centres = (edges[:-1] + edges[1:]) / 2
     nz = np.nonzero(counts)[0]
@@ -134,16 +138,19 @@ def mse_amax(counts: np.ndarray, edges: np.ndarray, num_candidates: int = 256) -
     best, best_err = float(edges[last]), np.inf
     for stop in stops:
         amax = float(edges[stop])
-        scale = amax / INT8_MAX
-        q = np.clip(np.round(centres / scale), 0, INT8_MAX) * scale
+        scale = amax / qtype.qmax
+        if qtype.integer:
+            q = np.clip(np.round(centres / scale), 0, qtype.qmax) * scale
+        else:
+            q = quantize_values(centres, np.float32(scale), qtype).astype(np.float64) * scale
         err = float(np.sum(counts * (centres - q) ** 2))
         if err < best_err - 1e-18:
             best, best_err = amax, err
     return best
 
 
-def calibrate(hist, method: str, percentile: float = 99.99, num_levels: int = 128) -> float:
-    """amax for one tensor's histogram (an ``observers.Histogram``) with ``method``."""
+def calibrate(hist, method: str, percentile: float = 99.99, num_levels: int = 128, qtype: QuantDtype = INT8) -> float:
+    """amax for one tensor's histogram (an ``observers.Histogram``) with ``method`` (``qtype``: mse's grid)."""
     if method == "max":
         return float(hist.amax)
     if method == "percentile":
@@ -154,16 +161,31 @@ def calibrate(hist, method: str, percentile: float = 99.99, num_levels: int = 12
         return min(entropy_amax(getattr(hist, "nonzero_counts", hist.counts), hist.edges, num_levels),
                    float(hist.amax))
     if method == "mse":
-        return min(mse_amax(hist.counts, hist.edges), float(hist.amax))
+        return min(mse_amax(hist.counts, hist.edges, qtype=qtype), float(hist.amax))
     raise InvalidArgument(f"unknown calibrator {method!r}; choose one of {', '.join(CALIBRATORS)}")
 
 
-def weight_scales(weight: np.ndarray, axis: int | None) -> np.ndarray:
-    """Symmetric INT8 absmax scales: per output channel along ``axis``, or per tensor (None)."""
+def weight_scales(weight: np.ndarray, axis: int | None, qmax: float = INT8_MAX) -> np.ndarray:
+    """Symmetric absmax scales (``amax / qmax``): per output channel along ``axis``, or per tensor (None)."""
     w = np.abs(np.asarray(weight, dtype=np.float32))
     if axis is None:
         amax = np.array([w.max() if w.size else 0.0], dtype=np.float32)
     else:
         amax = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1).max(axis=1)
-    scales = amax / INT8_MAX
+    scales = amax / qmax
+    return np.where(scales > 0, scales, 1.0).astype(np.float32)
+
+
+def block_scales(weight: np.ndarray, axis: int, block_size: int, qmax: float) -> np.ndarray:
+    """Symmetric absmax scales of a 2-D weight in blocks of ``block_size`` along ``axis`` (which it divides):
+    the weight's shape with ``axis`` divided by ``block_size``.
+
+    Example:
+        >>> block_scales(np.arange(8.0).reshape(4, 2), axis=0, block_size=2, qmax=7.0) * 7
+        array([[2., 3.], [6., 7.]])
+    """
+    w = np.abs(np.asarray(weight, dtype=np.float32))
+    moved = np.moveaxis(w, axis, 0)
+    amax = moved.reshape(moved.shape[0] // block_size, block_size, *moved.shape[1:]).max(axis=1)
+    scales = np.moveaxis(amax, 0, axis) / qmax
     return np.where(scales > 0, scales, 1.0).astype(np.float32)

@@ -46,21 +46,36 @@ def _from_dq(value: ir.Value | None, depth: int = 3) -> bool:
     return False
 
 
-def int8_layers(qdq: ir.Model | onnx.ModelProto) -> set[str]:
-    """Outputs of the MAC layers of ``qdq`` whose float inputs all come from DequantizeLinear."""
+def int8_layers(qdq: ir.Model | onnx.ModelProto, weights_only: bool = False) -> set[str]:
+    """Outputs of the MAC layers of ``qdq`` whose float inputs all come from DequantizeLinear (any quantized
+    dtype); ``weights_only``: whose weight (input B, not from a QuantizeLinear) comes from DequantizeLinear."""
     out = set()
     for node in load_ir(qdq).graph:
         if node.op_type not in MAC_OPS:
             continue
         data = [value for value in node.inputs[:2] if value is not None and value.name]
-        if data and all(_from_dq(value) for value in data):
+        if weights_only:
+            data = [v for v in node.inputs[1:2] if v is not None and v.name and _from_dq(v) and not _from_q(v)]
+            if data:
+                out.add(node.outputs[0].name)
+        elif data and all(_from_dq(value) for value in data):
             out.add(node.outputs[0].name)
     return out
 
 
-def int8_coverage(qdq: ir.Model | onnx.ModelProto, macs: dict[str, int]) -> float:
-    """Share of ``macs`` (from ``mac_counts``) in the layers ``qdq`` runs in INT8."""
+def _from_q(value: ir.Value) -> bool:
+    """Whether the DequantizeLinear that feeds ``value`` reads a QuantizeLinear (an activation, not a weight)."""
+    node = value.producer()
+    while node is not None and node.op_type != "DequantizeLinear":
+        node = node.inputs[0].producer() if node.inputs and node.inputs[0] is not None else None
+    source = node.inputs[0].producer() if node is not None else None
+    return source is not None and source.op_type == "QuantizeLinear"
+
+
+def int8_coverage(qdq: ir.Model | onnx.ModelProto, macs: dict[str, int], weights_only: bool = False) -> float:
+    """Share of ``macs`` (from ``mac_counts``) in the layers ``qdq`` runs quantized (``weights_only``: whose
+    weights it quantizes)."""
     total = sum(macs.values())
     if not total:
         return 0.0
-    return sum(macs.get(o, 0) for o in int8_layers(qdq)) / total
+    return sum(macs.get(o, 0) for o in int8_layers(qdq, weights_only)) / total

@@ -1,9 +1,12 @@
-"""Placement: which Conv/ConvTranspose/MatMul/Gemm layers run in INT8, and why the others do not.
+"""Placement: which Conv/ConvTranspose/MatMul/Gemm layers run quantized, and why the others do not.
 
-The default rules are RF-DETR's measured ones, kept as data (``RULES``):
+The default INT8 rules are RF-DETR's measured ones, kept as data (``RULES``):
 * a convolution whose input channels are not a multiple of 32 stays FP16;
-* the final head (a layer with no Conv/MatMul/Gemm after it) stays FP16;
-then two structural constraints:
+* the final head (a layer with no Conv/MatMul/Gemm after it) stays FP16.
+FP8 has its own (``FP8_RULES``, Model Optimizer's): a convolution with fewer than 16 input channels per
+group or output channels stays FP16, and a GEMV-shaped MatMul (one output column) too. Weight-only
+precisions quantize GEMM weights only (``weight_only_analysis``) and have no rules.
+Then two structural constraints:
 * an attention block (Q/K/V projections, QKᵀ, ·V, output projection) is all INT8 or all FP16;
 * an MLP's first projection is quantized only when its second one is.
 ``include=[regex]`` forces layers into INT8 and ``exclude=[regex]`` forces them to FP16; a
@@ -49,6 +52,7 @@ class Candidate:
     in_channels: int | None
     is_head: bool
     groups: int = 1  # Conv/ConvTranspose ``group``: > 1 is a grouped (depthwise) convolution
+    out_channels: int | None = None  # Conv/ConvTranspose output channels; MatMul/Gemm output columns
 
 
 @dataclass(frozen=True)
@@ -124,15 +128,19 @@ def _candidate(node: ir.Node) -> Candidate | None:
             return None
     if node.op_type in ("Conv", "ConvTranspose") and (weight is None or not activations):
         return None
-    in_channels = None
+    in_channels = out_channels = None
     if weight is not None and node.op_type == "Conv":
         in_channels = int(weight_value.shape[1]) * int(attr(node, "group", 1))
+        out_channels = int(weight_value.shape[0])
     elif weight is not None and node.op_type == "ConvTranspose":
         in_channels = int(weight_value.shape[0])
+        out_channels = int(weight_value.shape[1]) * int(attr(node, "group", 1))
+    elif weight is not None and weight[2] is not None:
+        out_channels = int(weight_value.shape[weight[2]])
     return Candidate(
         node=node.name, output=node.outputs[0].name, op_type=node.op_type, label=layer_label(node),
         activations=tuple(activations), weight=weight, in_channels=in_channels,
-        is_head=not _reaches_mac(node.outputs[0]), groups=int(attr(node, "group", 1)),
+        is_head=not _reaches_mac(node.outputs[0]), groups=int(attr(node, "group", 1)), out_channels=out_channels,
     )
 
 
@@ -246,6 +254,40 @@ RULES: tuple[tuple[str, Callable[[Candidate], str | None]], ...] = (
     ("final_head_fp16", _head_rule),
 )
 
+#: Channels below which FP8 kernels gain nothing (Model Optimizer 0.47 skips such convolutions alike).
+FP8_MIN_CHANNELS = 16
+
+
+def _fp8_channels_rule(c: Candidate) -> str | None:
+    if c.op_type not in ("Conv", "ConvTranspose") or c.in_channels is None:
+        return None
+    per_group = c.in_channels // max(c.groups, 1)
+    if per_group < FP8_MIN_CHANNELS or (c.out_channels or 0) < FP8_MIN_CHANNELS:
+        return (f"{per_group} input channels per group, {c.out_channels} output channels: fewer than "
+                f"{FP8_MIN_CHANNELS} (FP8 kernels gain nothing)")
+    return None
+
+
+def _gemv_rule(c: Candidate) -> str | None:
+    if c.op_type in ("MatMul", "Gemm") and c.out_channels == 1:
+        return "GEMV-shaped (one output column; FP8 kernels gain nothing)"
+    return None
+
+
+FP8_RULES: tuple[tuple[str, Callable[[Candidate], str | None]], ...] = (
+    ("fp8_min_channels_16", _fp8_channels_rule),
+    ("fp8_no_gemv", _gemv_rule),
+)
+
+
+def weight_only_analysis(analysis: Analysis) -> Analysis:
+    """The candidates weight-only quantization can take: MatMul/Gemm with a 2-D constant weight read as B
+    (input 1) and an activation as A. No structural constraint applies (activations stay in the float type).
+    """
+    keep = tuple(c for c in analysis.candidates if c.op_type in ("MatMul", "Gemm") and c.weight is not None
+                 and c.weight[0] == 1 and c.weight[2] is not None and c.activations == ((0, c.activations[0][1]),))
+    return Analysis(keep, (), ())
+
 
 #: Pattern words that name a kind of layer, not an ONNX op type.
 LAYER_KINDS: dict[str, Callable[[Candidate], bool]] = {
@@ -266,17 +308,21 @@ def decide(
     analysis: Analysis,
     exclude: Sequence[str] = (),
     include: Sequence[str] = (),
-    rules: bool = True,
+    rules: bool | Sequence[tuple[str, Callable[[Candidate], str | None]]] = True,
 ) -> dict[str, str | None]:
-    """Layer output → None (INT8) or the reason it stays FP16."""
+    """Layer output → None (quantized) or the reason it stays FP16.
+
+    ``rules``: True for the INT8 ``RULES``, False for none, or a rule table (``FP8_RULES``).
+    """
     validate_patterns(exclude, "exclude")
     validate_patterns(include, "include")
+    table = RULES if rules is True else (rules or ())
     decisions: dict[str, str | None] = {}
     forced_in: set[str] = set()
     for c in analysis.candidates:
         reason = None
-        if rules:
-            for _, rule in RULES:
+        if table:
+            for _, rule in table:
                 reason = rule(c)
                 if reason:
                     break

@@ -1,11 +1,12 @@
-"""INT8 post-training quantization: ``quantize_model``, the orchestration of the quantizer's steps.
+"""Post-training quantization (INT8, FP8, weight-only INT8/INT4): ``quantize_model``, the orchestration.
 
 The steps, in order, on the FP32 graph: load and check the calibration data (errors before any
-work), SmoothQuant (optional), observers and calibrators (or the calibration cache), the
-placement (rules or measured), the frozen ``QuantPlan``, bias correction (optional), the
-accuracy report on held-back samples (ONNX Runtime, FP32 scales). The graph handed to TensorRT
-is ``trtforge.passes.process(result.fp32, "int8", result.plan)``: the FP16 pass, then the same
-plan with FP16 scales.
+work), SmoothQuant (optional; W8A8 precisions) or AWQ-lite (optional; weight-only), observers and
+calibrators (or the calibration cache), the placement (rules or measured), the frozen ``QuantPlan``,
+bias correction (optional), the accuracy report on held-back samples (ONNX Runtime, FP32 scales).
+What differs between precisions is data (``trtforge.quantize.precision.SPECS``). The graph handed to
+TensorRT is ``trtforge.passes.process(result.fp32, precision, result.plan)``: the FP16 pass, then the
+same plan with FP16 scales.
 
 Example:
     >>> result = quantize_model(fp32_model, Path("calib/"), QuantConfig(calibrator="entropy"),
@@ -13,6 +14,7 @@ Example:
     >>> result.report["measured"]["top1_agreement"]
     0.98
     >>> onnx.save(result.model, "lite0_int8_qdq.onnx")
+    >>> fp8 = quantize_model(fp32_model, Path("calib/"), QuantConfig(), LITE0_PREPROCESSING, precision="fp8")
 """
 
 from __future__ import annotations
@@ -27,13 +29,13 @@ import onnx_ir as ir
 
 from trtforge.cache.calib_cache import CalibrationCache
 from trtforge.core.budget import ErrorBudget, resolve_budget
-from trtforge.core.config import QuantConfig
+from trtforge.core.config import QuantConfig, check_quant_options
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig
-from trtforge.passes.graph import QDQ_OPSET, ensure_node_names, ensure_opset, fresh_ir, to_proto
+from trtforge.passes.graph import ensure_node_names, ensure_opset, fresh_ir, to_proto
 from trtforge.passes.process import Processed, process
 from trtforge.passes.qdq import QuantPlan, apply_plan
-from trtforge.quantize import bias_correction, placement, sensitivity, smoothquant
+from trtforge.quantize import awq, bias_correction, placement, sensitivity, smoothquant
 from trtforge.quantize.calibration import (
     CalibrationSet,
     build_full_plan,
@@ -42,9 +44,16 @@ from trtforge.quantize.calibration import (
     split_samples,
 )
 from trtforge.quantize.data import CalibrationDataError, data_hash
+from trtforge.quantize.precision import PrecisionSpec, spec_of
 from trtforge.quantize.progress import progress_bar
 from trtforge.quantize.report import compare_outputs, print_report, run_model
 from trtforge.quantize.task import detect_task, output_dims
+
+
+def _what(spec: PrecisionSpec) -> str:
+    if spec.weight_only:
+        return "MatMul or Gemm layer with a constant 2-D weight (weight-only quantizes GEMM weights)"
+    return "Conv, ConvTranspose, MatMul or Gemm layer with float inputs"
 
 
 @dataclass
@@ -63,7 +72,7 @@ class QuantResult:
 
     @cached_property
     def processed(self) -> Processed:
-        return process(self.fp32, "int8", self.plan)
+        return process(self.fp32, self.plan.precision, self.plan)
 
     @cached_property
     def model(self) -> onnx.ModelProto:
@@ -78,40 +87,47 @@ class QuantResult:
         return to_proto(self.fp32)
 
 
-def _settings(config: QuantConfig, task: str, data: CalibrationSet) -> dict[str, Any]:
+def _settings(config: QuantConfig, task: str, data: CalibrationSet, spec: PrecisionSpec) -> dict[str, Any]:
     return {
+        "precision": spec.precision,
         "calibrator": config.calibrator,
         "percentile": config.percentile if config.calibrator == "percentile" else None,
         "smoothquant_alpha": config.smoothquant,
         "bias_correction": config.bias_correction,
         "placement": config.placement,
+        "block_size": spec.block_size,
         "task": task,
         "samples": {"calibration": len(data.calib), "held_back": len(data.holdout)},
     }
 
 
 def _calibrate_cached(model: ir.Model, analysis: placement.Analysis, data: CalibrationSet, config: QuantConfig,
-                      report: dict, bar) -> tuple[dict[str, float], dict[str, tuple[int, ...]], str]:
+                      spec: PrecisionSpec, report: dict, bar) -> tuple[dict[str, float], dict[str, tuple[int, ...]], str]:
     """amax and shapes from the calibration cache, else calibrated (and stored); also the data hash."""
     cache = CalibrationCache(config.cache_dir) if config.cache_dir else None
     graph_hash = cache.graph_hash(to_proto(model)) if cache else None
     data_sha = data_hash(data.calib)
-    entry = cache.load(graph_hash, data_sha, config.calibration_key()) if cache else None
+    key = {**config.calibration_key(), "grid": spec.activation_dtype}  # mse's grid differs per dtype
+    entry = cache.load(graph_hash, data_sha, key) if cache else None
     if entry is not None:
         report["cache"] = "hit"
         return *entry, data_sha
-    amax, shapes = calibrate_model(model, analysis, data.calib_batches, config, bar)
+    amax, shapes = calibrate_model(model, analysis, data.calib_batches, config, bar, spec)
     if cache:
-        cache.save(graph_hash, data_sha, config.calibration_key(), amax, shapes)
+        cache.save(graph_hash, data_sha, key, amax, shapes)
     report["cache"] = "miss" if cache else "off"
     return amax, shapes, data_sha
 
 
 def _place(model: ir.Model, analysis: placement.Analysis, full: QuantPlan, data: CalibrationSet,
            config: QuantConfig, budget: ErrorBudget, report: dict, bar) -> QuantPlan:
-    """The plan: the rules' decisions, or measured placement against ``budget`` (placement="auto")."""
+    """The plan: the rules' decisions, or measured placement against ``budget`` (placement="auto").
+
+    ``analysis`` holds the candidates of the plan's precision (``PrecisionSpec.candidates``).
+    """
+    rules = spec_of(full.precision).rules
     if config.placement != "auto":
-        return plan_from_decisions(full, placement.decide(analysis, config.exclude, config.include))
+        return plan_from_decisions(full, placement.decide(analysis, config.exclude, config.include, rules=rules))
     base = plan_from_decisions(full, placement.decide(analysis, config.exclude, config.include, rules=False))
     # Ranked on the held-back samples; the budget is checked on every sample (calibration and held
     # back: more samples, a tighter confidence bound), before bias correction.
@@ -159,16 +175,19 @@ def _finish_report(report: dict, config: QuantConfig, budget: ErrorBudget, plan:
         "limits": budget.record(final),  # measured on the held-back samples, the final graph
     }
     report["coverage"] = plan.coverage
-    report["int8_layers"] = len(plan.layers)
+    report["quantized_layers"] = len(plan.layers)
+    report["int8_layers"] = len(plan.layers)  # the INT8-era name of quantized_layers
     report["layers_total"] = layers_total
     report["excluded_layers"] = [{"layer": label, "reason": reason} for label, reason in plan.excluded]
     report["graph_sha256"] = CalibrationCache.graph_hash(to_proto(model))
     report["data_sha256"] = data_sha
 
 
-def _checked_start(fp32, calibration_data, config: QuantConfig, preprocessing: PreprocessConfig | Mapping | None):
+def _checked_start(fp32, calibration_data, config: QuantConfig, preprocessing: PreprocessConfig | Mapping | None,
+                   spec: PrecisionSpec):
     """(model, task, budget, data): everything that can refuse the input, before any calibration."""
-    model = ensure_node_names(ensure_opset(fresh_ir(fp32), QDQ_OPSET))
+    check_quant_options(config, spec.precision)
+    model = ensure_node_names(ensure_opset(fresh_ir(fp32), spec.opset))
     task = detect_task(model, config.task)
     budget = resolve_budget(task, config.error_budget)
     if task == "classification" and len(output_dims(model)) != 2:
@@ -187,8 +206,11 @@ def quantize_model(
     config: QuantConfig | None = None,
     preprocessing: PreprocessConfig | Mapping | None = None,
     progress: bool = True,
+    precision: str = "int8",
 ) -> QuantResult:
-    """FP32 graph (not modified) + calibration data → the INT8 plan, with a measured report.
+    """FP32 graph (not modified) + calibration data → the ``precision`` plan, with a measured report.
+
+    ``precision``: int8 (W8A8), fp8 (E4M3), int8-wo or int4-wo (weight-only GEMMs).
 
     Example:
         >>> result = quantize_model(model, np.load("calib.npy"), QuantConfig())
@@ -196,23 +218,27 @@ def quantize_model(
         0.91
     """
     config = config or QuantConfig()
-    model, task, budget, data = _checked_start(fp32, calibration_data, config, preprocessing)
+    spec = spec_of(precision, config)
+    model, task, budget, data = _checked_start(fp32, calibration_data, config, preprocessing, spec)
     reference = model
-    report = _settings(config, task, data)
+    report = _settings(config, task, data, spec)
     with progress_bar(progress) as bar:
         if config.smoothquant is not None:
             model, report["smoothquant"] = smoothquant.smooth(model, data.calib_batches, config.smoothquant,
                                                               progress=bar)
         analysis = placement.analyse(model)
-        if not analysis.candidates:
-            raise InvalidArgument("the graph has no Conv, ConvTranspose, MatMul or Gemm layer with float "
-                                  "inputs to quantize; build it with precision='fp16' instead")
-        amax, shapes, data_sha = _calibrate_cached(model, analysis, data, config, report, bar)
-        full = build_full_plan(model, analysis, amax, shapes, config.calibrator)
-        plan = _place(model, analysis, full, data, config, budget, report, bar)
+        if not spec.candidates(analysis).candidates:
+            raise InvalidArgument(f"the graph has no {_what(spec)} to quantize; build it with precision='fp16' "
+                                  "instead")
+        amax, shapes, data_sha = _calibrate_cached(model, analysis, data, config, spec, report, bar)
+        full = build_full_plan(model, analysis, amax, shapes, config.calibrator, spec)
+        plan = _place(model, spec.candidates(analysis), full, data, config, budget, report, bar)
         ref_out = run_model(reference, data.held_batches)
+        if config.awq:
+            model, plan = awq.awq_if_better(ref_out, model, plan, spec, data, report, bar)
         model, sim, sim_out = _correct(ref_out, model, plan, data, config, budget, report, bar)
-    _finish_report(report, config, budget, plan, len(analysis.candidates), ref_out, sim_out, model, data_sha)
+    _finish_report(report, config, budget, plan, len(spec.candidates(analysis).candidates), ref_out, sim_out, model,
+                   data_sha)
     if progress:
         print_report(report)
     return QuantResult(fp32=model, sim=sim, plan=plan, report=report, sensitivity=report.get("sensitivity", []))

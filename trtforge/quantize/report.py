@@ -16,6 +16,7 @@ import onnx_ir as ir
 
 from trtforge.core.metrics import per_sample_errors, softmax
 from trtforge.passes.graph import ort_session
+from trtforge.quantize.precision import spec_of
 
 
 def run_model(model: ir.Model | onnx.ModelProto, batches: Sequence[dict[str, np.ndarray]], session=None) -> list[np.ndarray]:
@@ -68,7 +69,8 @@ def print_report(report: dict) -> None:
     from rich.table import Table
 
     console = Console()
-    table = Table(title="INT8 quantization report (ONNX Runtime, held-back samples vs FP32)")
+    name = spec_of(report.get("precision", "int8")).name
+    table = Table(title=f"{name} quantization report (ONNX Runtime, held-back samples vs FP32)")
     table.add_column("item")
     table.add_column("value", justify="right")
     alpha = report.get("smoothquant_alpha")
@@ -78,9 +80,13 @@ def print_report(report: dict) -> None:
         ("bias correction", _bias_text(report.get("bias_correction"))),
         ("placement", report["placement"]),
         ("samples (calibration / held back)", f"{report['samples']['calibration']} / {report['samples']['held_back']}"),
-        ("INT8 layers", f"{report['int8_layers']} of {report['layers_total']}"),
-        ("INT8 coverage (MACs)", f"{100 * report['coverage']:.1f} %"),
+        (f"{name} layers", f"{report['int8_layers']} of {report['layers_total']}"),
+        (f"{name} coverage (MACs)", f"{100 * report['coverage']:.1f} %"),
     ]
+    if report.get("awq"):
+        awq = report["awq"]
+        rows.append(("AWQ-lite", f"{'applied' if awq['applied'] else 'not applied (did not help)'}: rel L2 "
+                                 f"{awq['rel_l2_before']:.4f} → {awq['rel_l2_after']:.4f}"))
     m = report["measured"]
     rows += [("relative L2 (mean / max)", f"{m['rel_l2_mean']:.4f} / {m['rel_l2_max']:.4f}"),
              ("cosine (mean / min)", f"{m['cosine_mean']:.5f} / {m['cosine_min']:.5f}")]

@@ -23,11 +23,12 @@ import onnx_ir as ir
 from trtforge.core.budget import ErrorBudget
 from trtforge.core.config import QuantConfig
 from trtforge.core.errors import WrongType
-from trtforge.passes.graph import QDQ_OPSET, ensure_node_names, ensure_opset, fresh_ir
+from trtforge.passes.graph import ensure_node_names, ensure_opset, fresh_ir
 from trtforge.passes.qdq import QuantPlan, apply_plan
 from trtforge.quantize import placement
 from trtforge.quantize.calibration import build_full_plan, calibrate_model, split_samples
 from trtforge.quantize.placement import Analysis
+from trtforge.quantize.precision import spec_of
 from trtforge.quantize.progress import progress_bar
 from trtforge.quantize.report import per_sample_errors, run_model
 
@@ -144,22 +145,25 @@ def auto_place(
 
 
 def sensitivity_table(
-    model: ir.Model | onnx.ModelProto, calibration_data, config=None, preprocessing: dict | None = None, progress: bool = True,
+    model: ir.Model | onnx.ModelProto, calibration_data, config=None, preprocessing: dict | None = None,
+    progress: bool = True, precision: str = "int8",
 ) -> list[dict]:
-    """Calibrate ``model``, then rank every group by the error it causes alone (held-back samples).
+    """Calibrate ``model``, then rank every group by the error it causes alone in ``precision`` (held back).
 
     Example:
-        >>> rows = sensitivity_table(onnx.load("m.onnx"), Path("calib/"), preprocessing=pp)
+        >>> rows = sensitivity_table(onnx.load("m.onnx"), Path("calib/"), preprocessing=pp, precision="fp8")
         >>> rows[0]["group"]
     """
     config = config or QuantConfig()
-    model = ensure_node_names(ensure_opset(fresh_ir(model), QDQ_OPSET))
+    spec = spec_of(precision, config)
+    model = ensure_node_names(ensure_opset(fresh_ir(model), spec.opset))
     data = split_samples(model, calibration_data, config, preprocessing)
-    analysis = placement.analyse(model)
-    rules = placement.decide(analysis, config.exclude, config.include)
+    everything = placement.analyse(model)
+    analysis = spec.candidates(everything)
+    rules = placement.decide(analysis, config.exclude, config.include, rules=spec.rules)
     with progress_bar(progress) as bar:
-        amax, shapes = calibrate_model(model, analysis, data.calib_batches, config, bar)
-        full = build_full_plan(model, analysis, amax, shapes, config.calibrator)
+        amax, shapes = calibrate_model(model, everything, data.calib_batches, config, bar, spec)
+        full = build_full_plan(model, everything, amax, shapes, config.calibrator, spec)
         rows = rank_groups(model, full, analysis, data.held_batches, progress=bar)
     for row in rows:
         reasons = {rules[o] for o in row["layers"] if rules.get(o)}
@@ -167,12 +171,13 @@ def sensitivity_table(
     return rows
 
 
-def print_sensitivity(rows: list[dict], limit: int | None = None) -> None:
+def print_sensitivity(rows: list[dict], limit: int | None = None, precision: str = "int8") -> None:
     """The ranking as a rich table, most harmful first."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="INT8 sensitivity: one layer/block in INT8 at a time (held-back samples vs FP32)")
+    name = spec_of(precision).name
+    table = Table(title=f"{name} sensitivity: one layer/block in {name} at a time (held-back samples vs FP32)")
     for col, justify in (("#", "right"), ("layer / block", "left"), ("rel. L2", "right"), ("MACs", "right"),
                          ("default rule", "left")):
         table.add_column(col, justify=justify)

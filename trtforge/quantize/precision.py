@@ -1,0 +1,116 @@
+"""What each quantized precision means to the quantizer, as data: its dtypes, placement rules and weight grid.
+
+``int8`` (W8A8) and ``fp8`` (E4M3) quantize activations (per tensor) and weights (per output channel) of
+Conv/ConvTranspose/MatMul/Gemm. ``int8-wo`` and ``int4-wo`` quantize only GEMM weights (MatMul/Gemm with
+a constant B): a DequantizeLinear-only initializer, per output channel or in blocks along the reduction
+axis (INT4: blocks of ``block_size``, 128 by default, opset 21); activations stay FP16. The rest of the
+quantizer (calibration, SmoothQuant, bias correction, placement, sensitivity, the report) is the same for
+every precision and reads only this record.
+
+Example:
+    >>> spec = spec_of("int4-wo", QuantConfig())
+    >>> spec.weight_dtype, spec.block_size, spec.weight_only
+    ('int4', 128, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from trtforge.core.config import QUANTIZED_PRECISIONS, QuantConfig
+from trtforge.core.errors import InvalidArgument
+from trtforge.passes.qdq import QUANT_DTYPES, QuantDtype, QuantInput, fp16_scales
+from trtforge.quantize.calibrators import block_scales, weight_scales
+from trtforge.quantize.placement import FP8_RULES, RULES, Analysis, Candidate, weight_only_analysis
+
+#: The smallest block along the reduction axis (TensorRT's INT4 kernels want at least 16 weights a block).
+MIN_BLOCK = 16
+
+
+@dataclass(frozen=True)
+class PrecisionSpec:
+    """One quantized precision: the activation dtype (None: weight-only), the weight dtype, the default
+    placement rules, and the weight block size along the reduction axis (None: one scale per channel)."""
+
+    precision: str
+    activation_dtype: str | None
+    weight_dtype: str
+    rules: tuple[tuple[str, Callable[[Candidate], str | None]], ...]
+    block_size: int | None = None
+
+    @property
+    def weight_only(self) -> bool:
+        return self.activation_dtype is None
+
+    @property
+    def activation_qtype(self) -> QuantDtype | None:
+        return None if self.activation_dtype is None else QUANT_DTYPES[self.activation_dtype]
+
+    @property
+    def weight_qtype(self) -> QuantDtype:
+        return QUANT_DTYPES[self.weight_dtype]
+
+    @property
+    def opset(self) -> int:
+        """The opset its Q/DQ nodes need: 19, or 21 for INT4 or blocked weights."""
+        blocked = QUANT_DTYPES["int4"].opset
+        return blocked if self.block_size or self.weight_dtype == "int4" else self.weight_qtype.opset
+
+    @property
+    def name(self) -> str:
+        """How reports and tables spell it: INT8, FP8, INT8 weight-only, INT4 weight-only."""
+        base = {"int8": "INT8", "float8e4m3fn": "FP8", "int4": "INT4"}[self.weight_dtype]
+        return f"{base} weight-only" if self.weight_only else base
+
+    def candidates(self, analysis: Analysis) -> Analysis:
+        """The part of ``analysis`` this precision can quantize (weight-only: GEMM weights)."""
+        return weight_only_analysis(analysis) if self.weight_only else analysis
+
+    def weight_input(self, ref: tuple[int, str, int | None], weight: np.ndarray) -> QuantInput | str:
+        """The quantized input for ``weight`` (``ref``: a candidate's (input index, name, output-channel axis)),
+        or the reason it cannot take this precision."""
+        idx, name, axis = ref
+        qtype = self.weight_qtype
+        if not self.weight_only or self.block_size is None:
+            scales = weight_scales(weight, axis, qtype.qmax)
+            return QuantInput(idx, name, fp16_scales(scales), axis, True, self.weight_dtype)
+        if weight.ndim != 2:
+            return f"weight of rank {weight.ndim}: weight-only blocks need a 2-D GEMM weight"
+        reduction = 1 - axis
+        k = int(weight.shape[reduction])
+        block = self.block_size or 128
+        while block >= MIN_BLOCK and k % block:
+            block //= 2
+        if block < MIN_BLOCK:
+            return f"reduction dimension {k} is not a multiple of {MIN_BLOCK} (weight-only blocks)"
+        scales = block_scales(weight, reduction, block, qtype.qmax)
+        return QuantInput(idx, name, fp16_scales(scales.ravel()), reduction, True, self.weight_dtype, block,
+                          tuple(int(d) for d in scales.shape))
+
+
+#: Every quantized precision (``core.config.QUANTIZED_PRECISIONS``, in its order) → its spec.
+SPECS: dict[str, PrecisionSpec] = {spec.precision: spec for spec in (
+    PrecisionSpec(QUANTIZED_PRECISIONS[0], "int8", "int8", RULES),
+    PrecisionSpec(QUANTIZED_PRECISIONS[1], "float8e4m3fn", "float8e4m3fn", FP8_RULES),
+    PrecisionSpec(QUANTIZED_PRECISIONS[2], None, "int8", ()),
+    PrecisionSpec(QUANTIZED_PRECISIONS[3], None, "int4", (), 128),
+)}
+
+
+def spec_of(precision: str, config: QuantConfig | None = None) -> PrecisionSpec:
+    """The spec of ``precision``, with ``config.block_size`` (weight-only) applied.
+
+    Example:
+        >>> spec_of("int8-wo", QuantConfig(block_size=64)).block_size
+        64
+    """
+    if precision not in SPECS:
+        raise InvalidArgument(f"precision={precision!r} is not quantized; choose one of {', '.join(SPECS)}")
+    spec = SPECS[precision]
+    block = None if config is None else config.block_size
+    if block is not None and spec.weight_only:
+        spec = replace(spec, block_size=block)
+    return spec
