@@ -185,13 +185,15 @@ def test_the_docs_layer_lines_are_layers():
 # -- every vocabulary named once -------------------------------------------------------------------------
 def vocabularies() -> dict[str, tuple[str, frozenset[str]]]:
     """Vocabulary → (the one module that names it, its names)."""
+    from trtforge.builder.capability import RUNS_AS
     from trtforge.core.budget import METRICS
     from trtforge.core.config import PRECISIONS
     from trtforge.core.routes import ROUTE_NAMES
 
     return {"precision": ("trtforge/core/config.py", frozenset(PRECISIONS)),
             "route": ("trtforge/core/routes.py", frozenset(ROUTE_NAMES)),
-            "metric": ("trtforge/core/budget.py", frozenset(METRICS))}
+            "metric": ("trtforge/core/budget.py", frozenset(METRICS)),
+            "runs_as": ("trtforge/builder/capability.py", frozenset(RUNS_AS))}
 
 
 #: Tables keyed by a vocabulary's names (data about each name, not a re-listing): (module, vocabulary, why).
@@ -203,7 +205,9 @@ TABLES: tuple[tuple[str, str, str], ...] = (
     ("trtforge/core/metrics.py", "metric", "PER_SAMPLE: each metric's per-sample function"),
     ("trtforge/quantize/report.py", "metric", "the measured values, by metric name"),
     ("trtforge/builder/capability.py", "precision",
-     "RUNS_AS_LABEL: the hardware-side 'runs as' vocabulary (int8 = W8A8, int8_wo, fp8, ...) is its own, defined there"),
+     "SCHEME_OF_PRECISION: each quantized precision's hardware scheme ('runs as' shares names with precisions)"),
+    ("trtforge/builder/capability_probe.py", "runs_as", "PATTERNS: the probe graph's Q/DQ dtypes per scheme"),
+    ("trtforge/builder/quantized_layers.py", "runs_as", "SCHEMES: (activation, weight) dtype family -> scheme"),
 )
 #: Selections of a vocabulary that are a choice, not a definition: (module, vocabulary, why).
 SELECTIONS: tuple[tuple[str, str, str], ...] = (
@@ -240,7 +244,7 @@ def vocabulary_listings(path: Path, names: frozenset[str]) -> list[tuple[int, st
     return found
 
 
-@pytest.mark.parametrize("vocabulary", ["precision", "route", "metric"])
+@pytest.mark.parametrize("vocabulary", ["precision", "route", "metric", "runs_as"])
 def test_each_vocabulary_is_named_in_one_module(vocabulary):
     """A list of precisions (routes, metrics) anywhere but its module is a second vocabulary: import it."""
     vocab = vocabularies()

@@ -1,0 +1,210 @@
+"""The sidecar's typed sub-records (source, engine, precision, builder, quantization, target plan,
+shape inputs): frozen dataclasses that read their JSON keys and keep unknown ones in ``extra``.
+
+They live beside :mod:`trtforge.core.sidecar`, which re-exports them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from trtforge.core.errors import WrongType
+
+#: Field metadata: an optional key, written only when it holds a value (older sidecars lack it).
+OPTIONAL_FIELD = {"optional": True}
+
+
+def optional_field(default: Any = None) -> Any:
+    return field(default=default, metadata=OPTIONAL_FIELD)
+
+
+def to_json(value: Any) -> Any:
+    """Tuples back to JSON lists, recursively (records keep string lists as tuples)."""
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: to_json(v) for k, v in value.items()}
+    return value
+
+
+def as_tuple(value: Any) -> tuple:
+    return tuple(value) if isinstance(value, (list, tuple)) else (() if value is None else (value,))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SidecarRecord:
+    """Base of the sidecar's sub-records: typed fields, and ``extra`` for keys this version does not know.
+
+    Example:
+        >>> BuilderRecord.from_dict({"flavour": "tensorrt_rtx", "new_key": 1}).extra
+        {'new_key': 1}
+    """
+
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | SidecarRecord | None) -> Any:
+        """A record from its JSON object; missing keys get their defaults, unknown keys go to ``extra``."""
+        if isinstance(data, cls):
+            return data
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise WrongType(f"a sidecar {cls.__name__} is a JSON object, got {type(data).__name__}; "
+                            "pass a dict or the record itself")
+        names = {f.name for f in fields(cls)} - {"extra"}
+        known = {k: v for k, v in data.items() if k in names}
+        return cls(**known, extra={k: v for k, v in data.items() if k not in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: every field (optional ones only when set), then the unknown keys."""
+        data: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "extra" or (value is None and f.metadata.get("optional")):
+                continue
+            data[f.name] = to_json(value)
+        data.update(self.extra)
+        return data
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceRecord(SidecarRecord):
+    """Where the engine came from: the model or file, and the ONNX graphs written beside the engine."""
+
+    kind: str | None = optional_field()  # "torch" or "onnx"
+    original: str | None = optional_field()  # the ONNX file given
+    module: str | None = optional_field()  # the nn.Module's class
+    factory: str | None = optional_field()  # "package.module:function" that rebuilds the model (zoo models)
+    onnx_file: str | None = optional_field()  # the processed graph the engine was built from
+    onnx_sha256: str | None = optional_field()
+    reference_onnx_file: str | None = optional_field()  # the FP32 graph before the precision passes
+    reference_onnx_sha256: str | None = optional_field()
+    #: "direct": converted from PyTorch without ONNX (trtforge.convert), so no .onnx lies beside the engine.
+    path: str | None = optional_field()
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineRecord(SidecarRecord):
+    """The engine file beside the sidecar: its name, size and sha256."""
+
+    file: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrecisionRecord(SidecarRecord):
+    """The precision asked for, the one built, and the graph's node dtypes."""
+
+    requested: str | None = optional_field()
+    built: str | None = optional_field()  # differs from requested when INT8 placement kept every layer FP16
+    node_dtypes: Mapping[str, int] = field(default_factory=dict)
+    fp32_nodes: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuilderRecord(SidecarRecord):
+    """How TensorRT built the engine: flavour, version, targets, portability and cache facts."""
+
+    flavour: str | None = optional_field()  # "tensorrt" or "tensorrt_rtx"
+    version: str | None = optional_field()
+    targets: tuple[str, ...] = ()
+    offered_targets: tuple[str, ...] = ()
+    optimization_level: int | None = optional_field()
+    workspace_bytes: int | None = optional_field()
+    strongly_typed: bool | None = optional_field()
+    hardware_compatibility: str | None = None
+    version_compatible: bool = False
+    host_code: bool = False
+    refittable: bool = False
+    weights_stripped: bool = False
+    timing_cache: bool | None = optional_field()
+    build_seconds: float | None = optional_field()
+    created: str | None = optional_field()
+    config: Mapping[str, Any] | None = optional_field()
+    trtforge_version: str | None = optional_field()
+    cache: Mapping[str, Any] | None = optional_field()  # {"key", "hit"}, or {"enabled": False}
+    refit: Mapping[str, Any] | None = optional_field()  # the last refit: weights, sha256, count, time
+    converter_hash: str | None = optional_field()  # the direct path: sha256 of the converters' source
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "targets", as_tuple(self.targets))
+        object.__setattr__(self, "offered_targets", as_tuple(self.offered_targets))
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantizationRecord(SidecarRecord):
+    """The quantization report (INT8, FP8, weight-only): calibration, placement, and the error measured on
+    held-back samples."""
+
+    calibrator: str | None = None
+    percentile: float | None = None
+    smoothquant_alpha: float | None = None
+    bias_correction: Any = None  # the option asked for; a dict of what it did once applied
+    placement: str | None = None
+    task: str | None = None
+    samples: Mapping[str, int] | None = None
+    smoothquant: Any = optional_field()
+    precision: str | None = optional_field()  # int8, fp8, int8-wo, int4-wo (absent in INT8-era sidecars)
+    block_size: int | None = optional_field()  # weight-only: weights per scale along the reduction axis
+    awq: Mapping[str, Any] | None = optional_field()  # weight-only AWQ-lite: applied, held-back error before/after
+    quantized_layers: int | None = optional_field()
+    cache: str | None = optional_field()
+    sensitivity: Any = optional_field()
+    auto_placement: Mapping[str, Any] | None = optional_field()
+    measured: Mapping[str, Any] | None = optional_field()
+    error_budget: Mapping[str, Any] | None = optional_field()
+    coverage: Any = optional_field()  # the INT8 share of MACs (older reports: a dict of shares)
+    int8_layers: int | None = optional_field()
+    layers_total: int | None = optional_field()
+    excluded_layers: list[Mapping[str, str]] | None = optional_field()  # {"layer", "reason"} each
+    graph_sha256: str | None = optional_field()
+    data_sha256: str | None = optional_field()
+
+
+@dataclass(frozen=True, kw_only=True)
+class TargetPlanRecord(SidecarRecord):
+    """Each quantized layer and the precision it is planned to run as on each target GPU
+    (``builder.capability``); ``unaccelerated`` names the layers no target accelerates
+    (built only with ``allow_unaccelerated=True``).
+
+    Example:
+        >>> TargetPlanRecord.from_dict({"targets": ["sm86"], "layers": [{"layer": "c", "op": "Conv",
+        ...     "quantized_as": "int8", "runs_as": {"sm86": "fp16"}}]}).layers[0]["runs_as"]
+        {'sm86': 'fp16'}
+    """
+
+    flavour: str | None = None
+    version: str | None = None
+    targets: tuple[str, ...] = ()
+    float_precision: str | None = None
+    allow_unaccelerated: bool = False
+    #: {"layer", "op", "class", "quantized_as", "runs_as": {target: precision}} each.
+    layers: tuple[Mapping[str, Any], ...] = ()
+    unaccelerated: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "targets", as_tuple(self.targets))
+        object.__setattr__(self, "layers", as_tuple(self.layers))
+        object.__setattr__(self, "unaccelerated", as_tuple(self.unaccelerated))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShapeInputRecord(SidecarRecord):
+    """An input TensorRT reads as a shape tensor (its values set shapes, e.g. a Reshape's shape) and the
+    values the engine was built for (min = opt = max in every profile). A runtime passes exactly these
+    values, on host memory.
+
+    Example:
+        >>> ShapeInputRecord.from_dict({"name": "shape", "values": [3, 2]}).values
+        (3, 2)
+    """
+
+    name: str
+    values: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", tuple(int(v) for v in as_tuple(self.values)))
