@@ -8,9 +8,10 @@ test runner (one import of torch and TensorRT per model, not per command); its o
 - ``refused``: exit 1 or 2 with exactly one ``error:`` line (a clean refusal, or a failed check);
 - ``traceback``: a traceback, the "bug in trtforge" line, or an exception out of the command;
 - ``self-compare``: a ``compare`` that ran the same graph on both sides;
-- ``messy``: any other exit code, or a failure with no or several ``error:`` lines.
+- ``messy``: any other exit code, or a failure with no or several ``error:`` lines;
+- ``n/a``: not run, because the build it needs was refused (that refusal is its own cell).
 
-Only ``pass`` and ``refused`` are acceptable (tests/matrix/test_matrix.py).
+Only ``pass``, ``refused`` and ``n/a`` are acceptable (tests/matrix/test_matrix.py).
 
 Example:
     $ python tests/matrix/driver.py vit /tmp/m /tmp/m/vit.json && jq '.cells[0]' /tmp/m/vit.json
@@ -141,6 +142,12 @@ def run(name: str, work: Path) -> dict:
     rows = []
     for cell, argv in cells(name, work):
         start = time.perf_counter()
+        missing = [a for a in argv if a.startswith(str(work / "out")) and not Path(a.split("@")[0]).exists()]
+        if missing and not cell.startswith("build"):
+            rows.append({"cell": cell, "argv": argv, "exit": None, "outcome": "n/a", "seconds": 0.0,
+                         "line": f"no {Path(missing[0].split('@')[0]).name}: its build refused"})
+            print(f"{name:18s} {cell:26s} n/a", flush=True)
+            continue
         code, stdout, stderr, exc = _invoke(argv)
         kind, line = outcome(argv, code, stdout, stderr, exc)
         rows.append({"cell": cell, "argv": argv, "exit": code, "outcome": kind, "line": line,

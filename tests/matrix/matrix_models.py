@@ -182,7 +182,6 @@ def _ppocr(which: str) -> Path:
 
 def _odd(name: str):
     """The odd graphs, written with onnx.helper."""
-    import onnx
     from onnx import TensorProto as P
     from onnx import helper as h
     from onnx import numpy_helper

@@ -72,5 +72,7 @@ def test_cell(matrix_rows, model, cell):
     cells = {c["cell"]: c for c in matrix_rows(model)["cells"]}
     assert cell in cells, f"the driver ran no cell {cell!r} for {model}"
     got = cells[cell]
+    if got["outcome"] == "n/a":
+        pytest.skip(got["line"])
     assert got["outcome"] in ("pass", "refused"), (
         f"{model} / {cell}: {got['outcome']}: {got['line']}\n  trtforge {' '.join(got['argv'])}")
