@@ -192,7 +192,9 @@ def compare_sides(
     with contextlib.ExitStack() as stack:
         side_a, side_b = open_side(a, stack, route, device, **options), open_side(b, stack, route, device, **options)
         _same_graph(side_a, side_b)
-        known = side_a if side_a.inputs is not None else side_b
+        # the side whose profiles bound the shapes (an artifact), else the one that knows its inputs
+        known = next((s for s in (side_a, side_b) if s.inputs is not None and s.profiles), None) or (
+            side_a if side_a.inputs is not None else side_b)
         if known.inputs is None and inputs is None:
             raise InvalidArgument("neither side says what inputs it takes (a module or saved outputs); "
                                   "pass --inputs INPUTS.npz")
