@@ -390,8 +390,8 @@ def _output_disk_full_after_engine(ctx: Ctx) -> Case:
 
 # -- Ctrl-C at each stage ------------------------------------------------------------------------------
 for _stage, _function in [
-    ("validate", "trtforge.pipeline:validate"),
-    ("capture", "trtforge.pipeline:_capture"),
+    ("validate", "trtforge.pipeline.validate:validate"),
+    ("capture", "trtforge.pipeline.onnx_path:_capture"),
     ("passes", "trtforge.passes.process:process"),
     ("build_start", "trtforge.builder.build:build_engine"),
     ("build_running", "trtforge.builder.progress:BuildProgress.phase_start"),
