@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.trtforge-setup
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test test-fast lint clean
 
 setup: $(STAMP)
 
@@ -25,8 +25,13 @@ demo: setup
 lint: setup
 	$(PY) -m ruff check trtforge tests bench
 
+#: What CI runs: everything, slow and serve_load included; the 25 slowest tests are printed.
 test: setup lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
+
+#: The fast lane while developing: real builds of full models (slow) and serving under load left out.
+test-fast: setup lint
+	$(PY) -m pytest -q --durations=25 -m "not slow and not serve_load"
 
 clean:
 	rm -rf $(VENV) trtforge_out .pytest_cache

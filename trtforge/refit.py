@@ -40,6 +40,7 @@ from filelock import FileLock
 
 from trtforge.core import trt as trt_shim
 from trtforge.core.atomic import atomic_write_bytes
+from trtforge.core.config import FLOAT_PRECISIONS
 from trtforge.core.errors import InvalidArgument, MissingFile
 from trtforge.core.hashing import sha256_file
 from trtforge.core.sidecar import read_sidecar, write_sidecar
@@ -96,7 +97,7 @@ def _process_like_build(proto: Any, built_precision: str, kept: Mapping[str, str
     from trtforge.passes.graph import to_proto
     from trtforge.passes.process import process, reference_graph
 
-    if built_precision not in ("fp32", "fp16", "bf16"):
+    if built_precision not in FLOAT_PRECISIONS:
         raise RefitError(
             f"refit of a {built_precision} engine is not supported: its quantization scales come from "
             "calibration; rebuild it with trtforge build instead"

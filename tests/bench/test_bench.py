@@ -26,6 +26,7 @@ def test_measure_times_real_work_on_the_cpu():
     assert 2.0 <= stats.median_ms < 50.0
 
 
+@pytest.mark.slow  # EfficientNet-Lite0 on every route, timed
 def test_bench_command_writes_rows_and_checks(lite0_sidecar, tmp_path):
     out = tmp_path / "bench.json"
     result = CliRunner().invoke(app, ["bench", str(lite0_sidecar), "--route", "onnxruntime", "--route", "eager",
@@ -36,6 +37,8 @@ def test_bench_command_writes_rows_and_checks(lite0_sidecar, tmp_path):
     assert kinds == {(route, kind) for route in ("onnxruntime", "eager")
                      for kind in ("model", "end_to_end", "end_to_end_pinned")}
     assert all(c["ok"] for c in data["checks"]) and data["machine"]["torch"] == torch.__version__
+    assert "compile-pool start-up" in data["config"]["warmup_note"]  # the JSON says how it warmed up
+    assert {r["compile_pool"] for r in data["rows"] if r["kind"] != "model"} == {"no compile-worker pool was running"}
 
 
 def test_bench_command_refuses_unknown_route(lite0_sidecar):
@@ -43,6 +46,7 @@ def test_bench_command_refuses_unknown_route(lite0_sidecar):
     assert result.exit_code == 2 and "unknown route" in result.output
 
 
+@pytest.mark.slow  # torch.compile of the preprocessing and the Lite0 predictor (minutes on a CPU)
 @pytest.mark.parametrize(("flag", "on_cuda_graph"), [
     (["--compile-preprocessing"], True),
     ([], False),  # the default: fused only where the predictor captures CUDA graphs (here: a CPU)

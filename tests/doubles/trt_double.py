@@ -424,7 +424,7 @@ def write_fake_engine(
         outputs=tuple(TensorSpec(n, "float32", outputs[n]) for n in output_names),
         profiles=tuple({input_name: {"min": p[input_name][0], "opt": p[input_name][1], "max": p[input_name][2]}}
                        for p in profiles),
-        precision={"mode": "fp32"}, builder={"flavour": "double", "host_code": host_code}, source={"kind": "onnx"},
+        precision={"requested": "fp32", "built": "fp32"}, builder={"flavour": "double", "host_code": host_code}, source={"kind": "onnx"},
         preprocessing=preprocessing,
     )
     write_sidecar(engine.with_suffix(".json"), sidecar)

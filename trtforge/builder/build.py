@@ -25,6 +25,7 @@ from trtforge.builder.timing_cache import TimingCacheSession
 from trtforge.core import trt
 from trtforge.core.config import CompileConfig
 from trtforge.core.errors import Cancelled, InvalidArgument, Unsupported
+from trtforge.core.sidecar import BuilderRecord
 from trtforge.core.specs import TensorSpec
 
 log = logging.getLogger(__name__)
@@ -163,7 +164,7 @@ class BuildResult:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     profiles: tuple[dict[str, dict[str, list[int]]], ...]
-    builder: dict = field(default_factory=dict)
+    builder: BuilderRecord = field(default_factory=BuilderRecord)
     warnings: tuple[str, ...] = ()
     #: The values each shape-tensor input was built for (min = opt = max in every profile).
     shape_values: Mapping[str, list[int]] = field(default_factory=dict)
@@ -373,18 +374,18 @@ def build_network(builder, network, logger: RecordingLogger, config: CompileConf
             + ("; ".join(tensorrt_reasons(logger.errors())) or "no error was logged"))
     outputs = tuple(_spec(network.get_output(i)) for i in range(network.num_outputs))
     info = trt.info()
-    builder_info = {
-        "flavour": info.flavour,
-        "version": info.version,
-        "targets": list(config.targets) or ["portable"],
-        "offered_targets": list(info.compute_capability_targets),
-        "optimization_level": config.optimization_level,
-        "workspace_bytes": config.workspace_bytes,
-        "strongly_typed": True,
+    builder_info = BuilderRecord(
+        flavour=info.flavour,
+        version=info.version,
+        targets=tuple(config.targets) or ("portable",),
+        offered_targets=tuple(info.compute_capability_targets),
+        optimization_level=config.optimization_level,
+        workspace_bytes=config.workspace_bytes,
+        strongly_typed=True,
         **builder_record(config),
-        "timing_cache": timing.active,
-        "build_seconds": round(seconds, 3),
-    }
+        timing_cache=timing.active,
+        build_seconds=round(seconds, 3),
+    )
     return BuildResult(
         plan=bytes(plan), seconds=seconds, inputs=inputs, outputs=outputs, profiles=profiles,
         builder=builder_info, warnings=tuple(m for s, m in logger.messages if s == "WARNING"),

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from trtforge.core.batch import BatchProfile, BatchSpecError
+from trtforge.core.batch import DEFAULT_BATCH, BatchProfile, BatchSpecError
 from trtforge.core.specs import TensorSpec
 
 Shapes = Mapping[str, tuple[Sequence[int], Sequence[int], Sequence[int]]]
-#: ``batch=None``: one profile at batch 1 for the dynamic dim 0s.
-DEFAULT_BATCH = (BatchProfile(1, 1, 1),)
 
 
 def batched_specs(inputs: Sequence[TensorSpec], batched: Sequence[str] | None, shapes: Shapes) -> set[str]:

@@ -1,6 +1,6 @@
 """``trtforge.load``: one entry point that returns an ``Engine`` for any route.
 
-The routes, as data (name, what runs, what it needs):
+The routes, as data (name, what runs, what it needs), are ``trtforge.core.routes.ROUTES``.
 """
 
 from __future__ import annotations
@@ -10,23 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from trtforge.core.errors import InvalidArgument, NotPermitted
+from trtforge.core.routes import ROUTE_NAMES
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.runtime.protocol import Engine
-
-#: (route, what runs, what it needs). README's routes table is this table.
-ROUTES: tuple[tuple[str, str, str], ...] = (
-    ("tensorrt", "the TensorRT engine, execute_async_v3 on the caller's stream; cuda_graph=True to replay",
-     "a CUDA GPU, TensorRT 10+ or TensorRT-RTX bindings, the .engine with its sidecar"),
-    ("eager", "the PyTorch model in FP32", "torch; the model (zoo factory in the sidecar, or model=)"),
-    ("fp16", "the PyTorch model in FP16, channels-last on the GPU", "torch; the model; a GPU for speed"),
-    ("cuda_graph", "the FP16 model captured as one CUDA graph per batch size",
-     "torch with CUDA; the model (on CPU: plain FP16)"),
-    ("compiled", "torch.compile(mode='max-autotune') in FP16, or an AOTInductor .pt2 beside the engine",
-     "torch, a C++ compiler, Triton on GPU; the model unless the .pt2 exists"),
-    ("onnxruntime", "the FP32 reference ONNX graph in ONNX Runtime (CPU, or the CUDA provider)",
-     "onnxruntime; the .onnx beside the engine"),
-)
-ROUTE_NAMES: tuple[str, ...] = tuple(r[0] for r in ROUTES)
 
 #: Factories named in sidecars are imported only from these packages unless trust_factory=True.
 TRUSTED_FACTORY_PREFIXES: tuple[str, ...] = ("trtforge.",)
@@ -62,6 +48,51 @@ def _onnx_file(sidecar: Sidecar, which: str) -> Path:
     if which == "reference" and not sidecar.source.reference_onnx_file:
         which = "processed"
     return sidecar.verify_source_file(which)
+
+
+def route_refusal(sidecar: Sidecar, route: str, *, here: bool = True) -> str | None:
+    """Why ``route`` cannot run this artifact (one line naming the fix), or None when it can.
+
+    Cheap checks only (files, records, this machine's GPUs and bindings; nothing is loaded), for
+    callers that must refuse before expensive work: ``serve`` before Triton starts (``here=True``:
+    this machine too), ``export triton`` (``here=False``: the artifact alone; the repository runs
+    elsewhere).
+
+    Example:
+        >>> route_refusal(read_sidecar("out/direct.json"), "onnxruntime", here=False)
+        "route 'onnxruntime' runs the ONNX graph beside the engine, and out/direct.json was built on ..."
+    """
+    if route not in ROUTE_NAMES:
+        return f"unknown route {route!r}; choose one of {ROUTE_NAMES}"
+    if route == "onnxruntime":
+        if sidecar.source.path == "direct" or not (sidecar.source.reference_onnx_file or sidecar.source.onnx_file):
+            return (f"route 'onnxruntime' runs the ONNX graph beside the engine, and {sidecar.path} has none (built on "
+                    "the direct path or without ONNX); choose --route eager (the PyTorch model) or tensorrt")
+        return None
+    if route == "tensorrt":
+        return _tensorrt_refusal(sidecar) if here else None
+    base = sidecar.path.parent if sidecar.path is not None else Path(".")
+    aot = route == "compiled" and any(base.glob(f"{sidecar.name}_aot_*.pt2"))
+    if not sidecar.source.factory and not aot:
+        return (f"route {route!r} runs the PyTorch model, and {sidecar.path} names no model factory (only zoo models "
+                "do); choose --route onnxruntime or tensorrt")
+    return None
+
+
+def _tensorrt_refusal(sidecar: Sidecar) -> str | None:
+    """Whether this machine has what the tensorrt route needs: a CUDA GPU and the engine's bindings."""
+    import importlib.util
+
+    from trtforge.core.machine import cuda_device_count
+
+    if cuda_device_count() == 0:
+        return ("route 'tensorrt' needs a CUDA GPU and this machine has none; serve --route onnxruntime or eager here, "
+                "or run on a GPU machine")
+    flavour = sidecar.builder.flavour or "tensorrt"
+    if importlib.util.find_spec(flavour) is None:
+        return (f"route 'tensorrt' runs {sidecar.path.name if sidecar.path else 'this engine'} with {flavour}, which is "
+                f"not installed here; pip install {flavour.replace('_', '-')} or choose another --route")
+    return None
 
 
 def load(
