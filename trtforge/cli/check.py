@@ -74,7 +74,8 @@ def print_verdict(j) -> None:
 def print_check(report) -> None:
     """The report as a table, the timings, the verdict line and, on failure, the next step."""
     j, t = report.judgement, report.timing
-    print_judgement(f"check {escape(report.name)}: route {report.route} on {report.device} vs ONNX Runtime FP32 "
+    route = report.route if report.evaluator is None else f"{report.route} ({report.evaluator})"
+    print_judgement(f"check {escape(report.name)}: route {escape(route)} on {report.device} vs ONNX Runtime FP32 "
                     f"({report.samples} samples, batch {report.batch}; task {j.task}, tolerances for {j.precision})", j)
     cached = ("" if t.first_call_cached_ms is None
               else f" ({t.first_call_cached_ms:.1f} ms with the JIT runtime cache a first load stored)")

@@ -34,16 +34,22 @@ def compare(
     layerwise: Annotated[bool, typer.Option(help="A and B are ONNX graphs: error of every shared tensor")] = False,
     threshold: Annotated[float | None, typer.Option(help="--layerwise: relative L2 that counts as diverged")] = None,
     plot: Annotated[Path | None, typer.Option(help="--layerwise: PNG of the error along the depth")] = None,
+    max_memory: Annotated[str | None, typer.Option(
+        help="--layerwise: intermediate tensors held at once, e.g. 512M or 2G (default: a quarter of the "
+             "available memory, at most 4G)")] = None,
 ) -> None:
     """Run A and B on the same inputs and compare every output (exit 1 when B is out of tolerance)."""
     if layerwise:
-        _layerwise(Path(a), Path(b), inputs, samples, threshold, plot)
+        _layerwise(Path(a), Path(b), inputs, samples, threshold, plot, parse_size(max_memory))
         return
     from trtforge.debug.compare import compare_sides, save_run
 
     result = compare_sides(a, b, route=route, device=device, samples=samples, inputs=inputs, limit=limit)
     j = result.judgement
     count = next(iter(result.inputs.values())).shape[0]
+    for side, runs in zip("AB", result.runs, strict=True):
+        if runs:
+            console.print(f"{side} runs {escape(runs)}", soft_wrap=True)
     print_judgement(f"{escape(a)}  vs  {escape(b)}  ({count} samples; task {j.task}, tolerances for {j.precision})", j)
     for path in save_run(result, save_inputs, save_outputs):
         console.print(f"wrote {escape(str(path))}")
@@ -52,8 +58,31 @@ def compare(
         raise typer.Exit(EXIT_FAILED)
 
 
+def parse_size(text: str | None) -> int | None:
+    """``--max-memory`` → bytes: a number with an optional K, M or G (powers of 1024).
+
+    Example:
+        >>> parse_size("512M")
+        536870912
+    """
+    from trtforge.core.errors import InvalidArgument
+
+    if text is None:
+        return None
+    value = text.strip().upper().removesuffix("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(value[-1:], 1)
+    number = value[:-1] if scale > 1 else value
+    try:
+        size = float(number) * scale
+    except ValueError:
+        size = -1.0
+    if not size >= 1 << 20 or size == float("inf"):
+        raise InvalidArgument(f"--max-memory {text}: give a size of at least 1M, e.g. --max-memory 512M or 2G")
+    return int(size)
+
+
 def _layerwise(reference: Path, candidate: Path, inputs: Path | None, samples: int, threshold: float | None,
-               plot_path: Path | None) -> None:
+               plot_path: Path | None, max_memory: int | None = None) -> None:
     from trtforge.core.errors import InvalidArgument, MissingFile
     from trtforge.debug.layerwise import layerwise, plot
 
@@ -70,7 +99,18 @@ def _layerwise(reference: Path, candidate: Path, inputs: Path | None, samples: i
 
         with np.load(inputs) as data:
             arrays = {k: data[k] for k in data.files}
-    report = layerwise(reference, candidate, arrays, samples=samples, threshold=threshold)
+    elif candidate.with_suffix(".json").is_file():  # an artifact's graph: its sidecar knows the shapes built
+        from trtforge.core.sidecar import read_sidecar
+        from trtforge.debug.inputs import make_inputs
+
+        sidecar = read_sidecar(candidate.with_suffix(".json"))
+        arrays = make_inputs(sidecar.inputs, sidecar.profiles, samples, sidecar.preprocessing)
+    from rich.progress import Progress
+
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("layer-wise: tensor chunks", total=None)
+        report = layerwise(reference, candidate, arrays, samples=samples, threshold=threshold, max_memory=max_memory,
+                           progress=lambda done, total: bar.update(task, completed=done, total=total))
     print_layerwise(report)
     if plot_path is not None:
         written = plot(report, plot_path, f"{candidate.name} vs {reference.name}")

@@ -14,7 +14,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from trtforge.cli.app import EXIT_FAILED, app, console, guarded
+from trtforge.cli.app import EXIT_FAILED, app, console, guarded, say_error
 from trtforge.core.budget import METRICS
 from trtforge.core.config import REDUCED_PRECISIONS
 
@@ -38,6 +38,7 @@ def debug_precision(
     samples: Annotated[int, typer.Option(help="samples the search measures on")] = 128,
     held_out: Annotated[int, typer.Option(help="other samples the result is measured on again")] = 128,
     calibrator: Annotated[str, typer.Option(help="mse | percentile | entropy | max")] = "mse",
+    max_seconds: Annotated[float | None, typer.Option(help="stop the search after this long (exit 1), e.g. 600")] = None,
 ) -> None:
     """Bisect over the layers (graph order; INT8 also the sensitivity ranking) for the fewest to keep in higher precision.
 
@@ -45,7 +46,7 @@ def debug_precision(
     """
     from trtforge.core.config import QuantConfig, read_preprocessing_json
     from trtforge.core.errors import InvalidArgument, MissingFile
-    from trtforge.debug.bisect import bisect_float, bisect_int8, bisection_inputs
+    from trtforge.debug.bisect import Limits, SearchTimeout, bisect_float, bisect_int8, bisection_inputs
 
     if model.suffix == ".onnx" and not model.is_file():
         raise MissingFile(f"no ONNX file at {model}; pass trtforge debug precision an existing FP32 .onnx file or "
@@ -55,19 +56,36 @@ def debug_precision(
         raise InvalidArgument(f"--precision {precision}: choose {PRECISION_HELP}")
     if metric not in METRICS:
         raise InvalidArgument(f"--metric {metric}: choose one of {', '.join(METRICS)}")
+    if max_seconds is not None and not max_seconds > 0:
+        raise InvalidArgument(f"--max-seconds {max_seconds}: give a positive number of seconds, e.g. 600")
     config = QuantConfig(calibrator=calibrator, bias_correction=False)  # checks the calibrator name first
     pp = read_preprocessing_json(preprocessing) if preprocessing else None
     graph, calibration, search, held, pp = bisection_inputs(model, data, pp, samples, held_out)
-    if precision == "int8":
-        result = bisect_int8(graph, search, held, metric, target, calibration, pp, config)
-    else:
-        result = bisect_float(graph, search, held, metric, target, precision)
-    print_bisection(result, model)
+    from rich.progress import Progress
+
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("bisecting: calibrating" if precision == "int8" else "bisecting", total=None)
+
+        def progress(evaluated: int, kept: int, value: float) -> None:
+            bar.update(task, description=f"bisecting: {evaluated} graphs evaluated, last {kept} kept → "
+                                         f"{metric} {value:.4g} (target {target:g})")
+            console.print(f"graph {evaluated}: {kept} layers kept, {metric} {value:.4g}", highlight=False)
+
+        limits = Limits(max_seconds, progress)
+        try:
+            if precision == "int8":
+                result = bisect_int8(graph, search, held, metric, target, calibration, pp, config, limits=limits)
+            else:
+                result = bisect_float(graph, search, held, metric, target, precision, limits=limits)
+        except SearchTimeout as exc:
+            say_error(f"debug precision: {exc}")
+            raise typer.Exit(EXIT_FAILED) from exc
+    print_bisection(result, model, data)
     if not result.reached:
         raise typer.Exit(EXIT_FAILED)
 
 
-def print_bisection(result, model: Path) -> None:
+def print_bisection(result, model: Path, data: Path | None = None) -> None:
     """The kept layers, the metric before and after, and the build flags."""
     table = Table(title=f"precision bisection ({result.precision}): {result.metric} vs FP32, target {result.target:g}")
     higher = "FP16" if result.precision == "int8" else "FP32"
@@ -82,6 +100,6 @@ def print_bisection(result, model: Path) -> None:
         console.print(f"[bold red]target not reached[/]: even every layer in {higher} misses {result.metric} "
                       f"{result.target:g}; the model itself or the data may be the problem", soft_wrap=True)
         return
-    calib = " --calib DATA" if result.precision == "int8" else ""
-    console.print(f"reproduce: trtforge build {escape(str(model))}{calib} {escape(result.build_flags)}",
-                  soft_wrap=True)
+    from trtforge.debug.bisect import reproduce_command
+
+    console.print(f"reproduce: {escape(reproduce_command(model, result, data))}", soft_wrap=True, highlight=False)

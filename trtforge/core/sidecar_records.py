@@ -58,6 +58,20 @@ class SidecarRecord:
         known = {k: v for k, v in data.items() if k in names}
         return cls(**known, extra={k: v for k, v in data.items() if k not in names})
 
+    def __getitem__(self, key: str) -> Any:
+        """A field (or an ``extra`` key) by its JSON name, as in the sidecar file: ``precision["built"]``.
+
+        Example:
+            >>> PrecisionRecord(built="fp16")["built"]
+            'fp16'
+        """
+        names = {f.name for f in fields(self)} - {"extra"}
+        if key in names:
+            return getattr(self, key)
+        if key in self.extra:
+            return self.extra[key]
+        raise KeyError(f"{type(self).__name__} has no key {key!r}; it has {', '.join(sorted(names | set(self.extra)))}")
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON object: every field (optional ones only when set), then the unknown keys."""
         data: dict[str, Any] = {}

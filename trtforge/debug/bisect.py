@@ -133,13 +133,28 @@ class Int8Search:
         return {"sensitivity": by_harm, "graph": [c.label for c in self.analysis.candidates]}
 
 
+class SearchTimeout(InvalidArgument):
+    """The search ran past ``max_seconds``; the message says how far it got and what to change."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How long the search may run and whom it tells: ``progress(graphs evaluated, kept, metric value)``."""
+
+    max_seconds: float | None = None
+    progress: Callable[[int, int, float], None] | None = None
+
+
 def _bisect(
     model: ir.Model, outputs: Callable[[frozenset[str], Batches], list[np.ndarray]], orders: Mapping[str, Sequence[str]],
-    search: Batches, held_out: Batches, metric: str, target: float,
+    search: Batches, held_out: Batches, metric: str, target: float, limits: Limits = Limits(),
 ) -> dict:
     """The search both precisions share: the smallest kept set over ``orders``, measured on both sample sets."""
+    import time
+
     from trtforge.quantize.report import run_model
 
+    start = time.monotonic()
     budget = ErrorBudget.of(**{metric: target})
     search_ref, held_ref = run_model(model, search), run_model(model, held_out)
     cache: dict[frozenset[str], tuple[float, float]] = {}
@@ -147,8 +162,14 @@ def _bisect(
     def measured(kept: frozenset[str]) -> tuple[float, float]:
         """(mean, one-sided 95 % confidence bound) of the metric on the search samples."""
         if kept not in cache:
+            spent = time.monotonic() - start
+            if limits.max_seconds is not None and spent > limits.max_seconds:
+                raise SearchTimeout(f"--max-seconds {limits.max_seconds:g} reached after {len(cache)} graphs "
+                                    f"evaluated ({spent:.0f} s); raise --max-seconds, or lower --samples/--held-out")
             out = outputs(kept, search)
             cache[kept] = budget.measure(search_ref, out)[metric], budget.bounds(search_ref, out)[metric]
+            if limits.progress is not None:
+                limits.progress(len(cache), len(kept), cache[kept][0])
         return cache[kept]
 
     def holds(kept: frozenset[str]) -> bool:
@@ -172,6 +193,7 @@ def _bisect(
 def bisect_int8(
     fp32: ir.Model, search: Batches, held_out: Batches, metric: str, target: float, calibration,
     preprocessing: Mapping | None = None, config: QuantConfig | None = None, orders: Sequence[str] = ORDERS,
+    limits: Limits = Limits(),
 ) -> BisectResult:
     """The fewest layers to keep in FP16 so that ``metric`` (INT8 vs FP32) meets ``target`` on ``search``.
 
@@ -185,7 +207,8 @@ def bisect_int8(
     model = ensure_node_names(ensure_opset(fresh_ir(fp32), QDQ_OPSET))
     engine = Int8Search(model, calibration, config, preprocessing)
     ranked = engine.orders()
-    found = _bisect(model, engine.outputs, {name: ranked[name] for name in orders}, search, held_out, metric, target)
+    found = _bisect(model, engine.outputs, {name: ranked[name] for name in orders}, search, held_out, metric, target,
+                    limits)
     kept = sorted(found.pop("kept"))
     return BisectResult("int8", metric, target, tuple(kept), **found,
                         build_flags=int8_build_flags(kept, config.calibrator))
@@ -193,6 +216,7 @@ def bisect_int8(
 
 def bisect_float(
     fp32: ir.Model, search: Batches, held_out: Batches, metric: str, target: float, precision: str = "fp16",
+    limits: Limits = Limits(),
 ) -> BisectResult:
     """The fewest nodes to keep in FP32 (graph order, Polygraphy's) so that ``metric`` (FP16/BF16 vs FP32)
     meets ``target``; the graph is exactly what ``trtforge build --keep-fp32 ...`` builds."""
@@ -214,7 +238,7 @@ def bisect_float(
         patterns = tuple(_pattern(name) for name in sorted(kept))
         return run_model(process(model, precision, keep_fp32=patterns).model, batches)
 
-    found = _bisect(model, outputs, {"graph": order}, search, held_out, metric, target)
+    found = _bisect(model, outputs, {"graph": order}, search, held_out, metric, target, limits)
     kept = sorted(found.pop("kept"))
     flags = " ".join(shlex.quote(p) for p in ["--precision", precision,
                                               *[x for name in kept for x in ("--keep-fp32", _pattern(name))]])
@@ -232,7 +256,7 @@ def bisection_inputs(
     """
     from trtforge.core.sidecar import read_sidecar
     from trtforge.core.specs import TensorSpec
-    from trtforge.debug.inputs import make_inputs, split_batches
+    from trtforge.debug.inputs import make_inputs, split_batches, static_rows
     from trtforge.passes.graph import input_specs, load_ir
     from trtforge.passes.process import reference_graph
 
@@ -250,10 +274,11 @@ def bisection_inputs(
                           "existing FP32 .onnx file or of an artifact's .json sidecar")
     graph = reference_graph(load_ir(model))
     specs = [TensorSpec(n, d.name, tuple(-1 if x is None else x for x in s)) for n, d, s in input_specs(graph)]
+    batch = specs[0].shape[0] if specs and static_rows(specs, 1) is not None else 8  # a static batch as it is
     if preprocessing:
         calibration = data if data is not None else make_inputs(specs, (), 64, preprocessing, seed=0)
         search, held = (make_inputs(specs, (), n, preprocessing, seed=s) for n, s in ((samples, 1), (held_out, 2)))
-        return graph, calibration, split_batches(search, 8), split_batches(held, 8), preprocessing
+        return graph, calibration, split_batches(search, batch), split_batches(held, batch), preprocessing
     if data is None:
         raise InvalidArgument("this model records no image preprocessing: pass --data (a .npy/.npz of real inputs), "
                               "or --preprocessing for an image model")
@@ -263,4 +288,65 @@ def bisection_inputs(
     third = len(loaded) // 3
     search_part = {k: np.concatenate([s[k] for s in loaded[third:2 * third]]) for k in loaded[0]}
     held_part = {k: np.concatenate([s[k] for s in loaded[2 * third:]]) for k in loaded[0]}
-    return graph, loaded[:third], split_batches(search_part, 8), split_batches(held_part, 8), None
+    return graph, loaded[:third], split_batches(search_part, batch), split_batches(held_part, batch), None
+
+
+def _source(model: Path, sidecar) -> list[str]:
+    """What ``trtforge build`` is given: the ONNX file the artifact was built from, or its module factory."""
+    if sidecar is None:
+        return [str(model)]
+    source = sidecar.source
+    if source.kind == "onnx" and source.original and Path(source.original).is_file():
+        return [source.original]
+    if source.factory:
+        return [source.factory] + (["--path", "direct"] if source.path == "direct" else [])
+    return [str(sidecar.verify_source_file("reference" if source.reference_onnx_file else "processed"))]
+
+
+def _batch_text(batch) -> str:
+    return ",".join(":".join(str(int(d)) for d in profile) for profile in batch)
+
+
+def _config_flags(config: Mapping) -> list[str]:
+    """``trtforge build`` flags for the engine options a sidecar records (``builder.config``), defaults left out."""
+    flags: list[str] = []
+    if config.get("batch"):
+        flags += ["--batch", _batch_text(config["batch"])]
+    for name in config.get("batched_inputs") or ():
+        flags += ["--batched-input", name]
+    for target in config.get("targets") or ():
+        flags += ["--target", target]
+    for name, dims in config.get("shapes") or ():
+        flags += ["--shapes", ":".join([name, *("x".join(str(int(d)) for d in shape) for shape in dims)])]
+    if config.get("optimization_level") not in (None, 3):
+        flags += ["--opt-level", str(config["optimization_level"])]
+    if config.get("workspace_bytes"):
+        flags += ["--workspace-mb", str(int(config["workspace_bytes"]) >> 20)]
+    if config.get("hardware_compatibility"):
+        flags += ["--hardware-compatibility", config["hardware_compatibility"]]
+    flags += [f"--{key.replace('_', '-')}" for key in ("version_compatible", "refittable", "strip_weights")
+              if config.get(key)]
+    return flags
+
+
+def reproduce_command(model: Path, result: BisectResult, data: Path | None = None) -> str:
+    """The ``trtforge build`` line that builds what the bisection found: the source model, every build option
+    the artifact recorded, the kept layers, and a name of its own beside the artifact (nothing overwritten).
+
+    Example:
+        >>> reproduce_command(Path("out/m_fp16.json"), result)
+        "trtforge build m.onnx --batch 1:8:32 -o out --name m_fp16_bisected --precision fp16 --keep-fp32 '^/a$'"
+    """
+    from trtforge.core.sidecar import read_sidecar
+
+    model = Path(model)
+    sidecar = read_sidecar(model) if model.suffix in (".json", ".engine") else None
+    parts = _source(model, sidecar)
+    if sidecar is not None:
+        parts += _config_flags(sidecar.builder.config or {})
+        parts += ["-o", str(sidecar.path.parent), "--name", f"{sidecar.name}_bisected"]
+        if sidecar.preprocessing and result.precision == "int8":
+            parts += ["--preprocessing", str(sidecar.path)]
+    if result.precision == "int8":
+        parts += ["--calib", str(data) if data is not None else "CALIB_IMAGES_DIR"]
+    return " ".join(["trtforge", "build", *(shlex.quote(p) for p in parts), result.build_flags])

@@ -72,6 +72,7 @@ class CheckReport:
     hint: str | None = None
     #: The engine's time against its FP16 build (TensorRT route, engines not built in FP16).
     speedup: Speedup | None = None
+    evaluator: str | None = None  # what ran the graph when not the route itself (BF16: the strict evaluator)
 
     @property
     def passed(self) -> bool:
@@ -193,8 +194,9 @@ def check_artifact(
 
             store = RuntimeCacheStore(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtforge-check-")))
             load_options["runtime_cache"] = store
-        with load(sidecar.path, route=route, device=device, **load_options, **options) as engine:
+        with _candidate(sidecar, route, device, load_options, options) as engine:
             outputs, timing = timed_run(engine, batches, repeats)
+            evaluator = getattr(engine, "evaluator", None)
             precision = ROUTE_PRECISION.get(route) or getattr(engine, "precision", None) or sidecar.precision.built
             device_name = str(engine.device)
         if route == "tensorrt":
@@ -213,4 +215,18 @@ def check_artifact(
         processed = sidecar.path.parent / (sidecar.source.onnx_file or "PROCESSED.onnx")
         hint = NEXT_STEP.format(reference=reference_onnx, processed=processed)
     return CheckReport(sidecar.name, route, device_name, count, batches[0][sidecar.inputs[0].name].shape[0],
-                       judgement, timing, hint, speedup)
+                       judgement, timing, hint, speedup, evaluator)
+
+
+def _candidate(sidecar: Sidecar, route: str, device: Any, load_options: dict, options: dict) -> Any:
+    """The engine under test: the route's, except a BF16 processed graph on the onnxruntime route, which
+    the strict evaluator runs (ONNX Runtime's CPU provider has no BF16 Conv or MatMul)."""
+    from trtforge.runtime.load import load
+
+    if route == "onnxruntime" and sidecar.source.onnx_file:
+        from trtforge.debug.graph_runner import StrictGraphEngine, needs_strict
+
+        processed = sidecar.verify_source_file("processed")
+        if needs_strict(processed):
+            return StrictGraphEngine(processed, sidecar.profiles)
+    return load(sidecar.path, route=route, device=device, **load_options, **options)

@@ -5,6 +5,8 @@ A side is one of (``open_side``):
 - a torch module factory ``package.module:function`` (run in FP32 on the CPU, or ``device``);
 - an ``.onnx`` file (ONNX Runtime);
 - an artifact (``.json``/``.engine``) through a route: ``PATH`` uses ``route``, ``PATH@fp16`` names one;
+  ``PATH@onnxruntime`` runs the artifact's processed graph (what its engine was built from; BF16 in the
+  strict evaluator), ``PATH@onnxruntime:reference`` its FP32 reference graph;
 - saved outputs (``.npz``, e.g. from ``--save-outputs`` on another machine).
 
 Inputs come from ``inputs`` (an ``.npz``), else from the first side that knows its input specs
@@ -47,6 +49,8 @@ class Side:
     preprocessing: dict | None = None
     precision: str = "fp32"
     graph: Path | None = None  # an ONNX graph the task can be read from
+    runs: Path | None = None  # the ONNX graph this side runs (an .onnx file, or an artifact@onnxruntime)
+    evaluator: str = ""  # what runs ``runs`` when not ONNX Runtime (BF16: the strict evaluator)
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class Comparison:
     outputs_a: dict[str, np.ndarray]
     outputs_b: dict[str, np.ndarray]
     judgement: Judgement
+    runs: tuple[str, str] = ("", "")  # what each side ran: "GRAPH.onnx" (and its evaluator), or "" for an engine
 
 
 def _module_side(factory: str, device: Any) -> Side:
@@ -107,24 +112,66 @@ def open_side(text: str, stack: contextlib.ExitStack, route: str = "tensorrt", d
     if path.suffix == ".onnx":
         from trtforge.debug.layerwise import graph_precision
         from trtforge.passes.graph import load_ir
-        from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
 
-        return _engine_side(text, OnnxRuntimeEngine(path, device), stack, graph=path,
-                            precision=graph_precision(load_ir(path)))
+        precision = graph_precision(load_ir(path))
+        engine = _graph_engine(path, device, precision)
+        return _engine_side(text, engine, stack, graph=path, precision=precision, runs=path,
+                            evaluator=getattr(engine, "evaluator", ""))
     if path.suffix in (".json", ".engine"):
-        from trtforge.runtime.load import load
-
-        route = named_route or route
-        engine = load(path, route=route, device=device, **options)
-        sidecar = engine.sidecar
-        reference = sidecar.path.parent / (sidecar.source.reference_onnx_file or sidecar.source.onnx_file or "")
-        precision = ROUTE_PRECISION.get(route) or getattr(engine, "precision", None) or sidecar.precision.built
-        return _engine_side(text, engine, stack, preprocessing=sidecar.preprocessing, precision=precision or "fp32",
-                            graph=reference if reference.suffix == ".onnx" else None)
+        return _artifact_side(text, path, named_route or route, device, stack, **options)
     if ":" in text and not path.exists():
         return _module_side(text, device)
     raise InvalidArgument(f"{text!r}: give a module factory 'package.module:function', an .onnx file, an artifact "
                           "(.json/.engine, optionally @route) or saved outputs (.npz)")
+
+
+def _graph_engine(path: Path, device: Any, precision: str, profiles: tuple = (), sidecar: Any = None) -> Any:
+    """ONNX Runtime for ``path``, or the strict evaluator for a BF16 graph (ORT has no BF16 kernels)."""
+    if precision == "bf16":
+        from trtforge.debug.graph_runner import StrictGraphEngine
+
+        return StrictGraphEngine(path, profiles)
+    from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
+
+    return OnnxRuntimeEngine(path, device, profiles=profiles, sidecar=sidecar)
+
+
+def _artifact_side(text: str, path: Path, route: str, device: Any, stack: contextlib.ExitStack, **options: Any) -> Side:
+    """An artifact through ``route``; ``onnxruntime`` runs its processed graph (what the engine was built from),
+    ``onnxruntime:reference`` its FP32 reference graph."""
+    from trtforge.core.sidecar import read_sidecar
+    from trtforge.runtime.load import load
+
+    sidecar = read_sidecar(path)
+    reference = sidecar.path.parent / (sidecar.source.reference_onnx_file or sidecar.source.onnx_file or "")
+    fields = {"preprocessing": sidecar.preprocessing, "graph": reference if reference.suffix == ".onnx" else None}
+    route, _, which = route.partition(":")
+    if which and (route != "onnxruntime" or which not in ("reference", "processed")):
+        raise InvalidArgument(f"{text!r}: only @onnxruntime takes a graph, as @onnxruntime:processed (the default) "
+                              "or @onnxruntime:reference")
+    if route == "onnxruntime":
+        if not sidecar.source.onnx_file:
+            raise InvalidArgument(f"{text!r}: {sidecar.path} was built on the direct path and has no ONNX graph for "
+                                  "@onnxruntime; compare it through an engine route, or against its module factory")
+        graph = sidecar.verify_source_file("reference" if which == "reference" and sidecar.source.reference_onnx_file
+                                           else "processed")  # sha256 checked
+        precision = "fp32" if which == "reference" else (sidecar.precision.built or "fp32")
+        engine = _graph_engine(graph, device, precision, tuple(sidecar.profiles), sidecar)
+        return _engine_side(text, engine, stack, precision=precision, runs=graph,
+                            evaluator=getattr(engine, "evaluator", ""), **fields)
+    engine = load(path, route=route, device=device, **options)
+    precision = ROUTE_PRECISION.get(route) or getattr(engine, "precision", None) or sidecar.precision.built
+    return _engine_side(text, engine, stack, precision=precision or "fp32", **fields)
+
+
+def _same_graph(a: Side, b: Side) -> None:
+    """Refuse a comparison of one graph with itself: it passes whatever the graph does."""
+    from trtforge.core.hashing import sha256_file
+
+    if a.runs is not None and b.runs is not None and sha256_file(a.runs) == sha256_file(b.runs):
+        raise InvalidArgument(f"both sides run the same graph ({a.runs}), so the comparison would pass whatever it "
+                              "computes; compare the FP32 reference with the processed graph, e.g. "
+                              "MODEL_reference_fp32.onnx against MODEL_fp16.json@onnxruntime")
 
 
 def _task(a: Side, b: Side) -> str:
@@ -144,7 +191,10 @@ def compare_sides(
     """Run ``a`` and ``b`` on the same inputs and judge ``b`` against ``a`` (see the module docstring)."""
     with contextlib.ExitStack() as stack:
         side_a, side_b = open_side(a, stack, route, device, **options), open_side(b, stack, route, device, **options)
-        known = side_a if side_a.inputs is not None else side_b
+        _same_graph(side_a, side_b)
+        # the side whose profiles bound the shapes (an artifact), else the one that knows its inputs
+        known = next((s for s in (side_a, side_b) if s.inputs is not None and s.profiles), None) or (
+            side_a if side_a.inputs is not None else side_b)
         if known.inputs is None and inputs is None:
             raise InvalidArgument("neither side says what inputs it takes (a module or saved outputs); "
                                   "pass --inputs INPUTS.npz")
@@ -161,7 +211,9 @@ def compare_sides(
         if set(out_a) != set(out_b) and len(out_a) == len(out_b):  # a module's outputs have no names
             out_b = dict(zip(out_a, out_b.values(), strict=True))
         judgement = judge(out_a, out_b, task=_task(side_a, side_b), precision=side_b.precision, limit=limit)
-    return Comparison(a, b, arrays, out_a, out_b, judgement)
+    runs = tuple("" if side.runs is None else f"{side.runs}" + (f" in the {side.evaluator}" if side.evaluator else "")
+                 for side in (side_a, side_b))
+    return Comparison(a, b, arrays, out_a, out_b, judgement, runs)
 
 
 def save_run(result: Comparison, inputs_path: Path | None, outputs_path: Path | None) -> list[Path]:

@@ -41,11 +41,30 @@ def batch_size(specs: Sequence[TensorSpec], profiles: Sequence[Mapping[str, Any]
     return max(1, min(best, max(maxes) if maxes else best, count))
 
 
-def _shape(spec: TensorSpec, profiles: Sequence[Mapping[str, Any]], count: int) -> tuple[int, ...]:
+def static_rows(specs: Sequence[TensorSpec], count: int) -> int | None:
+    """Rows to make for ``count`` samples of a static-batch model: ``count`` rounded up to a multiple of
+    the batch, when every input has the same static dim 0 (the batch); None otherwise (dynamic, or no
+    common batch dim: such a model runs one sample as it is).
+
+    Example:
+        >>> static_rows((TensorSpec("x", "float32", (2, 3)),), 5)
+        6
+    """
+    firsts = {spec.shape[0] if spec.shape else 0 for spec in specs}
+    if len(firsts) != 1 or min(firsts) <= 0:
+        return None
+    batch = firsts.pop()
+    return batch * -(-count // batch)
+
+
+def _shape(spec: TensorSpec, profiles: Sequence[Mapping[str, Any]], count: int, rows: int | None = None
+           ) -> tuple[int, ...]:
     opt = next((p[spec.name]["opt"] for p in profiles if spec.name in p), None)
     dims = []
     for axis, dim in enumerate(spec.shape):
-        if axis == 0 and dim < 0:
+        if axis == 0 and rows is not None:
+            dims.append(rows)  # static batch: whole batches, split again by ``batch_size``
+        elif axis == 0 and dim < 0:
             dims.append(count)
         elif dim < 0:
             dims.append(int(opt[axis]) if opt is not None else 1)
@@ -75,8 +94,9 @@ def make_inputs(
         raise InvalidArgument(f"samples={count}: check at least 1 sample, e.g. --samples 32")
     rng = np.random.default_rng(seed)
     arrays: Arrays = {}
+    rows = static_rows(specs, count)
     for spec in specs:
-        shape = _shape(spec, profiles, count)
+        shape = _shape(spec, profiles, count, rows)
         if preprocessing and len(specs) == 1 and len(shape) == 4 and spec.dtype.startswith("float"):
             arrays[spec.name] = _photos(shape[0], preprocessing, seed).astype(spec.dtype)
         elif spec.dtype.startswith(("float", "bfloat")):

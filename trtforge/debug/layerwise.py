@@ -1,8 +1,9 @@
 """Layer-wise divergence: where along the graph does a candidate (FP16, INT8, a broken export) leave its reference?
 
 Every intermediate tensor that both graphs produce under the same name becomes an extra output
-of each (``passes.graph.ort_session``); both run the same inputs in ONNX Runtime and each shared
-tensor gets its error, in the reference's graph order. The first tensor past the threshold names
+of each (``passes.graph.ort_session``), a chunk of them at a time so that the tensors held at once
+stay within ``max_memory``; both run the same inputs in ONNX Runtime and each shared tensor gets its
+error (per-sample metrics summed batch by batch), in the reference's graph order. The first tensor past the threshold names
 the layer where the candidate diverges. The precision passes keep the names of the layers they
 touch, so a processed graph lines up with its FP32 reference.
 
@@ -17,7 +18,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,6 @@ import onnx_ir as ir
 
 from trtforge.core.specs import TensorSpec
 from trtforge.debug.inputs import make_inputs, split_batches
-from trtforge.debug.tolerances import output_metrics
 from trtforge.passes.float16 import upcast_float16
 from trtforge.passes.graph import has_qdq, input_specs, layer_label, load_ir, ort_session
 
@@ -97,44 +97,150 @@ def runnable(model: ir.Model) -> tuple[ir.Model, tuple[str, ...]]:
     return model, ()
 
 
-def _run(model: ir.Model, names: list[str], batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    session = ort_session(model, extra_outputs=names)
-    parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
-    for batch in batches:
-        for name, value in zip(names, session.run(names, batch), strict=True):
-            parts[name].append(np.asarray(value))
-    return {n: np.concatenate(v) for n, v in parts.items()}
+def default_max_memory() -> int:
+    """Bytes the layer-wise outputs may hold at once: a quarter of the memory available now, at most 4 GiB."""
+    import os
+
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            available = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(64 << 20, min(available // 4, 4 << 30))
+
+
+def tensor_bytes(model: ir.Model, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
+    """Bytes of each tensor of ``model`` for one run on ``feeds`` (ONNX shape inference on the feeds' shapes);
+    a tensor whose shape stays unknown gets the largest known size."""
+    import onnx
+
+    from trtforge.passes.graph import to_proto
+
+    proto = onnx.ModelProto.FromString(to_proto(model).SerializeToString())
+    for value in proto.graph.input:
+        if value.name in feeds and value.type.HasField("tensor_type"):
+            dims = value.type.tensor_type.shape.dim
+            del dims[:]
+            for size in np.shape(feeds[value.name]):
+                dims.add().dim_value = int(size)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    except Exception:  # noqa: BLE001 - a graph shape inference cannot read: every size unknown, see below
+        inferred = proto
+    sizes: dict[str, int] = {}
+    for info in inferred.graph.value_info:
+        kind = info.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in kind.shape.dim]
+        if kind.elem_type and -1 not in dims:
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(kind.elem_type).itemsize
+            sizes[info.name] = int(np.prod(dims, dtype=np.int64)) * itemsize
+    largest = max(sizes.values(), default=sum(np.asarray(v).nbytes for v in feeds.values()))
+    return {name: sizes.get(name, largest) for node in model.graph for name in (o.name for o in node.outputs) if name}
+
+
+def chunks(names: list[str], sizes: Mapping[str, int], budget: int) -> list[list[str]]:
+    """``names`` in order, in runs whose summed ``sizes`` stay within ``budget`` (at least one name each).
+
+    Example:
+        >>> chunks(["a", "b", "c"], {"a": 4, "b": 4, "c": 4}, 8)
+        [['a', 'b'], ['c']]
+    """
+    out: list[list[str]] = []
+    held = 0
+    for name in names:
+        if out and held + sizes.get(name, 0) <= budget:
+            out[-1].append(name)
+            held += sizes.get(name, 0)
+        else:
+            out.append([name])
+            held = sizes.get(name, 0)
+    return out
+
+
+@dataclass
+class _Sums:
+    """Per-sample metrics of one tensor summed over the batches (memory: a few floats per tensor)."""
+
+    rel_l2: float = 0.0
+    cosine: float = 0.0
+    max_abs: float = 0.0
+    count: int = 0
+    comparable: bool = True
+
+
+def _accumulate(sums: _Sums, ref: np.ndarray, test: np.ndarray) -> None:
+    from trtforge.core.metrics import PER_SAMPLE
+
+    if ref.dtype.kind != "f" or ref.shape != test.shape or ref.ndim == 0:
+        sums.comparable = False  # shape arithmetic, or a tensor the candidate computes another way
+        return
+    a = ref.reshape(ref.shape[0], -1).astype(np.float64)
+    b = test.reshape(test.shape[0], -1).astype(np.float64)
+    sums.rel_l2 += float(PER_SAMPLE["rel_l2"]([a], [b]).sum())
+    sums.cosine += float(PER_SAMPLE["cosine"]([a], [b]).sum())
+    sums.max_abs = max(sums.max_abs, float(np.max(np.abs(a - b))) if a.size else 0.0)
+    sums.count += a.shape[0]
+
+
+def _stream(ref_model: ir.Model, cand_model: ir.Model, names: list[str], batches: list[dict[str, np.ndarray]],
+            budget: int, progress: Callable[[int, int], None] | None) -> dict[str, _Sums]:
+    """Both graphs on every batch, ``names`` as extra outputs a chunk at a time (``chunks``), so that the
+    tensors held at once stay within ``budget``; each tensor's metrics are summed batch by batch."""
+    sizes = tensor_bytes(ref_model, batches[0])
+    runs = chunks(names, sizes, max(1, budget // 2))  # both graphs' outputs of one batch held at once
+    sums = {name: _Sums() for name in names}
+    for index, run in enumerate(runs):
+        ref_session = ort_session(ref_model, extra_outputs=run)
+        cand_session = ort_session(cand_model, extra_outputs=run)
+        for batch in batches:
+            ref_values = ref_session.run(run, batch)
+            cand_values = cand_session.run(run, batch)
+            for name, ref, test in zip(run, ref_values, cand_values, strict=True):
+                _accumulate(sums[name], np.asarray(ref), np.asarray(test))
+            del ref_values, cand_values
+        del ref_session, cand_session
+        if progress is not None:
+            progress(index + 1, len(runs))
+    return sums
 
 
 def layerwise(
     reference: Path | ir.Model, candidate: Path | ir.Model, inputs: Mapping[str, np.ndarray] | None = None,
-    samples: int = 8, threshold: float | None = None, batch: int = 4,
+    samples: int = 8, threshold: float | None = None, batch: int = 4, max_memory: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> LayerwiseReport:
     """Per-layer error of ``candidate`` against ``reference`` on the same inputs (see the module docstring).
 
-    ``threshold`` (relative L2) defaults to the candidate precision's ``LAYER_THRESHOLDS``.
+    ``threshold`` (relative L2) defaults to the candidate precision's ``LAYER_THRESHOLDS``. The shared
+    tensors are read a chunk at a time, so the intermediate tensors held at once stay within
+    ``max_memory`` bytes (default ``default_max_memory()``); ``progress(done, total)`` is called per chunk.
     """
+    from trtforge.debug.inputs import batch_size, static_rows
+
     ref_model, cand_model = load_ir(reference), load_ir(candidate)
     precision = graph_precision(cand_model)
     cand_model, notes = runnable(cand_model)
+    specs = [TensorSpec(n, dtype.name, tuple(-1 if d is None else d for d in shape))
+             for n, dtype, shape in input_specs(ref_model)]
     if inputs is None:
-        specs = [TensorSpec(n, dtype.name, tuple(-1 if d is None else d for d in shape))
-                 for n, dtype, shape in input_specs(ref_model)]
         inputs = make_inputs(specs, (), samples)
+    count = next(iter(inputs.values())).shape[0] if inputs else 1
+    if specs and static_rows(specs, count) is not None:
+        batch = batch_size(specs, (), count)  # a static batch runs as it is
     shared = shared_tensors(ref_model, cand_model)
     names = [name for name, _ in shared]
-    batches = split_batches(inputs, batch)
-    expected, got = _run(ref_model, names, batches), _run(cand_model, names, batches)
+    batches = split_batches(inputs, batch) if inputs else [{}]
+    sums = _stream(ref_model, cand_model, names, batches, max_memory or default_max_memory(), progress)
     rows, errors = [], {}
     for index, (name, node) in enumerate(shared):
-        ref, test = expected[name], got[name]
-        if ref.dtype.kind != "f" or ref.shape != test.shape or ref.ndim == 0:
-            continue  # shape arithmetic, or a tensor the candidate computes another way
-        m = output_metrics(name, ref.reshape(ref.shape[0], -1), test.reshape(test.shape[0], -1))
-        errors[name] = m.rel_l2
+        got = sums[name]
+        if not got.comparable or not got.count:
+            continue
+        rel_l2, cosine = got.rel_l2 / got.count, got.cosine / got.count
+        errors[name] = rel_l2
         upstream = max((errors.get(v.name, 0.0) for v in node.inputs if v is not None), default=0.0)
-        rows.append(LayerError(index, name, node.op_type, layer_label(node), m.rel_l2, m.cosine, m.max_abs,
-                               m.rel_l2 - upstream))
+        rows.append(LayerError(index, name, node.op_type, layer_label(node), rel_l2, cosine, got.max_abs,
+                               rel_l2 - upstream))
     limit = threshold if threshold is not None else LAYER_THRESHOLDS[precision]
     skipped = len(shared) - len(rows)
     if skipped:

@@ -20,7 +20,7 @@ from trtforge.quantize.precision import spec_of
 
 
 def run_model(model: ir.Model | onnx.ModelProto, batches: Sequence[dict[str, np.ndarray]], session=None) -> list[np.ndarray]:
-    """Every graph output over all batches, concatenated along the batch axis."""
+    """Every graph output over all batches, concatenated along the batch axis (a scalar output: one row per batch)."""
     session = session or ort_session(model)
     outs: list[list[np.ndarray]] = []
     for batch in batches:
@@ -28,7 +28,7 @@ def run_model(model: ir.Model | onnx.ModelProto, batches: Sequence[dict[str, np.
         if not outs:
             outs = [[] for _ in res]
         for i, r in enumerate(res):
-            outs[i].append(np.asarray(r, dtype=np.float32))
+            outs[i].append(np.atleast_1d(np.asarray(r, dtype=np.float32)))
     return [np.concatenate(o, axis=0) for o in outs]
 
 

@@ -1,0 +1,109 @@
+"""The fenced examples of README.md and docs/**/*.md, and how each one runs (docs/DEVELOPING.md, "Doc examples").
+
+A fence's info string says what it is:
+
+- ``python``: run, the page's python fences in order in one namespace (``runpy``, one process per page);
+- ``bash``, ``sh``, ``console``: run with ``bash -e`` (``console``: only the ``$ `` lines and their ``\\``
+  continuations); ``trtforge`` is this checkout's CLI;
+- ``text``: output, a diagram or a listing; never run. A fence without an info string is refused, so
+  an example cannot hide in one.
+
+An HTML comment on the line right before a fence marks an example that does not run here:
+
+- ``<!-- doc-example: gpu -->``: needs an NVIDIA GPU (no TensorRT engine runs on the CI machine);
+- ``<!-- doc-example: no-run REASON -->``: cannot run in CI for REASON (it installs from the network,
+  runs forever, ...); the reason is required and listed by ``tests/docs/test_doc_examples.py -rs``.
+
+Every page runs in a fresh folder. A page's hidden setup, in an HTML comment that holds one fenced
+``python`` block (``<!-- doc-example: setup`` ... ``-->``), runs first: it writes the files and names
+the page's examples use (a small model, ``model``, ``x``...), with the helpers of ``tests/docs/sandbox.py``.
+
+Example:
+    >>> [e.kind for e in examples(Path("docs/quantization.md"))][:2]
+    ['python', 'console']
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNNABLE = {"python": "python", "bash": "bash", "sh": "bash", "console": "console"}
+MARKER = re.compile(r"^<!--\s*doc-example:\s*(gpu|no-run|setup)\b\s*(.*?)\s*(-->)?\s*$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One fence: where it is, what kind, its code, and why it does not run (``skip``; None: it runs)."""
+
+    page: Path
+    line: int  # 1-based line of the opening fence
+    kind: str  # python | bash | console | text | setup
+    code: str
+    skip: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.page.relative_to(ROOT).as_posix()}:{self.line}"
+
+
+def pages() -> list[Path]:
+    """README.md and every .md under docs/ (the benchmark history is a log of past runs, not examples)."""
+    return [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md"))]
+
+
+def _setup(html: str, page: Path, line: int) -> Example:
+    body = re.search(r"```python\n(.*?)```", html, re.DOTALL)
+    if body is None:
+        raise ValueError(f"{page}:{line}: a doc-example setup comment holds one ```python fence")
+    return Example(page, line, "setup", body.group(1))
+
+
+def examples(page: Path) -> list[Example]:
+    """Every fence of ``page`` (and its hidden setup), in order. Raises ValueError on a fence without an info
+    string or an unknown marker."""
+    from markdown_it import MarkdownIt
+
+    found: list[Example] = []
+    marker: tuple[str, str] | None = None
+    for token in MarkdownIt("commonmark").parse(page.read_text(encoding="utf-8")):
+        line = token.map[0] + 1 if token.map else 0
+        if token.type == "html_block":
+            match = MARKER.match(token.content.strip())
+            if match and match.group(1) == "setup":
+                found.append(_setup(token.content, page, line))
+            elif match:
+                marker = (match.group(1), match.group(2).strip())
+            continue
+        if token.type != "fence":
+            marker = None
+            continue
+        info = token.info.strip().split(" ")[0]
+        if not info:
+            raise ValueError(f"{page.name}:{line}: a fence without an info string; write ```text for output or a "
+                             "diagram, or ```python / ```bash for an example")
+        kind = RUNNABLE.get(info, "text")
+        skip = None
+        if marker is not None:
+            what, reason = marker
+            if what == "no-run" and not reason:
+                raise ValueError(f"{page.name}:{line}: <!-- doc-example: no-run REASON --> needs a reason")
+            skip = "needs an NVIDIA GPU" if what == "gpu" else reason
+        found.append(Example(page, line, kind, token.content, skip))
+        marker = None
+    return found
+
+
+def console_commands(code: str) -> str:
+    """The commands of a ``console`` fence: its ``$ `` lines and their ``\\`` continuations."""
+    out, going = [], False
+    for line in code.splitlines():
+        if line.startswith("$ "):
+            out.append(line[2:])
+            going = line.rstrip().endswith("\\")
+        elif going:
+            out.append(line)
+            going = line.rstrip().endswith("\\")
+    return "\n".join(out) + "\n"
