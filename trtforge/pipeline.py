@@ -272,7 +272,7 @@ def differing_options(sidecar: Path, config: CompileConfig, source: Mapping[str,
     """The options (and source facts) in which the trtforge build at ``sidecar`` differs from this one."""
     try:
         old = json.loads(sidecar.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return []
     recorded = (old.get("builder") or {}).get("config") or {}
     new = json.loads(json.dumps(config.key_fields(), default=str))
