@@ -35,11 +35,11 @@ from trtforge.builder.build import BuildResult, build_engine
 from trtforge.builder.portability import file_suffix
 from trtforge.builder.progress import stage_progress
 from trtforge.builder.timing_cache import check_timing_cache_path
-from trtforge.cache.engine_cache import CacheEntry, EngineCache, engine_key
-from trtforge.capture.export import export_onnx, normalize_example_inputs
+from trtforge.cache.engine_cache import CacheEntry, EngineCache, engine_key, open_engine_cache
+from trtforge.capture.export import export_onnx, normalize_example_inputs, training_flags_kept
 from trtforge.capture.onnx_file import check_onnx_path, load_onnx
 from trtforge.core.atomic import Payload, atomic_write_all, folder_lock
-from trtforge.core.config import MAX_NAME_LENGTH, CompileConfig, ConfigError, QuantConfig
+from trtforge.core.config import MAX_NAME_LENGTH, CompileConfig, ConfigError, QuantConfig, option_spelling
 from trtforge.core.errors import (
     FileConflict,
     InvalidArgument,
@@ -47,6 +47,7 @@ from trtforge.core.errors import (
     NotPermitted,
     Unsupported,
     WrongType,
+    spelled,
 )
 from trtforge.core.hashing import sha256_file
 from trtforge.core.sidecar import Sidecar, check_writable, is_trtforge_sidecar, sidecar_bytes
@@ -194,8 +195,11 @@ def compile(  # noqa: A001 - the public verb users expect
     config, paths = validate(model_or_onnx, example_inputs, config, calibration_data, overrides)
     # Bound to today's stderr: the exporter's quiet block swaps sys.stderr while the export spinner runs.
     console = console or Console(file=sys.stderr)
-    engine_cache = EngineCache(config.cache_dir) if config.cache else None
+    engine_cache = open_engine_cache(config.cache_dir) if config.cache else None
+    if engine_cache is None and config.cache:  # unwritable: warned once; the op-support table stays in memory
+        config = replace(config, cache=False)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(training_flags_kept(model_or_onnx))
         request = _request_key(model_or_onnx, example_inputs, config, engine_cache)
         built = _lookup_request(stack, engine_cache, request)
         if built is None:
@@ -227,7 +231,8 @@ def check_budget(report: Mapping[str, Any] | None, config: CompileConfig) -> Non
         return
     measured = ", ".join(f"{x.get('measured', float('nan')):.4g}" for x in budget.get("limits", ()))
     message = (f"the INT8 build misses its error budget ({budget.get('description')}: measured {measured}); "
-               "loosen it (error_budget= / --error-budget), try placement='auto' (--placement auto), or build fp16")
+               f"loosen it ({spelled(cli='--error-budget', python='error_budget=')}), try "
+               f"{spelled(cli='--placement auto', python='placement=' + repr('auto'))}, or build fp16")
     if config.strict_accuracy:
         raise AccuracyBudgetMissed(message + "; nothing was written (strict_accuracy)")
     log.warning(message)
@@ -244,10 +249,10 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
         raise ConfigError(f"calibration_data= is used only by precision='int8' (this build is {config.precision!r}); "
                           "drop it, or ask for precision='int8'")
     if config.precision == "int8" and calibration_data is None:
-        raise ConfigError(
-            "precision='int8' needs calibration_data= (an image folder, a .npy file, an array, "
-            "an iterable of input dicts, or a callable); see docs/quantization.md"
-        )
+        raise ConfigError(spelled(
+            cli="--precision int8 needs --calib DATA (an image folder or a .npy/.npz file); see docs/quantization.md",
+            python="precision='int8' needs calibration_data= (an image folder, a .npy file, an array, "
+                   "an iterable of input dicts, or a callable); see docs/quantization.md"))
     _check_direct(model_or_onnx, config)
     name = default_name(model_or_onnx) if config.name is None else config.name
     preprocessing = config.preprocessing
@@ -293,18 +298,42 @@ def check_same_build(sidecar: Path, config: CompileConfig, source: Mapping[str, 
     if differ:
         raise FileConflict(
             f"{sidecar} holds a different trtforge build of {config.name!r} ({'; '.join(differ)}); refusing to "
-            "replace it. Choose another name (--name / name=) or output folder, or pass --overwrite (overwrite=True)")
+            f"replace it. {_choose_another()}")
 
 
 def check_same_model(paths: OutputPaths, reference_sha256: str, overwrite: bool) -> None:
     """Refuse to replace the reference graph of another model written under the same name."""
     reference = paths.reference_onnx()
-    if overwrite or not reference.is_file() or sha256_file(reference) == reference_sha256:
+    if not reference.is_file():
+        return
+    old_sha256 = sha256_file(reference)
+    if old_sha256 == reference_sha256:
+        return
+    if overwrite:
+        siblings = sorted(p.name for p in paths.directory.glob(f"{paths.name}_*.json") if p != paths.sidecar()
+                          and _reference_sha256(p) == old_sha256)
+        if siblings:
+            log.warning("%s replaces %s, the reference graph that %s also name(s); their onnxruntime route, check "
+                        "and compare will refuse the new graph's hash: rebuild them too, or build this one under "
+                        "another name", spelled(cli="--overwrite", python="overwrite=True"), reference.name,
+                        ", ".join(siblings))
         return
     raise FileConflict(
         f"{reference} holds another model's graph (its sha256 differs: other weights or another network under "
-        f"the same name {paths.name!r}); refusing to replace it. Choose another name (--name / name=) or output "
-        "folder, or pass --overwrite (overwrite=True)")
+        f"the same name {paths.name!r}); refusing to replace it. {_choose_another()}")
+
+
+def _reference_sha256(sidecar: Path) -> str | None:
+    """The reference graph's sha256 a sidecar records (None when it is not a readable trtforge sidecar)."""
+    try:
+        return (json.loads(sidecar.read_text()).get("source") or {}).get("reference_onnx_sha256")
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return None
+
+
+def _choose_another() -> str:
+    return (f"Choose another name ({option_spelling('name', 'NAME')}) or output folder, or pass "
+            f"{spelled(cli='--overwrite', python='overwrite=True')}")
 
 
 def _check_direct(model_or_onnx: Any, config: CompileConfig) -> None:
@@ -529,7 +558,18 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
 
     result = quantize_model(reference, calibration_data, config.quant if config.quant is not None else QuantConfig(),
                             preprocessing=config.preprocessing, progress=config.progress)
-    return process(result.fp32, "int8", result.plan), result.report
+    processed = process(result.fp32, "int8", result.plan)
+    if processed.built_precision != "int8":
+        log.warning(no_int8_line(config.name, result.plan.excluded))
+    return processed, result.report
+
+
+def no_int8_line(name: str, excluded: Sequence[tuple[str, str]]) -> str:
+    """The warning when an INT8 build quantizes no layer: the engine is FP16, and so are its file names."""
+    why = f"{len(excluded)} candidate layer(s) kept in FP16, e.g. {excluded[0][0]}: {excluded[0][1]}" if excluded \
+        else "the graph has no Conv, MatMul or Gemm layer that INT8 speeds up"
+    return (f"precision int8: no layer was quantized ({why}); the engine is FP16 and is written as {name}_fp16.*. "
+            "Build fp16 directly, or see the sidecar's quantization report (trtforge inspect)")
 
 
 def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileConfig, *, tmp: Path,
@@ -546,7 +586,8 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
     processed_bytes = reference_bytes if processed.model is reference else proto_bytes(processed.model)
     network_name = f"{name}_{built_precision}"
     shape_values = shape_value_candidates(feeds[0]) if feeds else {}
-    key = engine_key(processed_bytes, config, network_name=network_name, shape_values=shape_values)
+    build_config = _with_example_batch(config, reference, feeds)
+    key = engine_key(processed_bytes, build_config, network_name=network_name, shape_values=shape_values)
     with engine_cache.lock(key) if engine_cache is not None else contextlib.nullcontext():
         entry = engine_cache.get(key) if engine_cache is not None else None
         if entry is not None:
@@ -555,7 +596,7 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
         staged.write_bytes(processed_bytes)
         # 3. Build.
         source = str(model_or_onnx) if isinstance(model_or_onnx, (str, Path)) else type(model_or_onnx).__name__
-        result: BuildResult = build_engine(staged, config, name=network_name, progress=progress, console=console,
+        result: BuildResult = build_engine(staged, build_config, name=network_name, progress=progress, console=console,
                                            source=source, input_values=shape_values)
         notes = []
         if float_plan is not None and float_plan.fp32_nodes:
@@ -569,6 +610,19 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
         built = _Built.fresh(key, result.plan, record, processed_bytes, reference_bytes)
         _store(engine_cache, built, config)
         return built
+
+
+def _with_example_batch(config: CompileConfig, reference: ir.Model, feeds: list[dict[str, Any]]) -> CompileConfig:
+    """``batch=None`` builds the example's batch N (as ``1:N:N``) where the graph's batch is dynamic
+    (``builder.profiles.example_batch``); the sidecar still records the options as given."""
+    if config.batch is not None or not feeds:
+        return config
+    from trtforge.builder.profiles import example_batch
+
+    specs = [TensorSpec(v.name, "", tuple(d if isinstance(d, int) else -1 for d in v.shape or ()))
+             for v in reference.graph.inputs if not v.is_initializer()]
+    batch = example_batch(specs, feeds[0], config.batched_inputs)
+    return config if batch is None else replace(config, batch=batch)
 
 
 def _build_record(result: BuildResult, config: CompileConfig, precision: dict, notes: list[str],
@@ -712,7 +766,8 @@ def warn_cache(engine_cache: EngineCache, exc: OSError) -> None:
         return
     engine_cache.store_failed = True
     message = (f"the engine cache {engine_cache.directory} could not store this build ({exc.strerror or exc}); "
-               "the engine is written all the same. Free space there or pass --no-cache / cache=False")
+               f"the engine is written all the same. Free space there or pass "
+               f"{spelled(cli='--no-cache', python='cache=False')}")
     log.warning(message)
 
 

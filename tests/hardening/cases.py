@@ -131,7 +131,7 @@ def _calib_without_int8(ctx: Ctx) -> Case:
 
 @case("int8_without_calib")
 def _int8_without_calib(ctx: Ctx) -> Case:
-    return Case(build(ctx, "--precision", "int8"), USER, r"needs calibration_data",
+    return Case(build(ctx, "--precision", "int8"), USER, r"--precision int8 needs --calib DATA",
                 fix=lambda: build(ctx, "--precision", "int8", "--calib", str(ctx.copy("calib"))))
 
 

@@ -81,7 +81,7 @@ def _say_ignored_once() -> None:
     global _said_ignored
     if not _said_ignored:
         _said_ignored = True
-        log.info("timing_cache is ignored: %s %s has no timing cache (its timing-cache calls are no-ops)",
+        log.warning("timing_cache is ignored: %s %s has no timing cache (its timing-cache calls are no-ops)",
                  trt.info().flavour, trt.info().version)
 
 

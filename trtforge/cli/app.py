@@ -30,7 +30,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from trtforge.core.errors import Cancelled, UserError, plain
+from trtforge.core.errors import Cancelled, UserError, cli_audience, plain
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="PyTorch/ONNX → TensorRT engines, run fast.",
                   rich_markup_mode=None,
@@ -99,7 +99,8 @@ def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            with cli_audience():  # fix lines name CLI flags, not Python arguments
+                return func(*args, **kwargs)
         except (typer.Exit, typer.Abort):
             raise
         except UserError as exc:

@@ -28,7 +28,7 @@ from typing import Any
 from trtforge.core import machine, trt
 from trtforge.core.batch import BatchProfile, parse_batch
 from trtforge.core.budget import ErrorBudget, check_override, resolve_budget
-from trtforge.core.errors import InvalidArgument, MissingFile, WrongType
+from trtforge.core.errors import InvalidArgument, MissingFile, WrongType, spelled
 from trtforge.core.preprocessing import PreprocessConfig
 
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
@@ -111,6 +111,21 @@ def cli_default(cls: type, name: str) -> Any:
     if flag.default is not FIELD_DEFAULT:
         return flag.default
     return f.default if f.default is not MISSING else f.default_factory()
+
+
+def option_spelling(field_name: str, value: str = "", cls: type | None = None) -> str:
+    """How the reader of this call writes option ``field_name`` of ``CompileConfig`` (or ``cls``):
+    ``--cache-dir DIR`` on the command line, ``cache_dir=DIR`` in Python (``core.errors.spelled``).
+
+    Example:
+        >>> option_spelling("cache_dir", "DIR")
+        'cache_dir=DIR'
+    """
+    flag = next((f.metadata["option"].cli for f in fields(cls or CompileConfig) if f.name == field_name), None)
+    long = next((d for d in (flag.decls if flag else ()) if d.startswith("--")), None)
+    if long is None:
+        long = "--" + ((flag.name if flag and flag.name else None) or field_name).replace("_", "-")
+    return spelled(cli=f"{long} {value}".strip(), python=f"{field_name}={value}")
 
 
 def _mib(value: int | None) -> int | None:
@@ -248,7 +263,7 @@ def validate_name(name: str) -> str:
         raise ConfigError("name '' is empty; give a file-name stem such as 'lite0', or leave it out for the model's")
     if "/" in name or "\\" in name:
         raise ConfigError(f"name {name!r} must be a plain file-name stem without a path separator; "
-                          "put the folder in output_dir=")
+                          f"put the folder in {option_spelling('output_dir', 'DIR')}")
     if len(name) > MAX_NAME_LENGTH:
         raise ConfigError(f"name {name[:20]}… is {len(name)} characters long; file systems allow about 255 per file "
                           f"name and trtforge adds suffixes, so use at most {MAX_NAME_LENGTH}")
