@@ -20,7 +20,7 @@ import onnx_ir as ir
 
 from trtforge.core.errors import InvalidArgument
 from trtforge.passes.graph import attr as attr_value
-from trtforge.passes.graph import has_qdq, infer_shapes
+from trtforge.passes.graph import has_qdq, infer_shapes, is_constant
 from trtforge.passes.ops import NORMALIZATION_OPS
 
 FLOAT_TARGETS: dict[str, ir.DataType] = {"float16": ir.DataType.FLOAT16, "bfloat16": ir.DataType.BFLOAT16}
@@ -39,6 +39,12 @@ RANGE_FRAGILE_OPS: dict[str, str] = {
     "ReduceProd": "products overflow FP16 after a few dozen factors",
     "Mod": "FP16 keeps 11 bits, so a remainder of a large dividend loses most of its digits",
     "Tan": "near ±π/2 FP16's input rounding is magnified without bound",
+}
+#: Ops whose second operand, when computed (not a constant), takes their result past FP16's range on
+#: inputs the range probe never saw: op → why. (FP16 only; ``--keep-fp32`` adds more, the rule stays.)
+COMPUTED_OPERAND_OPS: dict[str, str] = {
+    "Div": "by a computed divisor; one near 0 takes the quotient past FP16's 65504 (inf)",
+    "Pow": "with a computed exponent; x**y leaves FP16's range for ordinary x and y",
 }
 #: A Div feeding one of these is a floor division: FP16 rounding of the quotient flips the integer.
 ROUNDING_OPS = frozenset({"Floor", "Ceil", "Round"})
@@ -156,6 +162,10 @@ def _rule_network_input_operand(node: ir.Node) -> str | None:
 def _rule_range_fragile(node: ir.Node) -> str | None:
     if node.op_type in RANGE_FRAGILE_OPS:
         return f"{node.op_type}: {RANGE_FRAGILE_OPS[node.op_type]}"
+    computed = node.op_type in COMPUTED_OPERAND_OPS and len(node.inputs) > 1 and _is_float32(node.inputs[0]) \
+        and node.inputs[1] is not None and not is_constant(node.inputs[1])
+    if computed:
+        return f"{node.op_type}: {COMPUTED_OPERAND_OPS[node.op_type]}"
     if node.op_type == "Div" and any(user.op_type in ROUNDING_OPS for out in node.outputs for user, _ in out.uses()):
         return "Div: a floor division; FP16 rounding of the quotient flips its integer part"
     producer = node.inputs[0].producer() if node.op_type in ROUNDING_OPS and node.inputs[0] is not None else None
