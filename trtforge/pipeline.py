@@ -39,7 +39,14 @@ from trtforge.cache.engine_cache import CacheEntry, EngineCache, engine_key, ope
 from trtforge.capture.export import export_onnx, normalize_example_inputs, training_flags_kept
 from trtforge.capture.onnx_file import check_onnx_path, load_onnx
 from trtforge.core.atomic import Payload, atomic_write_all, folder_lock
-from trtforge.core.config import MAX_NAME_LENGTH, CompileConfig, ConfigError, QuantConfig, option_spelling
+from trtforge.core.config import (
+    MAX_NAME_LENGTH,
+    CompileConfig,
+    ConfigError,
+    QuantConfig,
+    option_spelling,
+    unused_quant_options,
+)
 from trtforge.core.errors import (
     FileConflict,
     InvalidArgument,
@@ -254,6 +261,10 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
             python="precision='int8' needs calibration_data= (an image folder, a .npy file, an array, "
                    "an iterable of input dicts, or a callable); see docs/quantization.md"))
     _check_direct(model_or_onnx, config)
+    ignored = unused_quant_options(config)
+    if ignored:
+        log.warning("%s: int8 option(s) that this %s build ignores; drop them, or build int8", ", ".join(ignored),
+                    config.precision)
     name = default_name(model_or_onnx) if config.name is None else config.name
     preprocessing = config.preprocessing
     if preprocessing is None:
@@ -579,6 +590,10 @@ def _capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileC
     proto = _capture(model_or_onnx, example_inputs, tmp, config, console)
     # 2. Passes: cleanup (the FP32 reference), then precision; each graph is serialised once.
     reference = reference_graph(proto)
+    if config.dynamic_batch:  # a static file made batchable, proven on the reference (passes.dynamic_batch)
+        from trtforge.passes.dynamic_batch import make_batch_dynamic
+
+        reference = make_batch_dynamic(reference, config.batched_inputs)
     reference_bytes = proto_bytes(reference)
     feeds = probe_feeds(model_or_onnx, example_inputs, reference)
     processed, quant_report = _process(reference, config, calibration_data, feeds)

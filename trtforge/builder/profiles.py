@@ -113,8 +113,10 @@ def _check_asked_batch(inputs: Sequence[TensorSpec], batches: Sequence[BatchProf
         for batch in batches:
             if not (batch.static and batch.opt == spec.shape[0]):
                 raise BatchSpecError(
-                    f"input {spec.name!r} has a fixed batch {spec.shape[0]} but batch={batch} was asked; "
-                    "leave batch unset to build the model as it is, or export it with a dynamic batch")
+                    f"input {spec.name!r} has a fixed batch {spec.shape[0]} but "
+                    f"{spelled(cli='--batch ' + str(batch), python='batch=' + repr(str(batch)))} was asked; "
+                    f"{spelled(cli='add --dynamic-batch', python='pass dynamic_batch=True')} to make the batch of "
+                    "this static model dynamic, or leave the batch unset to build it as it is")
         return
 
 

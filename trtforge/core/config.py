@@ -367,6 +367,10 @@ class CompileConfig:
         None, affects=ENGINE, cli=CliFlag(list[str] | None, None, ("--batched-input",), "batched_input", _names),
         help="inputs whose dim 0 is the batch (default: an ONNX file's dynamic dim 0s; a module's inputs whose "
              "dim 0 equals the first input's)")
+    dynamic_batch: bool = option(
+        False, affects=GRAPH, cli=CliFlag(bool),
+        help="a static ONNX file: make dim 0 of its batched inputs and outputs dynamic (constants that hard-code "
+             "the batch rewritten, proven in ONNX Runtime), so --batch can range (docs/batching.md)")
     path: str = option("onnx", affects=ENGINE, cli=CliFlag(str),
                        help="onnx | direct: through ONNX, or PyTorch straight to TensorRT (docs/direct-path.md)")
     targets: tuple[str, ...] = option(
@@ -457,7 +461,7 @@ class CompileConfig:
         validate_patterns(normalised["keep_fp32"], "keep_fp32")
         check_layer_precision(normalised["layer_precision"], precision)
         for flag in ("version_compatible", "refittable", "strip_weights", "progress", "cache", "overwrite",
-                     "strict_accuracy"):
+                     "strict_accuracy", "dynamic_batch"):
             normalised[flag] = bool(getattr(self, flag))
         check_batch_and_shapes(normalised["batch"], normalised["shapes"])
         for key, value in normalised.items():
@@ -510,6 +514,8 @@ class CompileConfig:
                                 "output_names": list(self.output_names or [])}
         if self.precision == "int8":
             data["quant"] = {k: v for k, v in self.quant.as_dict().items() if k != "cache_dir"}
+        if self.dynamic_batch:
+            data["dynamic_batch"] = True
         if self.fp32_patterns:  # --keep-fp32 X and --layer-precision X:fp32 make one graph, one key
             data["keep_fp32"] = list(self.fp32_patterns)
         return data
@@ -614,3 +620,20 @@ def check_batch_and_shapes(batch: tuple[BatchProfile, ...] | None, shapes: tuple
 
 def _path(value: Any) -> Path | None:
     return None if value is None else Path(value)
+
+
+def unused_quant_options(config: CompileConfig) -> list[str]:
+    """The int8 options (``QuantConfig`` fields, the calibration cache aside) a build of another precision was
+    given and ignores, spelled for the reader: ``['--placement auto']``.
+
+    Example:
+        >>> unused_quant_options(CompileConfig(precision="fp16", quant=QuantConfig(placement="auto")))
+        ["quant.placement='auto'"]
+    """
+    if config.precision == "int8" or config.quant is None:
+        return []
+    default = QuantConfig()
+    changed = [f.name for f in fields(QuantConfig) if f.name != "cache_dir"
+               and getattr(config.quant, f.name) != getattr(default, f.name)]
+    return [spelled(cli=option_spelling(name, str(getattr(config.quant, name)), QuantConfig),
+                    python=f"quant.{name}={getattr(config.quant, name)!r}") for name in changed]
