@@ -2,8 +2,10 @@
 
 For each server configuration (``--instances`` × ``--input-format``): ``trtforge serve`` running the
 route, then the same server with a null model (zeros, no model: the serving path's own ceiling);
-against each, a bounded multi-process gRPC load on loopback (``trtforge.bench.serving``) for each
-``--transport`` × ``--inflight``. Offline: the same route through ``trtforge.load`` (uint8: the same
+against each, after a ``--warmup-s`` load, a multi-process gRPC load on loopback
+(``trtforge.bench.serving``) for each ``--transport`` × ``--inflight`` cell: every cell runs for a fixed
+``--seconds`` (>= 15 s for published figures; a request count measured windows of 2.6-6.6 s that
+read 20-30 % low), ``--repeats`` times, and the table shows the median and the spread (min-max). Offline: the same route through ``trtforge.load`` (uint8: the same
 ``FrameEngine`` the server runs, fed host frames) at the batch sizes the dynamic batcher formed
 (mean rows per engine call, from Triton's metrics), measured before and after the served runs.
 
@@ -13,10 +15,10 @@ and Triton system shared memory for the inputs of local clients (``--transport g
 message carries a region name, not the tensor). ``--budget-s`` bounds the whole run: configurations
 that would start after it are skipped and listed as skipped.
 
-    PYTHONPATH=. python bench/serve_load.py --route eager --inflight 4,8 --requests 200 --max-batch 8 --out /tmp/sl
+    PYTHONPATH=. python bench/serve_load.py --route eager --inflight 4 --seconds 2 --warmup-s 1 --max-batch 8 --out /tmp/sl
     PYTHONPATH=. python bench/serve_load.py --route cuda_graph --model zoo:efficientnet_lite0 --devices 0 \\
-        --inflight 64,128 --instances 1,4 --input-format uint8,native --transport shm,grpc --processes 8 \\
-        --requests 20000 --max-seconds 20 --budget-s 480 --out "$OUT"                     # on the H200
+        --inflight 128 --instances 4 --input-format uint8,native --transport shm --processes 8 \\
+        --seconds 15 --repeats 2 --budget-s 420 --out "$OUT"                               # on the H200
 
 Writes serve_load.json (every number) and prints the table.
 """
@@ -42,6 +44,7 @@ import trtforge
 from trtforge.bench.routes import machine_info, write_zoo_sidecar
 from trtforge.bench.serving import run_load
 from trtforge.bench.timing import measure
+from trtforge.core.errors import UserError
 from trtforge.core.sidecar import read_sidecar, write_sidecar
 from trtforge.serve.server import ServeConfig, Server, free_ports
 
@@ -88,43 +91,54 @@ def counters(server: Server, model: str) -> dict[str, float]:
                 found["rows"] += s.value
             elif s.name == "nv_inference_exec_count_total":
                 found["calls"] += s.value
+            elif s.name == "trtforge_padded_rows_total":
+                found["padded"] = found.get("padded", 0.0) + s.value
             elif s.name == "trtforge_model_rows_total":
                 key = f"rows@{s.labels.get('device', 'cpu')}"
                 found[key] = found.get(key, 0.0) + s.value
     return found
 
 
+#: Requests per client process when a run is bounded by time alone.
+UNBOUNDED = 10**9
+
+
 def served_runs(sidecar: Path, config: ServeConfig, args: argparse.Namespace, label: dict) -> list[dict]:
-    """Start one server; one bounded load per transport × in-flight count; stop it."""
+    """Start one server; warm it up; ``--repeats`` time-bound loads per transport × in-flight cell; stop it."""
     name = read_sidecar(sidecar).name
     inputs = request_inputs(sidecar, config.input_format)
     runs = []
     started = time.perf_counter()
     with Server([sidecar], config) as server:
         startup_s = time.perf_counter() - started
-        run_load(server.url("grpc"), name, inputs, requests=4 * args.processes, processes=args.processes,
-                 threads=2, max_seconds=60)  # warm-up
+        run_load(server.url("grpc"), name, inputs, requests=UNBOUNDED, processes=args.processes,
+                 threads=max(1, max(args.inflight) // args.processes), max_seconds=args.warmup_s)  # warm-up
         for transport, inflight in itertools.product(args.transport, args.inflight):
-            before = counters(server, name)
-            try:
-                load = run_load(server.url("grpc"), name, inputs, requests=args.requests, processes=args.processes,
-                                threads=max(1, inflight // args.processes), max_seconds=args.max_seconds,
-                                transport=transport)
-            except RuntimeError as exc:  # recorded, and the other runs go on
-                runs.append({**label, "transport": transport, "inflight": inflight, "error": str(exc)})
-                console.print(f"{label} {transport} in flight {inflight}: FAILED {exc}")
-                continue
-            after = counters(server, name)
-            delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
-            batch = delta["rows"] / delta["calls"] if delta["calls"] else float("nan")
-            per_device = {k.removeprefix("rows@"): v for k, v in delta.items() if k.startswith("rows@")}
-            runs.append({**label, "transport": transport, "inflight": inflight, "mean_batch": batch,
-                         "engine_calls": delta["calls"], "rows_per_device": per_device, "startup_s": startup_s,
-                         **load.as_dict()})
-            console.print(f"{label} {transport} in flight {inflight}: {load.throughput:.1f} req/s, p50 "
-                          f"{load.p50_ms:.1f} ms, p99 {load.p99_ms:.1f} ms, mean batch {batch:.1f}, "
-                          f"failed {load.failed}, rows per device {per_device}")
+            for repeat in range(args.repeats):
+                runs.append(_one_run(server, name, inputs, args, {**label, "transport": transport,
+                                                                  "inflight": inflight, "repeat": repeat}, startup_s))
     return runs
+
+
+def _one_run(server: Server, name: str, inputs: dict, args: argparse.Namespace, label: dict,
+             startup_s: float) -> dict:
+    before = counters(server, name)
+    try:
+        load = run_load(server.url("grpc"), name, inputs, requests=UNBOUNDED, processes=args.processes,
+                        threads=max(1, label["inflight"] // args.processes), max_seconds=args.seconds,
+                        transport=label["transport"])
+    except RuntimeError as exc:  # recorded, and the other runs go on
+        console.print(f"{label}: FAILED {exc}")
+        return {**label, "error": str(exc)}
+    after = counters(server, name)
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    batch = delta["rows"] / delta["calls"] if delta["calls"] else float("nan")
+    per_device = {k.removeprefix("rows@"): v for k, v in delta.items() if k.startswith("rows@")}
+    padded = delta.get("padded", 0.0) / (delta["rows"] + delta.get("padded", 0.0)) if delta["rows"] else 0.0
+    console.print(f"{label}: {load.throughput:.1f} req/s over {load.seconds:.1f} s, p50 {load.p50_ms:.1f} ms, "
+                  f"p99 {load.p99_ms:.1f} ms, mean batch {batch:.1f}, padded rows {padded:.1%}, failed {load.failed}")
+    return {**label, "mean_batch": batch, "engine_calls": delta["calls"], "padded_fraction": padded,
+            "rows_per_device": per_device, "startup_s": startup_s, **load.as_dict()}
 
 
 def offline(sidecar: Path, route: str, device: str | None, batches: set[int], repeats: int,
@@ -157,8 +171,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--route", default="eager")
     p.add_argument("--inflight", default="4,8", type=ints, help="requests in flight, e.g. 64,128")
     p.add_argument("--processes", type=int, default=2, help="client processes")
-    p.add_argument("--requests", type=int, default=200, help="requests per load run (bounded)")
-    p.add_argument("--max-seconds", type=float, default=120.0, help="time bound per load run")
+    p.add_argument("--seconds", type=float, default=15.0, help="each load run lasts this long (>= 15 to publish)")
+    p.add_argument("--warmup-s", type=float, default=3.0, help="load before a server's timed runs")
+    p.add_argument("--repeats", type=int, default=2, help="timed runs per cell (median and spread reported)")
     p.add_argument("--budget-s", type=float, default=540.0, help="no new configuration starts after this")
     p.add_argument("--instances", default="1", type=ints, help="model instances per GPU (separate processes), "
                                                                 "e.g. 1,4: each is a configuration")
@@ -191,7 +206,11 @@ def main(argv: list[str]) -> dict:
                     skipped.append(label)
                     continue
                 ports = dict(zip(("http_port", "grpc_port", "metrics_port"), free_ports(), strict=True))
-                runs += served_runs(sidecar, ServeConfig(**base, **ports, engine_factory=factory), args, label)
+                try:
+                    runs += served_runs(sidecar, ServeConfig(**base, **ports, engine_factory=factory), args, label)
+                except UserError as exc:  # a server that does not start is a row of the report, not the end of it
+                    console.print(f"{label}: server FAILED {exc}")
+                    runs.append({**label, "error": str(exc)})
         after = {f: offline(sidecar, args.route, device, batches, args.offline_repeats, f) for f in args.input_format}
     offline_ips = {f: {b: (before[f][b] + after[f][b]) / 2 for b in batches} for f in args.input_format}
     raw = {"before": before, "after": after}
@@ -205,21 +224,44 @@ def nearest(batches: dict[int, float], mean_batch: float) -> int:
     return min(batches, key=lambda b: abs(b - mean_batch))
 
 
+CELL = ("instances", "input_format", "transport", "inflight")
+
+
+def cells(runs: list[dict]) -> dict[tuple, dict]:
+    """Runs grouped by server and cell: median and spread (min, max) of throughput and p99 over the repeats."""
+    grouped: dict[tuple, list[dict]] = {}
+    for run in (r for r in runs if "error" not in r):
+        grouped.setdefault((run["server"], *(run[k] for k in CELL)), []).append(run)
+    summary = {}
+    for key, group in grouped.items():
+        tput, p99 = [r["throughput"] for r in group], [r["p99_ms"] for r in group]
+        summary[key] = {**{k: group[0][k] for k in ("server", *CELL)}, "repeats": len(group),
+                        "seconds": [r["seconds"] for r in group], "throughput": float(np.median(tput)),
+                        "throughput_min": min(tput), "throughput_max": max(tput), "p99_ms": float(np.median(p99)),
+                        "p99_ms_max": max(p99), "p50_ms": float(np.median([r["p50_ms"] for r in group])),
+                        "mean_batch": float(np.median([r["mean_batch"] for r in group])),
+                        "padded_fraction": float(np.median([r.get("padded_fraction", 0.0) for r in group])),
+                        "failed": sum(r["failed"] for r in group)}
+    return summary
+
+
 def compare(runs: list[dict], offline_ips: dict[str, dict[int, float]]) -> list[dict]:
-    """Each served run beside its null-model twin (same configuration, transport, in flight) and offline."""
-    rows = []
-    keys = ("instances", "input_format", "transport", "inflight")
-    for run in (r for r in runs if r["server"] == "served" and "error" not in r):
-        null = next((r for r in runs if r["server"] == "null" and "error" not in r
-                     and all(r[k] == run[k] for k in keys)), None)
-        table = offline_ips[run["input_format"]]
-        batch = nearest(table, run["mean_batch"])
+    """Each served cell (medians of its repeats) beside its null-model twin and offline at the batch formed."""
+    summary, rows = cells(runs), []
+    for key, cell in summary.items():
+        if cell["server"] != "served":
+            continue
+        null = summary.get(("null", *key[1:]))
+        table = offline_ips[cell["input_format"]]
+        batch = nearest(table, cell["mean_batch"])
         null_ips = null["throughput"] if null else float("nan")
         ceiling = min(table[batch], null_ips) if null else table[batch]
-        rows.append({**run, "offline_batch": batch, "offline_throughput": table[batch], "null_throughput": null_ips,
+        target = 8000 if cell["input_format"] == "uint8" else 5000
+        rows.append({**cell, "offline_batch": batch, "offline_throughput": table[batch], "null_throughput": null_ips,
                      "null_p99_ms": null["p99_ms"] if null else float("nan"),
-                     "served_over_ceiling": run["throughput"] / ceiling if ceiling else float("nan"),
-                     "meets_5000": run["throughput"] >= 5000, "meets_0.8": run["throughput"] >= 0.8 * ceiling})
+                     "served_over_ceiling": cell["throughput"] / ceiling if ceiling else float("nan"),
+                     "target_img_s": target, "meets_target": cell["throughput"] >= target and cell["p99_ms"] <= 50,
+                     "meets_0.8": cell["throughput"] >= 0.8 * ceiling})
     return rows
 
 
@@ -228,12 +270,15 @@ def report(args: argparse.Namespace, runs: list[dict], offline_ips: dict, raw: d
     rows = compare(runs, offline_ips)
     table = Table(title=f"{args.model} on route {args.route}, devices {args.devices or 'cpu'}: served vs offline "
                         "vs null model (1 request = 1 image)")
-    for column in ("instances", "input", "transport", "in flight", "served img/s", "p50 ms", "p99 ms", "mean batch",
-                   "offline img/s @batch", "null req/s", "null p99 ms", "served / min(offline, null)", "failed"):
+    for column in ("instances", "input", "transport", "in flight", "runs × s", "served img/s (median)", "spread",
+                   "p99 ms", "mean batch", "padded", "offline img/s @batch", "null req/s", "null p99 ms",
+                   "served / min(offline, null)", "failed"):
         table.add_column(column, justify="right")
     for r in rows:
         table.add_row(str(r["instances"]), r["input_format"], r["transport"], str(r["inflight"]),
-                      f"{r['throughput']:.1f}", f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}", f"{r['mean_batch']:.1f}",
+                      f"{r['repeats']} × {min(r['seconds']):.0f}", f"{r['throughput']:.1f}",
+                      f"{r['throughput_min']:.4g}–{r['throughput_max']:.4g}", f"{r['p99_ms']:.1f}",
+                      f"{r['mean_batch']:.1f}", f"{r['padded_fraction']:.1%}",
                       f"{r['offline_throughput']:.1f} @{r['offline_batch']}", f"{r['null_throughput']:.1f}",
                       f"{r['null_p99_ms']:.1f}", f"{r['served_over_ceiling']:.2f}", str(r["failed"]))
     console.print(table)
@@ -246,7 +291,10 @@ def report(args: argparse.Namespace, runs: list[dict], offline_ips: dict, raw: d
         console.print(f"best: {best['throughput']:.1f} img/s ({best['instances']} instances, {best['input_format']}, "
                       f"{best['transport']}, in flight {best['inflight']}); p99 {best['p99_ms']:.1f} ms")
     result = {"command": " ".join(["python", *sys.argv]), "machine": machine_info(), "date": time.strftime("%Y-%m-%d"),
-              "seconds": seconds, "rows": rows, "runs": runs, "skipped": skipped, "best": best,
+              "seconds": seconds, "method": {"seconds_per_run": args.seconds, "warmup_s": args.warmup_s,
+                                             "repeats": args.repeats, "statistic": "median of the repeats; spread "
+                                             "min-max"}, "rows": rows, "null": [c for c in cells(runs).values()
+                                                                                if c["server"] == "null"], "runs": runs, "skipped": skipped, "best": best,
               "offline": {f: {str(k): v for k, v in d.items()} for f, d in offline_ips.items()},
               "offline_before_after": {k: {f: {str(b): v for b, v in d.items()} for f, d in per.items()}
                                        for k, per in raw.items()}}

@@ -36,6 +36,8 @@ def test_bench_command_writes_rows_and_checks(lite0_sidecar, tmp_path):
     assert kinds == {(route, kind) for route in ("onnxruntime", "eager")
                      for kind in ("model", "end_to_end", "end_to_end_pinned")}
     assert all(c["ok"] for c in data["checks"]) and data["machine"]["torch"] == torch.__version__
+    assert "compile-pool start-up" in data["config"]["warmup_note"]  # the JSON says how it warmed up
+    assert {r["compile_pool"] for r in data["rows"] if r["kind"] != "model"} == {"no compile-worker pool was running"}
 
 
 def test_bench_command_refuses_unknown_route(lite0_sidecar):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import trtforge.pipeline as pipeline
+import trtforge.pipeline.onnx_path as onnx_path
 from trtforge.builder import build, portability, timing_cache
 from trtforge.core import machine, trt
 from trtforge.core.config import CompileConfig, ConfigError
@@ -54,8 +55,25 @@ def test_build_matrix_one_engine_per_target_and_one_multi_target(tiny_onnx, tmp_
     assert len({a.engine_path.read_bytes() for a in arts}) == 5
 
 
+def test_cli_matrix_prints_one_row_per_engine(tiny_onnx, tmp_path):
+    """The matrix's table is the CLI's: ``trtforge build --target ... --matrix`` builds and compares them."""
+    from typer.testing import CliRunner
+
+    from trtforge.cli import app
+
+    runner = CliRunner()
+    argv = ["build", str(tiny_onnx), "-o", str(tmp_path), "--cache-dir", str(tmp_path / "cache"), "-q"]
+    refused = runner.invoke(app, [*argv, "--matrix"])
+    assert refused.exit_code == 2 and "--matrix builds one engine per --target" in refused.output
+    result = runner.invoke(app, [*argv, "--target", "sm86", "--target", "sm89", "--matrix"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    for name in ("tiny_fp16_sm86.engine", "tiny_fp16_sm89.engine", "tiny_fp16_sm86_sm89.engine"):
+        size = (tmp_path / name).stat().st_size
+        assert name in result.output and f"{size:,}" in result.output
+
+
 def test_build_matrix_refuses_an_unknown_target_before_building(tiny_onnx, tmp_path, monkeypatch):
-    monkeypatch.setattr(pipeline, "build_engine", _no_work)
+    monkeypatch.setattr(onnx_path, "build_engine", _no_work)
     with pytest.raises(ConfigError, match="unknown target"):
         pipeline.build_matrix(tiny_onnx, targets=["sm86", "sm99"], output_dir=tmp_path, cache=False)
 
@@ -70,7 +88,7 @@ def _no_work(*args, **kwargs):
 ])
 def test_refusals_happen_before_export(tiny_module, tmp_path, monkeypatch, options, message):
     monkeypatch.setattr(machine, "find_lean_runtime", lambda: None)
-    monkeypatch.setattr(pipeline, "export_onnx", _no_work)
+    monkeypatch.setattr(onnx_path, "export_onnx", _no_work)
     with pytest.raises(ConfigError, match=message):
         pipeline.compile(tiny_module, (None,), output_dir=tmp_path, cache=False, **options)
 
@@ -78,21 +96,21 @@ def test_refusals_happen_before_export(tiny_module, tmp_path, monkeypatch, optio
 @pytest.mark.skipif(not trt.info().is_rtx, reason="TensorRT-RTX behaviour")
 def test_rtx_refuses_hardware_levels_and_gpu_only_builds(monkeypatch):
     with pytest.raises(ConfigError, match="TensorRT-RTX ignores hardware compatibility"):
-        CompileConfig(hardware_compatibility="ampere_plus").check_toolchain()
+        portability.check_toolchain(CompileConfig(hardware_compatibility="ampere_plus"))
     monkeypatch.setattr(machine, "cuda_device_count", lambda: 0)
     for option in ("refittable", "strip_weights"):
         with pytest.raises(ConfigError, match="on a GPU, and this machine has none"):
-            CompileConfig(**{option: True}).check_toolchain()
+            portability.check_toolchain(CompileConfig(**{option: True}))
     monkeypatch.setattr(machine, "cuda_device_count", lambda: 1)
     both = CompileConfig(refittable=True, strip_weights=True)
-    both.check_toolchain()
+    portability.check_toolchain(both)
     assert both.refittable
 
 
 def test_version_compatible_passes_with_the_lean_runtime_and_records_host_code(monkeypatch):
     monkeypatch.setattr(machine, "find_lean_runtime", lambda: Path("/opt/trt/libnvinfer_lean.so.10"))
     cfg = CompileConfig(version_compatible=True)
-    cfg.check_toolchain()
+    portability.check_toolchain(cfg)
     record = portability.builder_record(cfg)
     assert record["host_code"] is True and record["version_compatible"] is True
     assert portability.builder_record(BASE)["host_code"] is False

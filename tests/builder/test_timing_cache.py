@@ -7,6 +7,7 @@ import logging
 import pytest
 
 import trtforge.pipeline as pipeline
+import trtforge.pipeline.onnx_path as onnx_path
 from trtforge.builder import timing_cache
 from trtforge.builder.timing_cache import TimingCacheSession, check_timing_cache_path
 
@@ -19,14 +20,14 @@ def _no_work(*args, **kwargs):
 
 @pytest.mark.parametrize("kind", ["directory", "separator"])
 def test_directory_or_trailing_separator_is_a_value_error(tiny_module, tmp_path, monkeypatch, kind):
-    monkeypatch.setattr(pipeline, "export_onnx", _no_work)
+    monkeypatch.setattr(onnx_path, "export_onnx", _no_work)
     path = str(tmp_path) if kind == "directory" else str(tmp_path / "caches") + "/"
     with pytest.raises(ValueError, match="directory|separator"):
         pipeline.compile(tiny_module, (None,), timing_cache=path, output_dir=tmp_path / "o", cache=False)
 
 
 def test_unwritable_location_is_an_os_error(tiny_onnx, tmp_path, monkeypatch):
-    monkeypatch.setattr(pipeline, "build_engine", _no_work)
+    monkeypatch.setattr(onnx_path, "build_engine", _no_work)
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
     with pytest.raises(OSError, match="cannot be created"):

@@ -10,6 +10,7 @@ import torch
 from tiny_model import EXAMPLE_SHAPE
 
 import trtforge.pipeline as pipeline
+import trtforge.pipeline.onnx_path as onnx_path
 from trtforge.cache.engine_cache import EngineCache
 from trtforge.core import trt
 from trtforge.core.sidecar import read_sidecar
@@ -30,8 +31,8 @@ def test_module_hit_skips_export_and_logs_cache_hit(tiny_module, tmp_path, monke
     def no_export(*args, **kwargs):
         raise AssertionError("a cache hit must not export")
 
-    monkeypatch.setattr(pipeline, "export_onnx", no_export)
-    monkeypatch.setattr(pipeline, "build_engine", no_export)
+    monkeypatch.setattr(onnx_path, "export_onnx", no_export)
+    monkeypatch.setattr(onnx_path, "build_engine", no_export)
     second = _compile(tiny_module, tmp_path / "b", tmp_path / "cache")
     assert second.sidecar.builder.cache["hit"] is True
     assert "cache hit" in caplog.text
@@ -147,7 +148,7 @@ def test_unwritable_cache_folder_is_refused_before_export(tiny_module, tmp_path,
     def no_export(*args, **kwargs):
         raise AssertionError("refused too late")
 
-    monkeypatch.setattr(pipeline, "export_onnx", no_export)
+    monkeypatch.setattr(onnx_path, "export_onnx", no_export)
     (tmp_path / "file").write_text("x")
     with pytest.raises(NotADirectoryError, match="is a file; pass a folder"):
         _compile(tiny_module, tmp_path / "o", tmp_path / "file")

@@ -23,7 +23,7 @@ def no_build(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("build_engine was called; the error should have come first")
 
-    monkeypatch.setattr("trtforge.pipeline.build_engine", forbidden)
+    monkeypatch.setattr("trtforge.pipeline.onnx_path.build_engine", forbidden)
 
 
 @pytest.fixture()

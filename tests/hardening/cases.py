@@ -390,8 +390,8 @@ def _output_disk_full_after_engine(ctx: Ctx) -> Case:
 
 # -- Ctrl-C at each stage ------------------------------------------------------------------------------
 for _stage, _function in [
-    ("validate", "trtforge.pipeline:validate"),
-    ("capture", "trtforge.pipeline:_capture"),
+    ("validate", "trtforge.pipeline.validate:validate"),
+    ("capture", "trtforge.pipeline.onnx_path:_capture"),
     ("passes", "trtforge.passes.process:process"),
     ("build_start", "trtforge.builder.build:build_engine"),
     ("build_running", "trtforge.builder.progress:BuildProgress.phase_start"),
@@ -538,7 +538,7 @@ def _check_inputs_corrupt_npz(ctx: Ctx) -> Case:
 
 
 # -- SIGTERM (docker stop, systemd, timeout): the same clean-up as Ctrl-C, no $TMPDIR/trtforge-* left ---------
-for _stage, _function in [("capture", "trtforge.pipeline:_capture"), ("passes", "trtforge.passes.process:process"),
+for _stage, _function in [("capture", "trtforge.pipeline.onnx_path:_capture"), ("passes", "trtforge.passes.process:process"),
                           ("build_running", "trtforge.builder.progress:BuildProgress.phase_start")]:
     def _sigterm(ctx: Ctx, function: str = _function) -> Case:
         return Case(build(ctx, "--batch", "1:3:6"), EXIT_CANCELLED, r"terminated \(SIGTERM\)|cancelled",

@@ -18,9 +18,9 @@ from harness import can_mount_tmpfs, cli_env, error_lines, fill, run_cli, small_
 
 import trtforge
 from trtforge.core.config import CompileConfig, ConfigError, QuantConfig, parse_layer_precision
-from trtforge.core.errors import MissingDependency
+from trtforge.core.errors import AccuracyBudgetMissed, MissingDependency
 from trtforge.core.sidecar import EngineHashMismatch, read_sidecar
-from trtforge.pipeline import AccuracyBudgetMissed, default_name
+from trtforge.pipeline import default_name
 
 needs_trt = pytest.mark.needs_trt
 

@@ -15,6 +15,7 @@ import onnx
 import pytest
 
 import trtforge.pipeline as pipeline
+import trtforge.pipeline.onnx_path as onnx_path
 from trtforge import refit
 from trtforge.core.sidecar import read_sidecar
 from trtforge.passes.graph import proto_bytes
@@ -37,10 +38,10 @@ def test_compile_and_refit_process_byte_identical_graphs(tiny_onnx, tmp_path, pr
 
 def test_capture_and_build_serialises_each_graph_once_by_design():
     """The build step names one serialisation per graph and no parse: no to_proto/load_ir/load_from_string."""
-    tree = ast.parse(inspect.getsource(pipeline._capture_and_build))
+    tree = ast.parse(inspect.getsource(onnx_path.capture_and_build))
     calls = [node.func for node in ast.walk(tree) if isinstance(node, ast.Call)]
     names = [getattr(f, "id", getattr(f, "attr", "")) for f in calls]
     assert names.count("proto_bytes") == 2  # the reference, and the processed graph (FP32 reuses the first)
     assert not {"to_proto", "load_ir", "load_from_string", "SerializeToString", "deserialize_model"} & set(names)
-    assert "process" in inspect.getsource(pipeline._process)
+    assert "process" in inspect.getsource(onnx_path._process)
     assert "process(" in inspect.getsource(refit._process_like_build)

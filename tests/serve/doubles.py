@@ -52,3 +52,33 @@ class RecordingGraphEngine(FailingOnCommand):
 
 def recording_graph_engine(sidecar: Path, route: str) -> RecordingGraphEngine:
     return RecordingGraphEngine(sidecar, route)
+
+
+class SlowRecording(FailingOnCommand):
+    """Each call of the primary route takes ``DELAY_S`` and appends ``start end thread-name thread-id`` to
+    ``calls.txt`` beside the sidecar (the fallback route answers at once): overlapping calls, and how
+    many health-check threads ran, can be read back."""
+
+    DELAY_S = 0.15
+
+    def __call__(self, *tensors, **named):
+        import threading
+        import time
+
+        if self.route == "onnxruntime":
+            return super().__call__(*tensors, **named)
+        start = time.monotonic()
+        time.sleep(self.DELAY_S)
+        result = super().__call__(*tensors, **named)
+        thread = threading.current_thread()
+        with open(Path(self.flag).parent / "calls.txt", "a") as log:
+            log.write(f"{start} {time.monotonic()} {thread.name} {thread.ident}\n")
+        return result
+
+
+def slow_recording(sidecar: Path, route: str) -> SlowRecording:
+    return SlowRecording(sidecar, route)
+
+
+def refusing_to_load(sidecar: Path, route: str):
+    raise RuntimeError(f"route {route} cannot run on this test machine (a double that refuses to load)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from trtforge.serve.batching import (
     padded_rows,
     run_together,
 )
-from trtforge.serve.health import FallbackState, HealthPolicy, run_with_timeout
+from trtforge.serve.health import FallbackState, HealthPolicy, HealthWorker
 
 SPECS = (TensorSpec("a", "float32", (-1, 2)), TensorSpec("b", "int64", (-1, 3)))
 
@@ -100,7 +101,66 @@ def test_fallback_after_n_failures_and_back_after_m_passes():
 
 def test_health_check_timeout_and_error_are_reasons():
     release = threading.Event()
-    assert run_with_timeout(lambda: None, 1.0) == ""
-    assert "longer than 0.1 s" in run_with_timeout(lambda: release.wait(5), 0.1)
-    release.set()
-    assert run_with_timeout(lambda: 1 / 0, 1.0).startswith("ZeroDivisionError")
+    worker = HealthWorker()
+    try:
+        assert worker.check(lambda: None, 1.0) == ""
+        assert "longer than 0.1 s" in worker.check(lambda: release.wait(5), 0.1)
+        release.set()
+        assert worker.thread.is_alive()
+        for _ in range(50):  # the timed-out check returns on its own thread
+            if worker.check(lambda: 1 / 0, 1.0).startswith("ZeroDivisionError"):
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the worker never ran the next check")
+    finally:
+        worker.stop()
+    worker.thread.join(5)
+    assert not worker.thread.is_alive()
+
+
+def test_a_hung_check_keeps_one_thread_and_later_checks_say_it_is_still_running():
+    """Before: each timed-out check left a thread behind and the next check started another."""
+    release, started = threading.Event(), []
+    worker = HealthWorker()
+    before = threading.active_count()
+    try:
+        def hang() -> None:
+            started.append(threading.get_ident())
+            release.wait(10)
+
+        assert "longer than 0.05 s" in worker.check(hang, 0.05)
+        for _ in range(5):
+            assert "still running" in worker.check(hang, 0.05)
+        assert len(started) == 1 and threading.active_count() == before
+    finally:
+        release.set()
+        worker.stop()
+
+
+def test_cuda_graph_buckets_come_from_the_preferred_sizes_and_padding_is_counted():
+    assert graph_buckets(32, preferred=(16, 32)) == (16, 32)
+    assert graph_buckets(32, preferred=(4, 64)) == (4, 32)
+    calls = []
+
+    def engine(a, b):
+        calls.append(len(a))
+        return {"sum": a.sum(axis=1) + b.sum(axis=1)}
+
+    requests = [{"a": np.full((n, 2), n, np.float32), "b": np.ones((n, 3), np.int64)} for n in (3, 2)]
+    checked = [check_request(SPECS, r, max_batch=32) for r in requests]
+    results, padded = run_together(engine, checked, ["sum"], batched=True, buckets=(4, 8), with_padding=True)
+    assert calls == [8] and padded == 3
+    for request, result in zip(requests, results, strict=True):
+        np.testing.assert_array_equal(result["sum"], request["a"].sum(axis=1) + 3)
+
+
+def test_torch_inputs_are_checked_and_joined_like_arrays():
+    import torch
+
+    specs = (TensorSpec("a", "float32", (-1, 2)),)
+    checked = [check_request(specs, {"a": torch.full((n, 2), float(n))}, max_batch=8) for n in (1, 2)]
+    with pytest.raises(BadRequest, match="'a' is int64"):
+        check_request(specs, {"a": torch.zeros((1, 2), dtype=torch.int64)}, max_batch=8)
+    results = run_together(lambda a: {"y": a * 2}, checked, ["y"], batched=True, buckets=(4,))
+    np.testing.assert_array_equal(results[1]["y"], np.full((2, 2), 4.0, np.float32))

@@ -49,3 +49,37 @@ def test_frame_input_needs_a_preprocessing_record(tmp_path, linear_v1):
         plan_model(linear_v1, {"input_format": "uint8"})
     with pytest.raises(InvalidArgument, match="not one of"):
         plan_model(linear_v1, {"input_format": "rgb"})
+
+
+@pytest.mark.parametrize("route", ["onnxruntime", "fp16"])
+def test_batcher_joins_frames_into_the_preprocessors_one_staging_buffer(tmp_path, route):
+    """The requests' frames are copied once, into the Preprocessor's grow-only buffer (FrameEngine keeps
+    none of its own); the call reads them from there and answers like the route on preprocessed frames."""
+    import torch
+
+    from tests.serve.artifacts import TinyConv
+    from trtforge.runtime.torch_routes import TorchEngine
+    from trtforge.serve.batching import check_request, run_together
+    from trtforge.serve.frames import FrameEngine
+
+    artifact = make_image_artifact(tmp_path / "image")
+    record = read_sidecar(artifact)
+    engine = load(artifact, route="onnxruntime") if route == "onnxruntime" else \
+        TorchEngine(TinyConv(), record.inputs, record.outputs, route=route, device="cpu")
+    frames = FrameEngine(engine, record)
+    assert not hasattr(frames, "_pinned")
+    rng = np.random.default_rng(1)
+    requests = [rng.integers(0, 256, (n, 8, 8, 3), dtype=np.uint8) for n in (1, 3, 2)]
+    checked = [check_request(frames.inputs, {"image": r}, max_batch=8) for r in requests]
+    joined = frames.join([c.arrays[0] for c in checked], 8)
+    assert frames.preprocessor.is_staged(joined) and not joined[6:].any()
+    results, padded = run_together(frames, checked, ["logits"], batched=True, buckets=(8,), with_padding=True)
+    assert padded == 2
+    x = preprocess_images(list(np.concatenate(requests)), PreprocessConfig.of(record.preprocessing))
+    with torch.inference_mode():
+        reference = TinyConv()(x).numpy() if route == "fp16" else np.asarray(engine(x)["logits"])
+    tolerance = 2e-2 if route == "fp16" else 1e-5
+    np.testing.assert_allclose(np.concatenate([r["logits"] for r in results]), reference, rtol=tolerance,
+                               atol=tolerance)
+    bigger = frames.preprocessor.staged((16, 8, 8, 3))  # grows once; smaller batches reuse it
+    assert frames.preprocessor.staged((2, 8, 8, 3)).data_ptr() == bigger.data_ptr()

@@ -144,5 +144,8 @@ def test_a_cuda_graph_engine_is_only_called_at_bucket_sizes(start_server, tmp_pa
     for x, y in zip(xs, answers, strict=True):
         np.testing.assert_allclose(y, expected(x, 1.0), rtol=1e-5, atol=1e-6)
     sizes = [int(line) for line in (tmp_path / "graphs" / "batch-sizes.txt").read_text().split()]
-    assert set(sizes) <= set(graph_buckets(16)), sizes
-    assert set(graph_buckets(16)) <= set(sizes)  # every bucket was captured at load (warm-up)
+    buckets = graph_buckets(16, preferred=(4, 16))  # the batcher's preferred sizes: the profile's opt and max
+    assert buckets == (4, 16) and set(sizes) <= set(buckets), sizes
+    assert sizes[:2] == [16, 4]  # every bucket was captured at load (warm-up), largest first
+    padded = sum(sizes[2:]) - sum(len(x) for x in xs)
+    assert metric(server, "trtforge_padded_rows_total") == padded > 0

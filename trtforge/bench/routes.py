@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trtforge.bench.timing import LatencyStats, measure, measure_interleaved
+from trtforge.bench.timing import LatencyStats, measure, measure_interleaved, settle_compile_workers
 from trtforge.core.atomic import atomic_write_bytes
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig
@@ -331,7 +331,9 @@ def run_route_bench(
     # Several calls may share one result (routes_gpu runs "compiled" last): the routes accumulate.
     earlier = [r for r in result.config.get("routes", []) if r not in routes]
     result.config.update({"routes": [*earlier, *routes], "batches": list(batches), "warmup": warmup,
-                          "repeats": repeats, "image": list(image.shape), "device": str(device)})
+                          "repeats": repeats, "image": list(image.shape), "device": str(device),
+                          "warmup_note": "timed after each predictor's first call and past Inductor's compile-pool "
+                                         "start-up (settle_compile_workers; each row's compile_pool says what it did)"})
     say = on_progress or (lambda _msg: None)
     labels = route_labels or {}
     for bench_model in models:
@@ -431,6 +433,7 @@ def _time_model_and_predictor(bench_model: BenchModel, engine: Engine, label: st
         t0 = time.perf_counter()
         calls["end_to_end_pinned"]()
         predictor_first_call_s = time.perf_counter() - t0
+        compile_pool = settle_compile_workers()  # timings start past any compile-pool start-up
         if engine.device.type == "cuda":  # frames already on the GPU (e.g. from NVDEC)
             resident = [torch.from_numpy(image).to(engine.device) for _ in range(batch)]
             calls["end_to_end_device"] = lambda f=resident: predictor(f)
@@ -438,7 +441,8 @@ def _time_model_and_predictor(bench_model: BenchModel, engine: Engine, label: st
         for kind, st in stats.items():
             extra = {} if kind == "model" else {"predictor_cuda_graph": predictor.cuda_graph,
                                                 "compile_preprocessing": predictor.compile_preprocessing,
-                                                "predictor_first_call_s": predictor_first_call_s}
+                                                "predictor_first_call_s": predictor_first_call_s,
+                                                "compile_pool": compile_pool}
             result.add(bench_model.name, label, batch, kind, st, interleaved=True, **extra)
 
 

@@ -10,7 +10,7 @@ Three choices, each explicit and recorded in the sidecar's ``builder`` block:
 Each option adds a file-name suffix, so a portable engine never overwrites the default one.
 
 Example:
-    >>> CompileConfig(version_compatible=True).check_toolchain()   # refused without the lib
+    >>> check_toolchain(CompileConfig(version_compatible=True))   # refused without the lib
     >>> file_suffix(CompileConfig(targets=["sm89"]))
     '_sm89'
 """
@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trtforge.core import machine, trt
+from trtforge.core.config import ConfigError
 from trtforge.core.machine import HARDWARE_LEVELS
 
 #: Every TensorRT attribute ``apply_portability`` uses; tests check each against the bindings.
@@ -79,3 +81,45 @@ def apply_portability(cfg: Any, config: Any, bindings: Any) -> None:
         if not config.refittable:
             # A stripped plan must be refitted before use; without REFIT, with the very same weights.
             cfg.set_flag(flag.REFIT_IDENTICAL)
+
+
+def check_toolchain(config: Any) -> None:
+    """Refuse what the installed TensorRT or this machine cannot build (first reason raised)."""
+    if config.targets:
+        offered = trt.info().compute_capability_targets
+        bad = [t for t in config.targets if t not in offered]
+        if bad:
+            raise ConfigError(
+                f"unknown target(s) {bad}; {trt.info().flavour} offers {', '.join(offered) or 'none'}. "
+                "Leave targets empty for a portable engine."
+            )
+    for condition, reason in portability_refusals(config):
+        if condition:
+            raise ConfigError(reason)
+
+
+def portability_refusals(config: Any) -> tuple[tuple[bool, str], ...]:
+    """``((condition, reason), ...)`` for the portability and refit options; the first true one is raised."""
+    info = trt.info()
+    hardware, refit, strip = config.hardware_compatibility, config.refittable, config.strip_weights
+    return (
+        (hardware is not None and info.is_rtx,
+         f"hardware_compatibility={hardware!r}: TensorRT-RTX ignores hardware compatibility levels (its engines "
+         "already run on every GPU it offers); narrow them with targets=['sm86', ...] instead"),
+        (hardware is not None and not info.hardware_compatibility,
+         f"hardware_compatibility={hardware!r}: {info.flavour} {info.version} offers no hardware compatibility "
+         "levels; build one engine per GPU class instead"),
+        (hardware is not None and bool(config.targets),
+         "hardware_compatibility and targets both choose where the engine runs; pass one of them"),
+        (config.version_compatible and not info.version_compatibility,
+         f"version_compatible=True: {info.flavour} {info.version} has no VERSION_COMPATIBLE builder flag"),
+        (config.version_compatible and machine.find_lean_runtime() is None, machine.lean_runtime_missing_message()),
+        (refit and not info.refit,
+         f"refittable=True: {info.flavour} {info.version} offers no refit (no Refitter / REFIT flag)"),
+        (strip and not info.strip_plan,
+         f"strip_weights=True: {info.flavour} {info.version} has no STRIP_PLAN builder flag"),
+        ((refit or strip) and info.is_rtx and machine.cuda_device_count() == 0,
+         "refittable=True / strip_weights=True: TensorRT-RTX compiles refittable and weight-stripped engines "
+         "on a GPU, and this machine has none (no CUDA driver or device). Build them on a GPU machine, "
+         "or build without these flags"),
+    )

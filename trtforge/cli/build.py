@@ -63,6 +63,8 @@ OWN_PARAMETERS = (
                       annotation=Annotated[Path | None, typer.Option(help="int8: calibration images folder or .npy")]),
     inspect.Parameter("input_shape", inspect.Parameter.KEYWORD_ONLY, default=None,
                       annotation=Annotated[list[str] | None, typer.Option(help=f"--path direct: {SHAPE_HELP}")]),
+    inspect.Parameter("matrix", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=Annotated[bool, typer.Option(
+        help="one engine per --target, plus one multi-target engine; a table compares their sizes")]),
 )
 
 
@@ -77,22 +79,43 @@ def config_from_cli(values: dict[str, Any]) -> CompileConfig:
     return CompileConfig(**fields)
 
 
-def build(model: str, calib: Path | None = None, input_shape: list[str] | None = None, **values: Any) -> None:
+def build(model: str, calib: Path | None = None, input_shape: list[str] | None = None, matrix: bool = False,
+          **values: Any) -> None:
     """Build an engine + sidecar from an ONNX file (or, with --path direct, a PyTorch model factory)."""
     if calib is not None and values["precision"].lower() != "int8":
         raise ConfigError(f"--calib is used only by --precision int8 (this build is {values['precision']}); "
                           "drop --calib, or add --precision int8")
     config = config_from_cli(values)  # bad options are refused before torch and onnx load
+    if matrix and not config.targets:
+        raise ConfigError("--matrix builds one engine per --target; name them, e.g. --target sm80 --target sm86")
+    from trtforge.pipeline import build_matrix
     from trtforge.pipeline import compile as compile_model
 
     if config.path == "direct":
-        module, inputs = model_from_cli(model, input_shape)
-        art = compile_model(module, inputs, config=config, calibration_data=calib)
+        args: tuple = model_from_cli(model, input_shape)
     elif input_shape:
         raise InvalidArgument("--input-shape is for --path direct (a PyTorch model); an .onnx carries its shapes")
     else:
-        art = compile_model(Path(model), config=config, calibration_data=calib)
-    console.print(built_line(art))
+        args = (Path(model),)
+    if matrix:
+        arts = build_matrix(*args, config=config, targets=config.targets, calibration_data=calib)
+        console.print(matrix_table(arts))
+        return
+    console.print(built_line(compile_model(*args, config=config, calibration_data=calib)))
+
+
+def matrix_table(artifacts: Any) -> Any:
+    """The build matrix as a table: targets, engine file, size and cache state of each engine."""
+    from rich.table import Table
+
+    table = Table(title="build matrix")
+    for column in ("targets", "engine", "bytes", "cache"):
+        table.add_column(column)
+    for art in artifacts:
+        hit = (art.sidecar.builder.cache or {}).get("hit")
+        table.add_row(",".join(art.sidecar.builder.targets), art.engine_path.name, f"{art.sidecar.engine_size:,}",
+                      "hit" if hit else "built")
+    return table
 
 
 def built_line(art: Any) -> str:
@@ -110,7 +133,7 @@ def _signature() -> inspect.Signature:
     quant_at = next(i for i, p in enumerate(BUILD_PARAMETERS) if p.field == "optimization_level") + 2
     quant_params = [OWN_PARAMETERS[1], *(p.signature() for p in QUANT_PARAMETERS)]
     return inspect.Signature([OWN_PARAMETERS[0], *build_params[:quant_at], *quant_params, *build_params[quant_at:],
-                              OWN_PARAMETERS[2]], return_annotation=None)
+                              OWN_PARAMETERS[2], OWN_PARAMETERS[3]], return_annotation=None)
 
 
 build_command = guarded(build)

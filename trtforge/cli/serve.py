@@ -64,6 +64,8 @@ def serve_command(
                                                    "sidecar's preprocessing runs in the server)")] = "native",
     watch: Annotated[float | None, typer.Option(help="poll each sidecar every N seconds; a new engine "
                                                      "sha256 reloads it (old one kept on failure)")] = None,
+    allow_signature_change: Annotated[bool, typer.Option(help="let reloads change a model's inputs or outputs "
+                                                              "(refused by default: clients would fail)")] = False,
 ) -> None:
     """Serve artifacts on Triton Inference Server until Ctrl-C."""
     from trtforge.serve.server import ServeConfig, Server
@@ -72,7 +74,8 @@ def serve_command(
         config = ServeConfig(route=route, fallback_route=fallback_route, host=host, http_port=http_port,
                              grpc_port=grpc_port, metrics_port=metrics_port, max_delay_ms=max_delay_ms,
                              instances=instances, devices=_devices(devices), admin_token=admin_token,
-                             allow_host_code=allow_host_code, input_format=input_format, watch_s=watch)
+                             allow_host_code=allow_host_code, input_format=input_format, watch_s=watch,
+                             allow_signature_change=allow_signature_change)
         server = Server(artifacts, config)
         _run(server)
     except UserError as exc:

@@ -1,6 +1,6 @@
 """INT8 on the direct path: the scales a lowering is handed, and the Q/DQ pairs the converters emit.
 
-Scales come from outside ``convert`` (trtforge.pipeline calibrates the PyTorch module with
+Scales come from outside ``convert`` (trtforge.pipeline.direct_int8 calibrates the PyTorch module with
 ``trtforge.quantize``) as a frozen mapping: module path (``"features.0.conv"``, as
 ``named_modules`` spells it) → ``LayerScales``. A convolution or matrix-product node is quantized when
 the innermost module of its ``nn_module_stack`` (torch.export's metadata) is in the mapping: its input

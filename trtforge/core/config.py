@@ -4,7 +4,7 @@ Each option is a field of a frozen dataclass. Its metadata (an ``Option``) says 
 does, whether it changes the engine's bytes (the engine-cache key reads it), and how the CLI spells
 it (``trtforge build`` builds its parameters from these fields). Values are checked and normalised
 once, when the config is made; what the installed TensorRT and this machine can build is checked by
-``check_toolchain()`` before any expensive work.
+``trtforge.builder.portability.check_toolchain`` before any expensive work.
 
 Example:
     >>> cfg = CompileConfig(precision="fp16", batch="1:8:32", targets=["sm89", "sm86"])
@@ -25,7 +25,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from trtforge.core import machine, trt
+from trtforge.core import machine
 from trtforge.core.batch import BatchProfile, parse_batch
 from trtforge.core.budget import ErrorBudget, check_override, resolve_budget
 from trtforge.core.errors import InvalidArgument, MissingFile, WrongType, spelled
@@ -520,50 +520,9 @@ class CompileConfig:
             data["keep_fp32"] = list(self.fp32_patterns)
         return data
 
-    def check_toolchain(self) -> None:
-        """Refuse what the installed TensorRT or this machine cannot build (first reason raised)."""
-        if self.targets:
-            offered = trt.info().compute_capability_targets
-            bad = [t for t in self.targets if t not in offered]
-            if bad:
-                raise ConfigError(
-                    f"unknown target(s) {bad}; {trt.info().flavour} offers {', '.join(offered) or 'none'}. "
-                    "Leave targets empty for a portable engine."
-                )
-        for condition, reason in portability_refusals(self):
-            if condition:
-                raise ConfigError(reason)
-
 
 #: The options that do not change the engine (no key reads them).
 NOT_IN_KEY: tuple[str, ...] = tuple(name for name, opt in options_of(CompileConfig) if opt.affects == OUTPUT)
-
-
-def portability_refusals(config: CompileConfig) -> tuple[tuple[bool, str], ...]:
-    """``((condition, reason), ...)`` for the portability and refit options; the first true one is raised."""
-    info = trt.info()
-    hardware, refit, strip = config.hardware_compatibility, config.refittable, config.strip_weights
-    return (
-        (hardware is not None and info.is_rtx,
-         f"hardware_compatibility={hardware!r}: TensorRT-RTX ignores hardware compatibility levels (its engines "
-         "already run on every GPU it offers); narrow them with targets=['sm86', ...] instead"),
-        (hardware is not None and not info.hardware_compatibility,
-         f"hardware_compatibility={hardware!r}: {info.flavour} {info.version} offers no hardware compatibility "
-         "levels; build one engine per GPU class instead"),
-        (hardware is not None and bool(config.targets),
-         "hardware_compatibility and targets both choose where the engine runs; pass one of them"),
-        (config.version_compatible and not info.version_compatibility,
-         f"version_compatible=True: {info.flavour} {info.version} has no VERSION_COMPATIBLE builder flag"),
-        (config.version_compatible and machine.find_lean_runtime() is None, machine.lean_runtime_missing_message()),
-        (refit and not info.refit,
-         f"refittable=True: {info.flavour} {info.version} offers no refit (no Refitter / REFIT flag)"),
-        (strip and not info.strip_plan,
-         f"strip_weights=True: {info.flavour} {info.version} has no STRIP_PLAN builder flag"),
-        ((refit or strip) and info.is_rtx and machine.cuda_device_count() == 0,
-         "refittable=True / strip_weights=True: TensorRT-RTX compiles refittable and weight-stripped engines "
-         "on a GPU, and this machine has none (no CUDA driver or device). Build them on a GPU machine, "
-         "or build without these flags"),
-    )
 
 
 def _targets(targets: Any) -> tuple[str, ...]:

@@ -108,6 +108,10 @@ class Unsupported(UserError, RuntimeError):
     """A valid request this machine, flavour or route cannot carry out; the message says what can."""
 
 
+class AccuracyBudgetMissed(Unsupported):
+    """``strict_accuracy=True`` and the INT8 graph missed its error budget on the held-back samples."""
+
+
 class Cancelled(KeyboardInterrupt):
     """The user interrupted the work (Ctrl-C); nothing half-written is left behind.
 

@@ -64,6 +64,51 @@ def _onnx_file(sidecar: Sidecar, which: str) -> Path:
     return sidecar.verify_source_file(which)
 
 
+def route_refusal(sidecar: Sidecar, route: str, *, here: bool = True) -> str | None:
+    """Why ``route`` cannot run this artifact (one line naming the fix), or None when it can.
+
+    Cheap checks only (files, records, this machine's GPUs and bindings; nothing is loaded), for
+    callers that must refuse before expensive work: ``serve`` before Triton starts (``here=True``:
+    this machine too), ``export triton`` (``here=False``: the artifact alone; the repository runs
+    elsewhere).
+
+    Example:
+        >>> route_refusal(read_sidecar("out/direct.json"), "onnxruntime", here=False)
+        "route 'onnxruntime' runs the ONNX graph beside the engine, and out/direct.json was built on ..."
+    """
+    if route not in ROUTE_NAMES:
+        return f"unknown route {route!r}; choose one of {ROUTE_NAMES}"
+    if route == "onnxruntime":
+        if sidecar.source.path == "direct" or not (sidecar.source.reference_onnx_file or sidecar.source.onnx_file):
+            return (f"route 'onnxruntime' runs the ONNX graph beside the engine, and {sidecar.path} has none (built on "
+                    "the direct path or without ONNX); choose --route eager (the PyTorch model) or tensorrt")
+        return None
+    if route == "tensorrt":
+        return _tensorrt_refusal(sidecar) if here else None
+    base = sidecar.path.parent if sidecar.path is not None else Path(".")
+    aot = route == "compiled" and any(base.glob(f"{sidecar.name}_aot_*.pt2"))
+    if not sidecar.source.factory and not aot:
+        return (f"route {route!r} runs the PyTorch model, and {sidecar.path} names no model factory (only zoo models "
+                "do); choose --route onnxruntime or tensorrt")
+    return None
+
+
+def _tensorrt_refusal(sidecar: Sidecar) -> str | None:
+    """Whether this machine has what the tensorrt route needs: a CUDA GPU and the engine's bindings."""
+    import importlib.util
+
+    from trtforge.core.machine import cuda_device_count
+
+    if cuda_device_count() == 0:
+        return ("route 'tensorrt' needs a CUDA GPU and this machine has none; serve --route onnxruntime or eager here, "
+                "or run on a GPU machine")
+    flavour = sidecar.builder.flavour or "tensorrt"
+    if importlib.util.find_spec(flavour) is None:
+        return (f"route 'tensorrt' runs {sidecar.path.name if sidecar.path else 'this engine'} with {flavour}, which is "
+                f"not installed here; pip install {flavour.replace('_', '-')} or choose another --route")
+    return None
+
+
 def load(
     path: str | Path,
     route: str = "tensorrt",

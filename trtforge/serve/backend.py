@@ -7,7 +7,13 @@ folder), ``route``, optionally ``fallback_route``, ``sha256`` (the engine's expe
 set only by the serving API, e.g. for test doubles), ``input_format`` (``uint8``: HWC frames through
 ``trtforge.serve.frames.FrameEngine``) and the health policy. An instance of ``KIND_GPU`` loads its
 route on ``cuda:<model_instance_device_id>``; an engine that replays CUDA graphs is called only at
-``graph_buckets`` sizes (padded), each captured at load.
+``graph_buckets`` sizes (the dynamic batcher's preferred sizes and the largest; padded, each
+captured at load; the padding rows are counted in ``trtforge_padded_rows_total``).
+
+Inputs may arrive on the GPU (``FORCE_CPU_ONLY_INPUT_TENSORS: "no"``, e.g. from CUDA shared
+memory): they are taken through DLPack without a host copy, and such a batch's outputs that the
+engine leaves on the GPU go back through DLPack too. Health checks run on one worker thread and go
+through the same per-engine lock as the batches (engines reuse their output buffers).
 
 Loading verifies the engine's sha256 and warms the engine up; a failure raises, so Triton keeps
 the model it had (hot swap) or reports the load error. Metrics are Triton custom metrics, on
@@ -30,7 +36,7 @@ import numpy as np
 
 from trtforge.core.errors import InvalidArgument
 from trtforge.serve.batching import BadRequest, check_request, graph_buckets, max_shapes, run_together
-from trtforge.serve.health import FallbackState, HealthPolicy, run_with_timeout
+from trtforge.serve.health import FallbackState, HealthPolicy, HealthWorker
 
 
 def _parameters(config: dict[str, Any]) -> dict[str, str]:
@@ -113,11 +119,14 @@ class Metrics:
         self._failures = family("trtforge_health_failures_total", "failed health checks", family.COUNTER)
         self._calls = family("trtforge_model_calls_total", "engine calls (one per formed batch)", family.COUNTER)
         self._rows = family("trtforge_model_rows_total", "rows (images) the engine ran", family.COUNTER)
+        self._padded = family("trtforge_padded_rows_total", "zero rows added to reach a captured batch size",
+                              family.COUNTER)
         self.degraded = self._degraded.Metric(labels=self.labels)
         self.fallbacks = self._fallbacks.Metric(labels=self.labels)
         self.failures = self._failures.Metric(labels=self.labels)
         self.calls = self._calls.Metric(labels=self.labels)
         self.rows = self._rows.Metric(labels=self.labels)
+        self.padded = self._padded.Metric(labels=self.labels)
 
     def set_route(self, route: str, sha256: str) -> None:
         self.route.select(route=route, sha256=sha256)
@@ -126,6 +135,20 @@ class Metrics:
         """Degraded with ``reason`` (first 200 characters), or healthy when ``reason`` is empty."""
         self.degraded.set(1 if reason else 0)
         self.reason.select(reason=reason[:200].replace("\"", "'").replace("\\", "/").replace("\n", " "))
+
+
+def _array(tensor: Any) -> Any:
+    """A Triton input as NumPy (host) or, when it arrived on the GPU, a torch tensor through DLPack."""
+    if tensor.is_cpu():
+        return tensor.as_numpy()
+    import torch
+
+    return torch.from_dlpack(tensor.to_dlpack())
+
+
+def _tensor(pb: Any, name: str, value: Any) -> Any:
+    """An output for Triton: NumPy as it is, a torch tensor (on the GPU) through DLPack."""
+    return pb.Tensor(name, value) if isinstance(value, np.ndarray) else pb.Tensor.from_dlpack(name, value)
 
 
 class TritonPythonModel:
@@ -143,11 +166,13 @@ class TritonPythonModel:
         if not sidecar.is_absolute():
             sidecar = Path(args["model_repository"]) / args["model_version"] / sidecar
         self.name, self.max_batch = config["name"], int(config.get("max_batch_size", 0))
+        self.preferred = tuple(int(b) for b in (config.get("dynamic_batching") or {}).get("preferred_batch_size", ()))
         self.policy = HealthPolicy(**{k: float(params[k]) if k.endswith("_s") else int(params[k])
                                       for k in ("interval_s", "timeout_s", "fallback_after", "recover_after")
                                       if k in params})
         device = instance_device(args.get("model_instance_kind", ""), args.get("model_instance_device_id", 0))
         self.buckets: dict[int, tuple[int, ...]] = {}
+        self.locks: dict[int, threading.Lock] = {}  # engines reuse output buffers: one call at a time per engine
         self.primary = self._open(sidecar, params.get("route", "onnxruntime"), params, device)
         self.fallback = None
         if params.get("fallback_route"):
@@ -159,8 +184,9 @@ class TritonPythonModel:
         self.metrics = Metrics(pb_utils, self.name, device or "cpu")
         self.metrics.set_route(self.routes[0], self.sha256)
         self._stop = threading.Event()
-        self._lock = threading.Lock()
+        self._worker: HealthWorker | None = None
         if self.fallback is not None:
+            self._worker = HealthWorker()
             threading.Thread(target=self._health_loop, daemon=True, name="trtforge-health").start()
 
     def _open(self, sidecar: Path, route: str, params: dict[str, str], device: str | None) -> Any:
@@ -172,8 +198,9 @@ class TritonPythonModel:
             from trtforge.serve.frames import FrameEngine
 
             engine = FrameEngine(engine, read_sidecar(sidecar))
-        buckets = graph_buckets(self.max_batch) if getattr(engine, "cuda_graph", False) else ()
+        buckets = graph_buckets(self.max_batch, self.preferred) if getattr(engine, "cuda_graph", False) else ()
         self.buckets[id(engine)] = buckets
+        self.locks[id(engine)] = threading.Lock()
         for rows in sorted(buckets or (1,), reverse=True):  # largest first: buffers sized once
             engine(*(np.repeat(a, rows, axis=0) if self.max_batch > 0 else a for a in warm_input(engine)))
         return engine
@@ -181,10 +208,15 @@ class TritonPythonModel:
     def _active(self) -> Any:
         return self.fallback if self.state.degraded and self.fallback is not None else self.primary
 
+    def _health_check(self, warm: tuple[np.ndarray, ...]) -> None:
+        with self.locks[id(self.primary)]:  # never while a batch's outputs are still to be copied
+            self.primary(*warm)
+
     def _health_loop(self) -> None:
-        warm = warm_input(self.primary)
+        rows = min(self.buckets[id(self.primary)] or (1,))  # a captured size: a check never captures a graph
+        warm = tuple(np.repeat(a, rows, axis=0) if self.max_batch > 0 else a for a in warm_input(self.primary))
         while not self._stop.wait(self.policy.interval_s):
-            reason = run_with_timeout(lambda: self.primary(*warm), self.policy.timeout_s)
+            reason = self._worker.check(lambda: self._health_check(warm), self.policy.timeout_s)
             if reason:
                 self.metrics.failures.increment(1)
             if self.state.record(not reason, reason):
@@ -204,7 +236,7 @@ class TritonPythonModel:
         for i, request in enumerate(requests):
             try:
                 tensors = {n: pb.get_input_tensor_by_name(request, n) for n in names}
-                arrays = {n: t.as_numpy() for n, t in tensors.items() if t is not None}
+                arrays = {n: _array(t) for n, t in tensors.items() if t is not None}
                 checked.append(check_request(self.primary.inputs, arrays, self.max_batch, self.limits))
                 good.append(i)
             except BadRequest as exc:
@@ -218,20 +250,25 @@ class TritonPythonModel:
         engine = self._active()
         output_names = [s.name for s in engine.outputs]
         try:
-            with self._lock:  # engines reuse output buffers: one call at a time per engine
-                results = run_together(engine, checked, output_names, self.max_batch > 0, self.buckets[id(engine)])
+            with self.locks[id(engine)]:  # engines reuse output buffers: one call at a time per engine
+                results, padded = run_together(engine, checked, output_names, self.max_batch > 0,
+                                               self.buckets[id(engine)], with_padding=True)
             self.metrics.calls.increment(1)
             self.metrics.rows.increment(sum(c.rows for c in checked))
+            if padded:
+                self.metrics.padded.increment(padded)
         except Exception as exc:  # an engine failure fails this batch's requests, with the reason
             message = f"{self.name}: inference failed on route {engine.route}: {type(exc).__name__}: {exc}"
             for i in good:
                 responses[i] = pb.InferenceResponse(error=pb.TritonError(message))
             return
         for i, result in zip(good, results, strict=True):
-            responses[i] = pb.InferenceResponse([pb.Tensor(n, v) for n, v in result.items()])
+            responses[i] = pb.InferenceResponse([_tensor(pb, n, v) for n, v in result.items()])
 
     def finalize(self) -> None:
         self._stop.set()
+        if self._worker is not None:
+            self._worker.stop()
         for engine in (self.primary, self.fallback):
             if engine is not None:
                 engine.close()

@@ -44,9 +44,18 @@ def max_shapes(profiles: Sequence[Mapping[str, Mapping[str, Sequence[int]]]]) ->
     return limits
 
 
-def _check_tensor(spec: TensorSpec, value: np.ndarray, batched: bool, limit: Sequence[int] | None) -> None:
-    if value.dtype != np.dtype(spec.dtype):
-        raise BadRequest(f"input {spec.name!r} is {value.dtype}; the model takes {spec.dtype}")
+def _dtype(value: Any) -> str:
+    """A NumPy array's or torch tensor's dtype by its spec name ("float32", "uint8", ...)."""
+    return str(value.dtype).removeprefix("torch.")
+
+
+def _on_device(value: Any) -> bool:
+    return not isinstance(value, np.ndarray) and getattr(value, "is_cuda", False)
+
+
+def _check_tensor(spec: TensorSpec, value: Any, batched: bool, limit: Sequence[int] | None) -> None:
+    if _dtype(value) != spec.dtype:
+        raise BadRequest(f"input {spec.name!r} is {_dtype(value)}; the model takes {spec.dtype}")
     want = spec.shape if not batched else (-1, *spec.shape[1:])
     if len(value.shape) != len(want) or any(w >= 0 and w != d for w, d in zip(want, value.shape, strict=True)):
         raise BadRequest(f"input {spec.name!r} has shape {list(value.shape)}; the model takes "
@@ -72,21 +81,28 @@ def check_request(specs: Sequence[TensorSpec], tensors: Mapping[str, np.ndarray]
     count = rows.pop()
     if batched and not 1 <= count <= max_batch:
         raise BadRequest(f"batch of {count} rows; the model takes 1 to {max_batch}")
-    return Checked(tuple(np.ascontiguousarray(tensors[n]) for n in names), count)
+    return Checked(tuple(np.ascontiguousarray(tensors[n]) if isinstance(tensors[n], np.ndarray)
+                         else tensors[n].contiguous() for n in names), count)
 
 
-def graph_buckets(max_batch: int) -> tuple[int, ...]:
-    """Batch sizes a CUDA-graph engine is called with: powers of two up to ``max_batch``, and ``max_batch``.
+def graph_buckets(max_batch: int, preferred: Sequence[int] = ()) -> tuple[int, ...]:
+    """Batch sizes a CUDA-graph engine is called with: the dynamic batcher's ``preferred`` sizes (the
+    profile's opt and max) and ``max_batch``; without preferred sizes, powers of two up to ``max_batch``.
 
     An engine that captures one graph per batch size would otherwise capture (and evict from its
-    16-entry cache) a graph for every size the dynamic batcher happens to form.
+    16-entry cache) a graph for every size the dynamic batcher happens to form; padding only up to
+    the sizes the batcher aims for keeps the padded rows few under load.
 
     Example:
-        >>> graph_buckets(48)
-        (1, 2, 4, 8, 16, 32, 48)
+        >>> graph_buckets(32, preferred=(16, 32)), graph_buckets(48)
+        ((16, 32), (1, 2, 4, 8, 16, 32, 48))
     """
-    sizes = {1 << i for i in range(max(1, max_batch).bit_length()) if 1 << i <= max_batch}
-    return tuple(sorted(sizes | {max_batch})) if max_batch > 0 else ()
+    if max_batch <= 0:
+        return ()
+    if preferred:
+        return tuple(sorted({b for b in preferred if 0 < b <= max_batch} | {max_batch}))
+    sizes = {1 << i for i in range(max_batch.bit_length()) if 1 << i <= max_batch}
+    return tuple(sorted(sizes | {max_batch}))
 
 
 def padded_rows(rows: int, buckets: Sequence[int]) -> int:
@@ -94,10 +110,17 @@ def padded_rows(rows: int, buckets: Sequence[int]) -> int:
     return next((b for b in buckets if b >= rows), rows)
 
 
-def _join(parts: Sequence[np.ndarray], rows: int) -> np.ndarray:
+def _join(parts: Sequence[Any], rows: int) -> Any:
     """The requests' rows in one array of ``rows`` rows (zeros after them): one copy, padding included."""
     if len(parts) == 1 and parts[0].shape[0] == rows:
         return parts[0]
+    if not all(isinstance(p, np.ndarray) for p in parts):  # torch tensors (DLPack): joined on their device
+        import torch
+
+        device = next((p.device for p in parts if _on_device(p)), torch.device("cpu"))
+        joined = torch.cat([torch.as_tensor(p).to(device) for p in parts])
+        pad = rows - len(joined)
+        return torch.cat([joined, joined.new_zeros((pad, *joined.shape[1:]))]) if pad else joined
     joined = np.empty((rows, *parts[0].shape[1:]), dtype=parts[0].dtype)
     start = 0
     for part in parts:
@@ -109,32 +132,49 @@ def _join(parts: Sequence[np.ndarray], rows: int) -> np.ndarray:
 
 def run_together(engine_call: Callable[..., Mapping[str, Any]], checked: Sequence[Checked],
                  output_names: Sequence[str], batched: bool,
-                 buckets: Sequence[int] = ()) -> list[dict[str, np.ndarray]]:
+                 buckets: Sequence[int] = (), *, with_padding: bool = False) -> Any:
     """One engine call for all ``checked`` requests (padded to a bucket size when ``buckets`` are
-    given); each gets its own rows of every output."""
+    given); each gets its own rows of every output. ``with_padding``: also the padded row count.
+
+    An engine with a ``join(parts, rows)`` method (``FrameEngine``) joins its one input itself (into
+    its pinned buffer: one copy). Outputs are NumPy, except when the inputs came on the GPU: then
+    outputs the engine leaves on the GPU stay there (for DLPack).
+    """
     if not batched:
-        return [_to_numpy(engine_call(*c.arrays), output_names) for c in checked]
+        results = [_outputs(engine_call(*c.arrays), output_names, False) for c in checked]
+        return (results, 0) if with_padding else results
     total = sum(c.rows for c in checked)
     rows = padded_rows(total, buckets)
-    joined = [_join(parts, rows) for parts in zip(*(c.arrays for c in checked), strict=True)]
-    outputs = _to_numpy(engine_call(*joined), output_names)
+    columns = list(zip(*(c.arrays for c in checked), strict=True))
+    join = getattr(engine_call, "join", None)
+    joined = join(columns[0], rows) if join is not None and len(columns) == 1 else None
+    joined = [joined] if joined is not None else [_join(parts, rows) for parts in columns]
+    device = any(_on_device(a) for a in joined)
+    outputs = _outputs(engine_call(*joined), output_names, device)
     for name, value in outputs.items():
         if value.shape[0] != rows:
             raise InvalidArgument(f"output {name!r} has {value.shape[0]} rows for {rows} input rows; "
                                   "the engine does not keep the batch axis")
     results, start = [], 0
     for c in checked:
-        results.append({n: np.ascontiguousarray(v[start:start + c.rows]) for n, v in outputs.items()})
+        results.append({n: np.ascontiguousarray(v[start:start + c.rows]) if isinstance(v, np.ndarray)
+                        else v[start:start + c.rows].contiguous() for n, v in outputs.items()})
         start += c.rows
-    return results
+    return (results, rows - total) if with_padding else results
 
 
-def _to_numpy(outputs: Mapping[str, Any], names: Sequence[str]) -> dict[str, np.ndarray]:
+def _outputs(outputs: Mapping[str, Any], names: Sequence[str], keep_device: bool) -> dict[str, Any]:
+    """The engine's outputs as NumPy; with ``keep_device``, GPU tensors stay where they are."""
     missing = [n for n in names if n not in outputs]
     if missing:
         raise InvalidArgument(f"the engine returned no output(s) {missing}")
     result = {}
     for name in names:
         value = outputs[name]
-        result[name] = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+        if keep_device and _on_device(value):
+            result[name] = value.detach()
+        elif hasattr(value, "detach"):
+            result[name] = value.detach().cpu().numpy()
+        else:
+            result[name] = np.asarray(value)
     return result

@@ -2,9 +2,16 @@
 
 An image model whose sidecar has a ``preprocessing`` record can take (H, W, 3) uint8 RGB frames of
 the record's size instead of its float input: 4x fewer bytes per request (1 instead of 4 per value),
-and the resize-free part of the transform (channel order, scale, mean, std, layout) runs where the
-engine runs, through the vision predictor's ``Preprocessor.transform`` (``trtforge.core.preprocessing``'s
-transform, on the GPU for the GPU routes).
+and the transform (channel order, scale, mean, std, layout) runs where the engine runs, through the
+vision predictor's one ``Preprocessor`` (``trtforge.core.preprocessing``'s transform).
+
+On an engine that replays CUDA graphs (route ``cuda_graph``; ``tensorrt`` with ``cuda_graph``), one
+graph per batch size holds everything after the host copy: the DMA of the frames from the
+Preprocessor's pinned buffer, the preprocessing (written straight in the model's compute format),
+the model, and one copy of every output into pinned host memory. The batcher joins the requests'
+frames straight into that pinned buffer (``join``), so a batch costs one host copy, one replay and
+one synchronize; frames that arrive on the GPU (Triton GPU tensors) are copied into the graph's
+input on the device.
 
 Example:
     >>> frame_specs(read_sidecar("lite0.json"))
@@ -13,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from trtforge.core.errors import InvalidArgument
@@ -48,50 +56,118 @@ class FrameEngine:
     """An engine that takes (B, H, W, 3) uint8 frames: ``Preprocessor`` on the engine's device, then the engine.
 
     An engine with ``skips_preprocessing = True`` (the benchmark's null model) gets the frames as
-    they are: it measures the serving path alone.
+    they are: it measures the serving path alone. Outputs come back as NumPy arrays (views of
+    pinned bytes on the graph path, valid until the next call).
     """
 
     def __init__(self, engine: Any, sidecar: Sidecar) -> None:
         import torch
 
+        from trtforge.runtime.cuda_graph import GraphCache
+        from trtforge.runtime.protocol import CapturableEngine
         from trtforge.runtime.tensors import torch_dtype
         from trtforge.vision.preprocess import Preprocessor
 
         self.engine, self.inputs, self.outputs = engine, frame_specs(sidecar), engine.outputs
         self.route, self.profiles, self.cuda_graph = engine.route, (), bool(getattr(engine, "cuda_graph", False))
         self.passthrough = bool(getattr(engine, "skips_preprocessing", False))
-        dtype = torch_dtype(engine.inputs[0].dtype)
-        self.preprocessor = None if self.passthrough else Preprocessor(sidecar.preprocessing,
-                                                                      torch.device(engine.device), dtype)
-        self._pinned: Any = None
+        device = torch.device(engine.device)
+        self.preprocessor = None if self.passthrough else Preprocessor(
+            sidecar.preprocessing, device, torch_dtype(engine.inputs[0].dtype))
+        capturable = isinstance(engine, CapturableEngine) and not self.passthrough
+        # (dtype, channels_last) the model computes in: the transform writes it, no second conversion.
+        self._format = engine.compute_format if capturable else (None, False)
+        self._capturable = capturable
+        self._graphs = GraphCache(device) if capturable and self.cuda_graph and device.type == "cuda" else None
+        self._statics: dict[int, Any] = {}
+        self._host: dict[tuple, tuple[Any, Any]] = {}
 
     @property
     def device(self) -> str:
         return self.engine.device
 
+    def join(self, parts: Sequence[Any], rows: int) -> Any:
+        """The requests' frames as one (rows, H, W, 3) batch, zero padded: host frames are copied once,
+        straight into the Preprocessor's pinned buffer (the call then uploads it without a copy)."""
+        import numpy as np
+
+        if self.preprocessor is None or not all(isinstance(p, np.ndarray) for p in parts):
+            return None
+        host = self.preprocessor.staged((rows, *parts[0].shape[1:])).numpy()
+        from trtforge.vision.preprocess import host_copy
+
+        start = 0
+        for part in parts:
+            host_copy(host[start:start + len(part)], part)
+            start += len(part)
+        host[start:] = 0
+        return host
+
     def upload(self, frames: Any) -> Any:
-        """(B, H, W, 3) uint8 host frames → a tensor on the engine's device: on a GPU, through one pinned
-        buffer that only grows (the batcher's sizes vary; re-pinning per size would cost more than the
-        copy), then one non-blocking copy. The caller reads the outputs back before the next call."""
+        """(B, H, W, 3) uint8 frames → a tensor on the engine's device (host frames through the
+        Preprocessor's grow-only pinned buffer, then one non-blocking copy)."""
         import torch
 
-        from trtforge.runtime.placement import on_device
-
-        host = torch.from_numpy(frames) if not isinstance(frames, torch.Tensor) else frames
-        device = self.preprocessor.device
-        if device.type != "cuda":
-            return host.to(device)
-        if self._pinned is None or self._pinned.shape[0] < len(host) or self._pinned.shape[1:] != host.shape[1:]:
-            with on_device(device):  # pinning needs a CUDA context: the instance's GPU's, never GPU 0's
-                self._pinned = torch.empty(host.shape, dtype=torch.uint8, pin_memory=True)
-        staged = self._pinned[:len(host)]
-        staged.copy_(host)
-        return staged.to(device, non_blocking=True)
+        pre = self.preprocessor
+        if isinstance(frames, torch.Tensor) and frames.device.type != "cpu":
+            return frames
+        if pre.device.type != "cuda":
+            return torch.as_tensor(frames)
+        return pre.stage(frames).to(pre.device, non_blocking=True)
 
     def __call__(self, frames: Any) -> Any:
         if self.preprocessor is None:
             return self.engine(frames)
-        return self.engine(self.preprocessor.transform(self.upload(frames)))
+        if self._graphs is not None:
+            return self._graph_call(frames)
+        u8 = self.upload(frames)
+        if self._capturable:
+            return self.engine.capturable_forward(self.preprocessor.transform(u8, *self._format))
+        return self.engine(self.preprocessor.transform(u8))
+
+    def _graph_call(self, frames: Any) -> dict[str, Any]:
+        """One replay: frames → (DMA) → preprocessing → model → every output into pinned host bytes."""
+        import torch
+
+        from trtforge.runtime.placement import on_device
+
+        rows, pre = len(frames), self.preprocessor
+        with on_device(pre.device):
+            static = self._statics.get(rows)
+            if static is None:  # the graphs read it: it lives as long as they do
+                static = self._statics[rows] = torch.empty((rows, *frames.shape[1:]), dtype=torch.uint8,
+                                                           device=pre.device)
+            staging = None
+            if isinstance(frames, torch.Tensor) and frames.device.type != "cpu":
+                static.copy_(frames)
+                key: tuple = (rows, "device")
+            else:
+                staging = pre.stage(frames)  # no copy when the batcher joined into it
+                key = (rows, staging.data_ptr())
+            host = self._graphs.replay(key, lambda: self._step(key, static, staging))
+            torch.cuda.current_stream(pre.device).synchronize()
+        layout = self._host[key][0]
+        arrays = layout.unpack(host.numpy())
+        return {spec.name: a for spec, a in zip(self.outputs, arrays, strict=True)}
+
+    def _step(self, key: tuple, static: Any, staging: Any) -> Any:
+        import torch
+
+        from trtforge.vision.packing import PackedLayout
+
+        if staging is not None:
+            static.copy_(staging, non_blocking=True)
+        outputs = self.engine.capturable_forward(self.preprocessor.transform(static, *self._format))
+        tensors = [outputs[spec.name] for spec in self.outputs]
+        if key not in self._host:  # the warm-up runs come before the capture: pinned bytes allocated here
+            layout = PackedLayout.of(tensors)
+            self._host[key] = (layout, torch.empty(layout.nbytes, dtype=torch.uint8, pin_memory=True))
+        layout, host = self._host[key]
+        return host.copy_(layout.pack(tensors), non_blocking=True)
 
     def close(self) -> None:
+        if self._graphs is not None:
+            self._graphs.clear()
+        self._statics.clear()
+        self._host.clear()
         self.engine.close()

@@ -63,20 +63,59 @@ class FallbackState:
             return False
 
 
-def run_with_timeout(check: Callable[[], object], timeout_s: float) -> str:
-    """Run ``check`` in a daemon thread; '' when it passed, else the reason (error or timeout)."""
-    outcome: list[str] = []
+class HealthWorker:
+    """One thread that runs the health checks, one at a time, and stops when asked.
 
-    def target() -> None:
-        try:
-            check()
-            outcome.append("")
-        except Exception as exc:  # a health check reports any failure of the engine as a reason
-            outcome.append(f"{type(exc).__name__}: {exc}")
+    A check that outlives ``timeout_s`` is reported as a failure and keeps its thread (an engine
+    call cannot be interrupted); the next checks report it still running instead of starting
+    another thread, so a hung engine costs one thread, not one per interval. ``stop()`` ends the
+    thread once the check in progress returns.
 
-    worker = threading.Thread(target=target, daemon=True, name="trtforge-health-check")
-    worker.start()
-    worker.join(timeout_s)
-    if worker.is_alive() or not outcome:
-        return f"health inference took longer than {timeout_s:g} s"
-    return outcome[0]
+    Example:
+        >>> worker = HealthWorker()
+        >>> worker.check(lambda: engine(*warm), timeout_s=2.0)    # '' when it passed, else the reason
+        ''
+        >>> worker.stop()
+    """
+
+    def __init__(self, name: str = "trtforge-health-check") -> None:
+        self._state = threading.Condition()
+        self._job: Callable[[], object] | None = None
+        self._outcome = ""
+        self._running = self._stopped = False
+        self.thread = threading.Thread(target=self._loop, daemon=True, name=name)
+        self.thread.start()
+
+    def check(self, job: Callable[[], object], timeout_s: float) -> str:
+        """Run ``job`` on the worker; '' when it passed, else the reason (error, timeout, still running)."""
+        with self._state:
+            if self._stopped:
+                return "health checks are stopped"
+            if self._running:
+                return f"the previous health inference is still running (over {timeout_s:g} s)"
+            self._job, self._running = job, True
+            self._state.notify_all()
+            if not self._state.wait_for(lambda: not self._running, timeout_s):
+                return f"health inference took longer than {timeout_s:g} s"
+            return self._outcome
+
+    def _loop(self) -> None:
+        while True:
+            with self._state:
+                self._state.wait_for(lambda: self._job is not None or self._stopped)
+                if self._stopped:
+                    return
+                job, self._job = self._job, None
+            try:
+                job()
+                outcome = ""
+            except Exception as exc:  # a health check reports any failure of the engine as a reason
+                outcome = f"{type(exc).__name__}: {exc}"
+            with self._state:
+                self._outcome, self._running = outcome, False
+                self._state.notify_all()
+
+    def stop(self) -> None:
+        with self._state:
+            self._stopped = True
+            self._state.notify_all()

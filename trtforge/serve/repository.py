@@ -246,6 +246,38 @@ def write_matrix(repo: Path, name: str, plans: Sequence[ModelPlan], *, overwrite
     return folder
 
 
+#: Triton's python backend replaces this with the model's folder in EXECUTION_ENV_PATH.
+MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
+
+
+def stub_env_parameter(stub_env: str | Path, repo: Path) -> str:
+    """``EXECUTION_ENV_PATH`` for a stub environment: relative to the model's folder when it lies in
+    the repository's parent folder (the two move as one), else the absolute path ``--stub-env`` names.
+    Inside the repository itself Triton would take it for a model: refused.
+
+    Example:
+        >>> stub_env_parameter("deploy/stub-env", Path("deploy/models"))
+        '$$TRITON_MODEL_DIRECTORY/../../stub-env'
+    """
+    path, root = Path(stub_env).absolute(), repo.absolute()
+    if path.is_relative_to(root):
+        raise InvalidArgument(f"--stub-env {stub_env} lies inside --repo {repo}, where Triton takes every folder for a "
+                              f"model; put it beside the repository (e.g. {root.parent / 'stub-env'})")
+    if path.is_relative_to(root.parent):
+        return f"{MODEL_DIRECTORY}/../../{path.relative_to(root.parent).as_posix()}"
+    return str(path)
+
+
+def _check_routes(artifacts: Sequence[str | Path], route: str) -> None:
+    """One line for an artifact the python backend's ``route`` cannot run (it would fail at load)."""
+    from trtforge.runtime.load import route_refusal
+
+    for artifact in artifacts:
+        reason = route_refusal(read_sidecar(Path(artifact)), route, here=False)
+        if reason:
+            raise InvalidArgument(f"cannot export {artifact} with --backend python: {reason}")
+
+
 def export_triton(
     artifacts: Sequence[str | Path], repo: str | Path, *, backend: str = "tensorrt",
     route: str = "onnxruntime", instances: int = 1, max_delay_ms: float = 2.0,
@@ -270,7 +302,10 @@ def export_triton(
     repo = Path(repo)
     if repo.exists() and not repo.is_dir():
         raise FileConflict(f"--repo {repo} is a file; name a folder")
-    parameters = {"route": route} | ({"EXECUTION_ENV_PATH": str(Path(stub_env).resolve())} if stub_env else {})
+    parameters = {"route": route} | ({"EXECUTION_ENV_PATH": stub_env_parameter(stub_env, repo)} if stub_env else {})
+    if backend == "python":
+        _check_routes(artifacts, route)
+        parameters["FORCE_CPU_ONLY_INPUT_TENSORS"] = "no"  # GPU inputs through DLPack (serve.backend)
     if input_format != "native":
         if backend != "python":
             raise InvalidArgument("uint8 frames (--input-format uint8) are preprocessed by a trtforge route; "

@@ -48,6 +48,8 @@ ADMIN_TOKEN_VARIABLE = "TRTFORGE_ADMIN_TOKEN"
 ADMIN_HEADER = "admin-key"
 #: The artifact watcher's polling interval must lie in this range (seconds).
 WATCH_BOUNDS: tuple[float, float] = (0.1, 3600.0)
+#: TCP ports a server may listen on.
+PORT_RANGE: tuple[int, int] = (1, 65535)
 
 
 def free_ports(count: int = 3, host: str = "127.0.0.1") -> list[int]:
@@ -85,6 +87,10 @@ def check_devices(devices: Sequence[int], available: int, option: str = "devices
     return devices
 
 
+#: Python-backend parameter: inputs may stay on the GPU (CUDA shared memory), taken through DLPack.
+GPU_INPUTS = {"FORCE_CPU_ONLY_INPUT_TENSORS": "no"}
+
+
 class ServerFailed(Unsupported):
     """tritonserver did not start, or stopped; the message carries the end of its log."""
 
@@ -114,11 +120,20 @@ class ServeConfig:
     stub_env: Path | None = None
     input_format: str = "native"
     watch_s: float | None = None
+    allow_signature_change: bool = False
 
     def __post_init__(self) -> None:
         from trtforge.serve.frames import check_input_format
 
         check_input_format(self.input_format)
+        ports = {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}
+        for name, port in ports.items():
+            if not PORT_RANGE[0] <= port <= PORT_RANGE[1]:
+                raise InvalidArgument(f"--{name}-port {port} is not a TCP port; give one from {PORT_RANGE[0]} to "
+                                      f"{PORT_RANGE[1]}")
+        if len(set(ports.values())) != len(ports):
+            raise InvalidArgument(f"the HTTP, gRPC and metrics ports must differ (given {list(ports.values())}); "
+                                  "give --http-port, --grpc-port and --metrics-port three different ports")
         if self.watch_s is not None and not WATCH_BOUNDS[0] <= self.watch_s <= WATCH_BOUNDS[1]:
             raise InvalidArgument(f"watch interval {self.watch_s:g} s is outside {WATCH_BOUNDS[0]:g}.."
                                   f"{WATCH_BOUNDS[1]:g} s; pick a polling interval in that range")
@@ -130,7 +145,7 @@ class ServeConfig:
                   "allow_host_code": "true" if self.allow_host_code else "false",
                   "interval_s": str(self.health.interval_s), "timeout_s": str(self.health.timeout_s),
                   "fallback_after": str(self.health.fallback_after),
-                  "recover_after": str(self.health.recover_after)}
+                  "recover_after": str(self.health.recover_after), **GPU_INPUTS}
         if self.fallback_route:
             params["fallback_route"] = self.fallback_route
         if self.input_format != "native":
@@ -140,6 +155,75 @@ class ServeConfig:
         if sha256:
             params["sha256"] = sha256
         return params
+
+
+def check_ports_free(config: ServeConfig) -> None:
+    """One line when a port the server would listen on is taken on ``config.host`` (checked before
+    anything starts; tritonserver itself would only say so deep in its log)."""
+    for name, port in (("http", config.http_port), ("grpc", config.grpc_port), ("metrics", config.metrics_port)):
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((config.host, port))
+            except OSError as exc:
+                raise InvalidArgument(f"--{name}-port {port} on {config.host} is taken ({exc.strerror}); stop what "
+                                      f"listens there or give another --{name}-port") from None
+
+
+def triton_command(server: Path, repo: Path, backends: Path, config: ServeConfig, restricted: str,
+                   gpus: int) -> list[str]:
+    """tritonserver's command line; GPU metrics on where there is a GPU (``gpus`` > 0).
+
+    Example:
+        >>> "--allow-gpu-metrics=true" in triton_command(server, repo, backends, ServeConfig(), "...", gpus=1)
+        True
+    """
+    c = config
+    return [
+        str(server), f"--model-repository={repo}", f"--backend-directory={backends}",
+        f"--http-address={c.host}", f"--grpc-address={c.host}", f"--metrics-address={c.host}",
+        f"--http-port={c.http_port}", f"--grpc-port={c.grpc_port}", f"--metrics-port={c.metrics_port}",
+        "--model-control-mode=explicit", "--load-model=*", "--exit-timeout-secs=5",
+        f"--allow-gpu-metrics={'true' if gpus > 0 else 'false'}", f"--http-restricted-api={restricted}",
+        f"--grpc-restricted-protocol={restricted}", "--log-verbose=0",
+    ]
+
+
+def load_failure(log_text: str) -> str | None:
+    """Why a model failed to load, from tritonserver's log (the first such line, without the
+    traceback Triton appends), or None.
+
+    Example:
+        >>> load_failure('E1201 ... model_lifecycle.cc:642] "failed to load \'m\' version 1: Internal: boom\\n\\nAt: ..."')
+        "model 'm' failed to load: boom"
+    """
+    import re
+
+    found = re.search(r"failed to load '([^']+)' version \d+: (?:Internal: )?(.*?)(?:\\n|\"?\s*$)", log_text, re.M)
+    return f"model {found.group(1)!r} failed to load: {found.group(2).strip()}" if found else None
+
+
+def signature(config: dict[str, Any]) -> tuple:
+    """What clients depend on in a model config: batched or not, and each input's and output's
+    name, data type and dims (Triton's JSON or ``repository.config_dict``'s)."""
+    def tensors(key: str) -> tuple:
+        return tuple((t["name"], t.get("data_type", ""), tuple(int(d) for d in t.get("dims", ())))
+                     for t in config.get(key, ()))
+
+    return int(config.get("max_batch_size", 0)) > 0, tensors("input"), tensors("output")
+
+
+def _describe(sig: tuple) -> str:
+    from trtforge.serve.repository import TRITON_DTYPES
+
+    names = {v: k for k, v in TRITON_DTYPES.items()}
+    batched, inputs, outputs = sig
+
+    def one(t: tuple) -> str:
+        return f"{t[0]} {names.get(t[1], t[1])} {list(t[2])}"
+
+    return (f"inputs [{', '.join(map(one, inputs))}] outputs [{', '.join(map(one, outputs))}]"
+            + ("" if batched else " (no batch axis)"))
 
 
 def _http(url: str, *, data: bytes | None = None, headers: dict[str, str] | None = None,
@@ -167,6 +251,7 @@ class Server:
             check_devices(self.config.devices, cuda_device_count(), "devices")
         self._dist = find_triton()
         self._stub_env = require_stub_env(self.config.stub_env)
+        self._check_routes(artifacts)
         self._token = self.config.admin_token or os.environ.get(ADMIN_TOKEN_VARIABLE) or secrets.token_hex(32)
         self._artifacts = [Path(a) for a in artifacts]
         self._repository = Path(repository) if repository is not None else None
@@ -180,6 +265,21 @@ class Server:
         if self.config.watch_s is not None and repository is not None:
             raise InvalidArgument("watching artifacts needs artifacts, not a ready-made repository; drop the watch")
 
+    def _check_routes(self, artifacts: Sequence[str | Path]) -> None:
+        """One line for a route that cannot run an artifact on this machine, before Triton starts (a
+        configured engine factory decides for itself)."""
+        from trtforge.core.sidecar import read_sidecar
+        from trtforge.runtime.load import route_refusal
+
+        if self.config.engine_factory:
+            return
+        for artifact in artifacts:
+            sidecar = read_sidecar(Path(artifact))
+            for route in filter(None, (self.config.route, self.config.fallback_route)):
+                reason = route_refusal(sidecar, route)
+                if reason:
+                    raise Unsupported(f"cannot serve {sidecar.name} here: {reason}")
+
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Server:
         return self if self.running else self.start()
@@ -190,14 +290,16 @@ class Server:
     def start(self) -> Server:
         """Write the repository, start tritonserver and wait (bounded) until every model is ready."""
         try:
-            work = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="trtforge-serve-")))
+            check_ports_free(self.config)
+            work = self._work = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="trtforge-serve-")))
             repo = self._repository or self._write_repository(work / "models")
             backends = work / "backends"
             shutil.copytree(self._dist.backends, backends)
             shutil.copy2(self._dist.stub(), backends / "python" / "triton_python_backend_stub")
             self._log = work / "tritonserver.log"
-            self._launch(repo, backends)
+            self._launch(repo, backends, work)
             self._wait_ready()
+            self._hidden.forget()
             if self.config.watch_s is not None:
                 self._start_watcher()
         except BaseException:
@@ -225,27 +327,28 @@ class Server:
         return dict(self.config.model_parameters(sha256), artifact=str(sidecar.path.resolve()),
                     EXECUTION_ENV_PATH=str(self._stub_env))
 
-    def _launch(self, repo: Path, backends: Path) -> None:
+    def _launch(self, repo: Path, backends: Path, work: Path) -> None:
+        from trtforge.core.machine import cuda_device_count
         from trtforge.serve.environment import server_environment
+        from trtforge.serve.secrets_file import hide_token
 
-        c = self.config
-        restricted = f"model-repository:{ADMIN_HEADER}={self._token}"
-        command = [
-            str(self._dist.server), f"--model-repository={repo}", f"--backend-directory={backends}",
-            f"--http-address={c.host}", f"--grpc-address={c.host}", f"--metrics-address={c.host}",
-            f"--http-port={c.http_port}", f"--grpc-port={c.grpc_port}", f"--metrics-port={c.metrics_port}",
-            "--model-control-mode=explicit", "--load-model=*", "--exit-timeout-secs=5",
-            "--allow-gpu-metrics=false", f"--http-restricted-api={restricted}",
-            f"--grpc-restricted-protocol={restricted}", "--log-verbose=0",
-        ]
+        self._hidden = hide_token(work, self._token)  # a 0600 file, never the command line
+        restricted = self._hidden.argument(f"model-repository:{ADMIN_HEADER}=")
+        command = triton_command(self._dist.server, repo, backends, self.config, restricted, cuda_device_count())
         log = self._stack.enter_context(open(self._log, "wb"))
-        self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=server_environment(self._dist),
+        self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                         env=server_environment(self._dist) | self._hidden.environment,
                                          start_new_session=True, preexec_fn=_die_with_parent)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.config.startup_timeout_s
         while time.monotonic() < deadline:
             if self._process is None or self._process.poll() is not None:
+                self._process = None
+                with contextlib.suppress(OSError):
+                    reason = load_failure(self._log.read_text(errors="replace"))
+                    if reason:
+                        raise ServerFailed(f"tritonserver could not start: {reason}")
                 raise ServerFailed(f"tritonserver exited during startup:\n{self.log_tail()}")
             with contextlib.suppress(OSError):
                 if _http(f"{self.url('http')}/v2/health/ready", timeout=2)[0] == 200:
@@ -321,8 +424,13 @@ class Server:
         return state
 
     def reload(self, model: str, artifact: str | Path, *, token: str | None,
-               sha256: str | None = None, timeout_s: float = 300.0) -> None:
-        """Hot-swap ``model`` to ``artifact``: needs the admin token; raises SwapRefused on failure."""
+               sha256: str | None = None, timeout_s: float = 300.0, allow_signature_change: bool = False) -> None:
+        """Hot-swap ``model`` to ``artifact``: needs the admin token; raises SwapRefused on failure.
+
+        An artifact whose inputs or outputs (name, dtype, dims, batch axis) differ from the served
+        model's is refused, since every client would then fail, unless ``allow_signature_change``
+        (or the config's) says the clients change too.
+        """
         from trtforge.serve.repository import config_dict, config_json, plan_model
 
         swaps, failures = self._swap_metrics[1:]
@@ -334,8 +442,11 @@ class Server:
         if plan.name != model:
             plan = type(plan)(model, plan.sidecar, plan.inputs, plan.outputs, plan.max_batch_size,
                               plan.preferred_batch_sizes, plan.parameters)
-        config = config_json(config_dict(plan, "python", instances=self.config.instances,
-                                         max_delay_ms=self.config.max_delay_ms, devices=self.config.devices))
+        planned = config_dict(plan, "python", instances=self.config.instances,
+                              max_delay_ms=self.config.max_delay_ms, devices=self.config.devices)
+        if not (allow_signature_change or self.config.allow_signature_change):
+            self._check_signature(model, artifact, planned)
+        config = config_json(planned)
         body = json.dumps({"parameters": {"config": config}}).encode()
         code, text = _http(f"{self.url('http')}/v2/repository/models/{model}/load", data=body,
                            headers={ADMIN_HEADER: token, "Content-Type": "application/json"}, timeout=timeout_s)
@@ -345,6 +456,16 @@ class Server:
                               "the old model is still serving")
         swaps.labels(model=model).inc()
 
+    def _check_signature(self, model: str, artifact: str | Path, planned: dict[str, Any]) -> None:
+        code, text = _http(f"{self.url('http')}/v2/models/{model}/config", timeout=10)
+        if code != 200:
+            return  # nothing served to compare with: the load itself decides
+        served, new = signature(json.loads(text)), signature(planned)
+        if served != new:
+            self._swap_metrics[2].labels(model=model).inc()
+            raise SwapRefused(f"reload of {model!r} to {artifact} refused: it has {_describe(new)}, the served model "
+                              f"{_describe(served)}, so clients would fail; pass allow_signature_change=True "
+                              "(--allow-signature-change) if they change too. The old model is still serving")
 
     # -- artifact watcher --------------------------------------------------------------------
     def _start_watcher(self) -> None:

@@ -9,7 +9,8 @@ Example:
 
 from trtforge.core.preprocessing import PreprocessConfig, decode_image
 from trtforge.vision.decode import Classification, Detections
+from trtforge.vision.pipeline import PipelinedPredictor
 from trtforge.vision.predictor import Predictor
 from trtforge.vision.preprocess import Preprocessor
 
-__all__ = ["Classification", "Detections", "PreprocessConfig", "Predictor", "Preprocessor", "decode_image"]
+__all__ = ["Classification", "Detections", "PipelinedPredictor", "PreprocessConfig", "Predictor", "Preprocessor", "decode_image"]

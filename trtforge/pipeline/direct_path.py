@@ -1,0 +1,70 @@
+"""The direct path: PyTorch → TensorRT network (``trtforge.convert``) → build → store, no ONNX."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from typing import Any
+
+from rich.console import Console
+
+from trtforge.cache.engine_cache import EngineCache, engine_key
+from trtforge.capture.export import normalize_example_inputs
+from trtforge.core.config import CompileConfig
+from trtforge.core.errors import WrongType
+from trtforge.pipeline.direct_int8 import direct_int8, int8_report
+from trtforge.pipeline.record import Built, build_record
+from trtforge.pipeline.store import direct_converter_hash, store_built
+
+
+def convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *,
+                       engine_cache: EngineCache | None, console: Console, calibration_data: Any = None) -> Built:
+    """The direct path: PyTorch → (INT8: calibrate) → TensorRT network (trtforge.convert) → engine-cache
+    lookup → build → store.
+
+    The key hashes the recorded network and the converters' source; no ONNX is made.
+    """
+    from trtforge.builder.build import build_network
+    from trtforge.convert.api import lower_for_profiles
+
+    args, kwargs = normalize_example_inputs(model, example_inputs)
+    if kwargs:
+        raise WrongType("path='direct' takes positional example inputs; pass a tuple of tensors in forward's order")
+    build_config = config  # the model's own batch when none is asked: the example's, static
+    if config.batch is None:
+        rows = args[0].shape[0] if args and hasattr(args[0], "shape") and args[0].dim() else 1
+        build_config = replace(config, batch=((int(rows),) * 3,))
+    input_names = config.input_names or getattr(model, "trtforge_input_names", None)
+    output_names = config.output_names or getattr(model, "trtforge_output_names", None)
+    int8_plan, int8 = None, None
+    if config.precision == "int8":
+        int8_plan, int8 = direct_int8(model, args, config, calibration_data, input_names)
+    lowered = lower_for_profiles(model, args, build_config.batch,
+                                 precision="fp16" if int8 is not None else config.precision,
+                                 input_names=None if input_names is None else list(input_names),
+                                 output_names=None if output_names is None else list(output_names), int8=int8)
+    network_name = f"{config.name}_{config.precision}"
+    converter_hash = direct_converter_hash(config)
+    key = engine_key(lowered.net.record.canonical(), config, network_name=network_name, converter_hash=converter_hash)
+    with engine_cache.lock(key) if engine_cache is not None else contextlib.nullcontext():
+        entry = engine_cache.get(key) if engine_cache is not None else None
+        if entry is not None:
+            return Built.from_entry(entry)
+        net = lowered.net
+        result = build_network(net.builder, net.net, net.logger, build_config, name=network_name,
+                               progress=config.progress, console=console)
+        precision = {"requested": config.precision, "built": config.precision, "node_dtypes": {},
+                     "fp32_nodes": dict(lowered.fp32_nodes)}
+        notes = ["direct path (PyTorch → TensorRT, no ONNX): no .onnx beside the engine, so no onnxruntime route"]
+        if lowered.fp32_nodes:
+            notes.append(f"{len(lowered.fp32_nodes)} node(s) kept in FP32 by the direct path's float rules")
+        quantization = None
+        if int8_plan is not None:
+            quantization = int8_report(int8_plan, config, lowered.int8_layers)
+            notes.append(f"direct-path INT8: {len(lowered.int8_layers)} layer(s) with Q/DQ from forward-hook "
+                         "calibration, the rest FP16; no bias correction and no held-back accuracy report")
+        record = build_record(result, config, precision, notes, source={"path": "direct"}, quantization=quantization)
+        record["builder"]["converter_hash"] = converter_hash
+        built = Built.fresh(key, result.plan, record)
+        store_built(engine_cache, built, config)
+        return built

@@ -1,0 +1,160 @@
+"""The ONNX path: capture → passes (range probe, flavour probes) → (quantize) → build → store."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+from rich.console import Console
+
+from trtforge.builder.build import BuildResult, build_engine
+from trtforge.builder.progress import stage_progress
+from trtforge.cache.engine_cache import EngineCache, engine_key
+from trtforge.capture.export import export_onnx, normalize_example_inputs
+from trtforge.capture.onnx_file import load_onnx
+from trtforge.core.config import CompileConfig, QuantConfig
+from trtforge.core.errors import InvalidArgument
+from trtforge.core.specs import TensorSpec, shape_value_candidates
+from trtforge.passes.graph import dtype_summary, proto_bytes
+from trtforge.passes.process import Processed, process, reference_graph
+from trtforge.passes.range_probe import probe
+from trtforge.pipeline.flavour import flavour_keep
+from trtforge.pipeline.record import Built, build_record
+from trtforge.pipeline.store import store_built
+
+log = logging.getLogger(__name__)
+
+
+def capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileConfig, *, tmp: Path,
+                       calibration_data: Any, engine_cache: EngineCache | None, console: Console) -> Built:
+    """Capture → passes → (quantize) → engine-cache lookup → build → store."""
+    name, progress = config.name, config.progress
+    proto = _capture(model_or_onnx, example_inputs, tmp, config, console)
+    # 2. Passes: cleanup (the FP32 reference), then precision; each graph is serialised once.
+    reference = reference_graph(proto)
+    if config.dynamic_batch:  # a static file made batchable, proven on the reference (passes.dynamic_batch)
+        from trtforge.passes.dynamic_batch import make_batch_dynamic
+
+        reference = make_batch_dynamic(reference, config.batched_inputs)
+    reference_bytes = proto_bytes(reference)
+    feeds = probe_feeds(model_or_onnx, example_inputs, reference)
+    processed, quant_report = _process(reference, config, calibration_data, feeds)
+    float_plan, built_precision = processed.float_plan, processed.built_precision
+    processed_bytes = reference_bytes if processed.model is reference else proto_bytes(processed.model)
+    network_name = f"{name}_{built_precision}"
+    shape_values = shape_value_candidates(feeds[0]) if feeds else {}
+    build_config = _with_example_batch(config, reference, feeds)
+    key = engine_key(processed_bytes, build_config, network_name=network_name, shape_values=shape_values)
+    with engine_cache.lock(key) if engine_cache is not None else contextlib.nullcontext():
+        entry = engine_cache.get(key) if engine_cache is not None else None
+        if entry is not None:
+            return Built.from_entry(entry)
+        staged = tmp / "processed.onnx"
+        staged.write_bytes(processed_bytes)
+        # 3. Build.
+        source = str(model_or_onnx) if isinstance(model_or_onnx, (str, Path)) else type(model_or_onnx).__name__
+        result: BuildResult = build_engine(staged, build_config, name=network_name, progress=progress, console=console,
+                                           source=source, input_values=shape_values)
+        notes = []
+        if float_plan is not None and float_plan.fp32_nodes:
+            notes.append(f"{len(float_plan.fp32_nodes)} node(s) kept in FP32 by the float pass")
+        precision = {"requested": config.precision, "built": built_precision,
+                     "node_dtypes": dtype_summary(processed.model),
+                     "fp32_nodes": dict(float_plan.fp32_nodes) if float_plan else {}}
+        record = build_record(result, config, precision, notes, quantization=quant_report,
+                               onnx_sha256=hashlib.sha256(processed_bytes).hexdigest(),
+                               reference_onnx_sha256=hashlib.sha256(reference_bytes).hexdigest())
+        built = Built.fresh(key, result.plan, record, processed_bytes, reference_bytes)
+        store_built(engine_cache, built, config)
+        return built
+
+
+def _capture(model_or_onnx: Any, example_inputs: Any, tmp: Path, config: CompileConfig,
+             console: Console | None = None) -> onnx.ModelProto:
+    """The model as ONNX: a file as it is, a module exported with a dynamic batch on its batched inputs
+    (a spinner with the elapsed time shows while the exporter runs)."""
+    if isinstance(model_or_onnx, (str, Path)):
+        return load_onnx(Path(model_or_onnx))
+    input_names = config.input_names or getattr(model_or_onnx, "trtforge_input_names", None)
+    output_names = config.output_names or getattr(model_or_onnx, "trtforge_output_names", None)
+    with stage_progress(f"{config.name}: exporting {type(model_or_onnx).__name__} to ONNX (torch.onnx)",
+                        enabled=config.progress, console=console):
+        path = export_onnx(model_or_onnx, example_inputs, tmp / "captured.onnx", input_names=input_names,
+                           output_names=output_names, dynamic_batch=True, batched_inputs=config.batched_inputs)
+    return load_onnx(path)
+
+
+def probe_feeds(model_or_onnx: Any, example_inputs: Any, reference: ir.Model) -> list[dict[str, Any]]:
+    """The inputs the range probe runs: a module's example inputs, or a dict of arrays given with an ONNX file."""
+    names = [v.name for v in reference.graph.inputs if not v.is_initializer()]
+    if isinstance(model_or_onnx, (str, Path)):
+        if isinstance(example_inputs, Mapping):
+            return [{k: _numpy(v) for k, v in example_inputs.items()}]
+        return []
+    args, kwargs = normalize_example_inputs(model_or_onnx, example_inputs)
+    tensors = [*args, *kwargs.values()]
+    return [dict(zip(names, map(_numpy, tensors), strict=True))] if len(tensors) == len(names) else []
+
+
+def _numpy(value: Any) -> Any:
+    return value.detach().cpu().numpy() if hasattr(value, "detach") else value
+
+
+def _check_probe_feeds(reference: ir.Model, feeds: Mapping[str, Any], precision: str) -> None:
+    """The range probe runs the graph on the example inputs: they must give every graph input."""
+    missing = [v.name for v in reference.graph.inputs if not v.is_initializer() and v.name not in feeds]
+    if missing:
+        raise InvalidArgument(
+            f"the example inputs miss graph input(s) {missing}; the {precision} range probe runs the graph on "
+            f"them: give every input in the dict (name → array), e.g. {{{missing[0]!r}: array, ...}}")
+
+
+def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
+             feeds: list[dict[str, Any]]) -> tuple[Processed, dict | None]:
+    """The processed graph for ``config.precision`` (INT8: quantize first, for the plan) and the INT8 report.
+
+    FP16/BF16: the range probe runs the reference on ``feeds`` and keeps what leaves the low type's range.
+    """
+    if config.precision != "int8":
+        if feeds and config.float_dtype:
+            _check_probe_feeds(reference, feeds[0], config.precision)
+        keep = probe(reference, feeds, config.float_dtype) if feeds and config.float_dtype else {}
+        if config.float_dtype:
+            keep.update(flavour_keep(reference, config, keep))
+        return process(reference, config.precision, keep=keep or None, keep_fp32=config.fp32_patterns), None
+    from trtforge.quantize.quantizer import quantize_model
+
+    result = quantize_model(reference, calibration_data, config.quant if config.quant is not None else QuantConfig(),
+                            preprocessing=config.preprocessing, progress=config.progress)
+    processed = process(result.fp32, "int8", result.plan)
+    if processed.built_precision != "int8":
+        log.warning(no_int8_line(config.name, result.plan.excluded))
+    return processed, result.report
+
+
+def no_int8_line(name: str, excluded: Sequence[tuple[str, str]]) -> str:
+    """The warning when an INT8 build quantizes no layer: the engine is FP16, and so are its file names."""
+    why = f"{len(excluded)} candidate layer(s) kept in FP16, e.g. {excluded[0][0]}: {excluded[0][1]}" if excluded \
+        else "the graph has no Conv, MatMul or Gemm layer that INT8 speeds up"
+    return (f"precision int8: no layer was quantized ({why}); the engine is FP16 and is written as {name}_fp16.*. "
+            "Build fp16 directly, or see the sidecar's quantization report (trtforge inspect)")
+
+
+def _with_example_batch(config: CompileConfig, reference: ir.Model, feeds: list[dict[str, Any]]) -> CompileConfig:
+    """``batch=None`` builds the example's batch N (as ``1:N:N``) where the graph's batch is dynamic
+    (``builder.profiles.example_batch``); the sidecar still records the options as given."""
+    if config.batch is not None or not feeds:
+        return config
+    from trtforge.builder.profiles import example_batch
+
+    specs = [TensorSpec(v.name, "", tuple(d if isinstance(d, int) else -1 for d in v.shape or ()))
+             for v in reference.graph.inputs if not v.is_initializer()]
+    batch = example_batch(specs, feeds[0], config.batched_inputs)
+    return config if batch is None else replace(config, batch=batch)

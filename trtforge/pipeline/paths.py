@@ -1,0 +1,93 @@
+"""Output-path policy: where one build writes, its default name, and what it refuses to overwrite."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtforge.core.config import MAX_NAME_LENGTH
+from trtforge.core.errors import FileConflict, NotAFolder, NotPermitted
+from trtforge.core.sidecar import check_writable
+
+
+@dataclass(frozen=True)
+class OutputPaths:
+    """Where one build writes; every path is checked before work starts."""
+
+    directory: Path
+    name: str
+    precision: str
+    #: Portability options (targets, hardware level, ...), so they never overwrite the default engine.
+    suffix: str = ""
+
+    def engine(self, precision: str | None = None) -> Path:
+        return self.directory / f"{self.name}_{precision or self.precision}{self.suffix}.engine"
+
+    def sidecar(self, precision: str | None = None) -> Path:
+        return self.directory / f"{self.name}_{precision or self.precision}{self.suffix}.json"
+
+    def onnx(self, precision: str | None = None) -> Path:
+        return self.directory / f"{self.name}_{precision or self.precision}{self.suffix}.onnx"
+
+    def reference_onnx(self) -> Path:
+        return self.directory / f"{self.name}_reference_fp32.onnx"
+
+
+def default_name(model_or_onnx: Any) -> str:
+    """A valid file-name stem from the file's stem or the module's class (``_best.onnx`` → ``best``).
+
+    Example:
+        >>> default_name(Path("_best.onnx")), default_name(Path("[x].onnx"))
+        ('best', 'x')
+    """
+    if isinstance(model_or_onnx, (str, Path)):
+        stem = Path(model_or_onnx).stem
+    else:
+        stem = getattr(model_or_onnx, "trtforge_name", None) or type(model_or_onnx).__name__
+        stem = re.sub(r"(?<!^)(?=[A-Z])", "_", stem).lower()
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", stem).lstrip("._-")[:MAX_NAME_LENGTH].rstrip("._-")
+    return stem or "model"
+
+
+def prepare_output_dir(directory: Path) -> Path:
+    """Create ``directory`` if needed and prove it is writable, before any expensive work."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise NotAFolder(f"output_dir {directory} is a file; pass a folder")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".trtforge-write-check-"):
+            pass
+    except OSError as exc:
+        raise NotPermitted(
+            f"output_dir {directory} is not writable ({exc.strerror or exc}); choose another output_dir"
+        ) from exc
+    return directory
+
+
+def check_destinations(paths: OutputPaths, precisions: Sequence[str]) -> None:
+    """Refuse to overwrite engines, sidecars or graphs that trtforge did not write."""
+    for precision in precisions:
+        sidecar = paths.sidecar(precision)
+        check_writable(sidecar)
+        for other in (paths.engine(precision), paths.onnx(precision)):
+            if other.exists() and not sidecar.exists():
+                raise FileConflict(
+                    f"{other} exists without a trtforge sidecar beside it; refusing to overwrite a file "
+                    "trtforge did not write. Move it away or choose another name= or output_dir."
+                )
+
+
+def source_info(model_or_onnx: Any) -> dict:
+    """The sidecar's ``source`` facts that need no capture."""
+    if isinstance(model_or_onnx, (str, Path)):
+        return {"kind": "onnx", "original": str(model_or_onnx)}
+    source = {"kind": "torch", "module": type(model_or_onnx).__qualname__}
+    factory = getattr(model_or_onnx, "trtforge_factory", None)
+    if factory:
+        source["factory"] = factory
+    return source

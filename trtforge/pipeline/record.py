@@ -1,0 +1,92 @@
+"""The record of one build (the sidecar's facts) and the build's products (``Built``)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtforge._version import __version__
+from trtforge.builder.build import BuildResult
+from trtforge.cache.engine_cache import CacheEntry
+from trtforge.core.atomic import Payload
+from trtforge.core.config import CompileConfig
+from trtforge.core.specs import TensorSpec
+
+
+@dataclass(frozen=True)
+class Built:
+    """One build's products: fresh (bytes), or a cache hit (the checked blobs, linked into place when written)."""
+
+    key: str
+    plan: Payload
+    #: The processed and reference graphs; None on the direct path (no ONNX is made).
+    processed_onnx: Payload | None
+    reference_onnx: Payload | None
+    #: JSON-able facts of the build: inputs, outputs, profiles, precision, builder, hashes, notes.
+    record: dict
+    #: The engine's sha256 (hashed once: by the build, or checked by the cache).
+    engine_sha256: str
+    hit: bool = False
+
+    @property
+    def engine_size(self) -> int:
+        return self.plan.stat().st_size if isinstance(self.plan, Path) else len(self.plan)
+
+    def files(self) -> dict[str, bytes]:
+        """A fresh build's members, for the engine cache."""
+        graphs = {"processed.onnx": self.processed_onnx, "reference.onnx": self.reference_onnx}
+        members = {"engine": self.plan, "record.json": json.dumps(self.record).encode(),
+                   **{name: data for name, data in graphs.items() if data is not None}}
+        return {name: data.read_bytes() if isinstance(data, Path) else data for name, data in members.items()}
+
+    @classmethod
+    def fresh(cls, key: str, plan: bytes, record: dict, processed_onnx: bytes | None = None,
+              reference_onnx: bytes | None = None) -> Built:
+        return cls(key=key, plan=plan, processed_onnx=processed_onnx, reference_onnx=reference_onnx, record=record,
+                   engine_sha256=hashlib.sha256(plan).hexdigest())
+
+    @classmethod
+    def from_entry(cls, entry: CacheEntry) -> Built:
+        paths = entry.paths
+        return cls(key=entry.key, plan=paths["engine"], processed_onnx=paths.get("processed.onnx"),
+                   reference_onnx=paths.get("reference.onnx"), record=json.loads(entry.read("record.json")),
+                   engine_sha256=entry.sha256("engine"), hit=True)
+
+
+def build_record(result: BuildResult, config: CompileConfig, precision: dict, notes: list[str],
+                  **facts: Any) -> dict:
+    """The JSON-able record of one build (the sidecar's inputs, outputs, profiles, precision, builder),
+    plus path-specific ``facts`` (graph hashes, quantization, source)."""
+    inputs, outputs = static_io(result.inputs, result.outputs, result.profiles)
+    record = {
+        "inputs": [s.as_dict() for s in inputs],
+        "outputs": [s.as_dict() for s in outputs],
+        "profiles": list(result.profiles),
+        "precision": precision,
+        "builder": {**result.builder, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    "config": config.key_fields(), "trtforge_version": __version__},
+        "notes": notes,
+        "quantization": None,
+        "shape_inputs": [{"name": k, "values": v} for k, v in result.shape_values.items()],
+        **facts,
+    }
+    return json.loads(json.dumps(record))
+
+
+def static_io(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
+               profiles: tuple[dict, ...]) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """With one profile of fixed shapes, the inputs take its shapes and outputs their batch at a dynamic dim 0."""
+    if len(profiles) != 1 or any(p["min"] != p["max"] for p in profiles[0].values()):
+        return inputs, outputs
+    (profile,) = profiles
+    batches = {profile[s.name]["min"][0] for s in inputs if s.shape and s.shape[0] < 0 and s.name in profile}
+    batch = batches.pop() if len(batches) == 1 else None
+    fixed_inputs = tuple(TensorSpec(s.name, s.dtype, tuple(profile[s.name]["min"])) if s.name in profile else s
+                         for s in inputs)
+    fixed_outputs = tuple(TensorSpec(s.name, s.dtype, (batch, *s.shape[1:]))
+                          if batch is not None and s.shape and s.shape[0] < 0 else s for s in outputs)
+    return fixed_inputs, fixed_outputs

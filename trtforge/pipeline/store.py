@@ -1,0 +1,74 @@
+"""Engine-cache storage for ``compile``: the request key, lookups, and stores that warn instead of failing."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from trtforge.builder.portability import file_suffix
+from trtforge.cache.engine_cache import EngineCache
+from trtforge.core.config import CompileConfig
+from trtforge.core.errors import spelled
+from trtforge.pipeline.record import Built
+
+log = logging.getLogger(__name__)
+
+
+def request_key_of(model_or_onnx: Any, example_inputs: Any, config: CompileConfig,
+                 engine_cache: EngineCache | None) -> str | None:
+    """A cheap key over what was asked (a hit skips export, passes and build); none for int8."""
+    if engine_cache is None or config.precision == "int8":
+        return None
+    from trtforge.cache.request_key import request_key
+
+    return request_key(model_or_onnx, example_inputs, config, converter_hash=direct_converter_hash(config))
+
+
+def direct_converter_hash(config: CompileConfig) -> str | None:
+    """The converters' source hash on the direct path (part of both cache keys), else None."""
+    if config.path != "direct":
+        return None
+    from trtforge.convert.converters import source_hash
+
+    return source_hash()
+
+
+def lookup_request(stack: contextlib.ExitStack, engine_cache: EngineCache | None, request: str | None) -> Built | None:
+    """The cached build for ``request``, holding its lock on ``stack`` until the artifact is written."""
+    if request is None or engine_cache is None:
+        return None
+    stack.enter_context(engine_cache.lock(f"request-{request}"))
+    key = engine_cache.lookup_request(request)
+    entry = engine_cache.get(key) if key else None
+    return Built.from_entry(entry) if entry is not None else None
+
+
+def store_built(engine_cache: EngineCache | None, built: Built, config: CompileConfig) -> None:
+    """Put a fresh build into the engine cache (when there is one; a cache that cannot store warns)."""
+    if engine_cache is not None:
+        store_in_cache(engine_cache, built.key, built, {
+            "model": config.name, "precision": built.record["precision"]["built"], "targets": list(config.targets),
+            "options": file_suffix(config).lstrip("_"), "engine_size": built.engine_size,
+        })
+
+
+def store_in_cache(engine_cache: EngineCache, key: str, built: Built, meta: dict) -> bool:
+    """Store a finished build; a cache that cannot store (full disk, no permission) warns, never fails the build."""
+    try:
+        engine_cache.put(key, built.files(), meta)
+    except OSError as exc:
+        warn_cache(engine_cache, exc)
+        return False
+    return True
+
+
+def warn_cache(engine_cache: EngineCache, exc: OSError) -> None:
+    """One warning line: the engine cache could not store this build (the engine is still delivered)."""
+    if engine_cache.store_failed:  # said once per compile, not once per file
+        return
+    engine_cache.store_failed = True
+    message = (f"the engine cache {engine_cache.directory} could not store this build ({exc.strerror or exc}); "
+               f"the engine is written all the same. Free space there or pass "
+               f"{spelled(cli='--no-cache', python='cache=False')}")
+    log.warning(message)
