@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 import torch
 from harness import can_mount_tmpfs, error_lines, run_cli, small_tmpfs
@@ -117,9 +118,10 @@ def test_public_names_are_kept(tmp_path, caplog):
 
 @needs_trt
 def test_an_int8_build_that_quantizes_nothing_says_so(tmp_path):
-    model = save_graph(tmp_path / "relu.onnx", [helper.make_node("Relu", ["x"], ["y"], name="relu")],
-                       [value("x", ["b", 3, 8, 8])], [value("y", ["b", 3, 8, 8])])
-    np.save(tmp_path / "calib.npy", np.random.default_rng(0).standard_normal((16, 3, 8, 8)).astype(np.float32))
+    weight = onnx.numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32), "w")
+    model = save_graph(tmp_path / "relu.onnx", [helper.make_node("MatMul", ["x", "w"], ["y"], name="head")],
+                       [value("x", ["b", 8])], [value("y", ["b", 4])], [weight])  # a final head: kept in FP16
+    np.save(tmp_path / "calib.npy", np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32))
     proc = run_cli(["build", model, "-o", tmp_path / "out", "-q", "--precision", "int8", "--calib",
                     tmp_path / "calib.npy"], cache_dir=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr
