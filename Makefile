@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.trtforge-setup
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test test-fast lint clean
 
 setup: $(STAMP)
 
@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml Makefile
 	@# not use; the stub gets NumPy < 2 from its own small venv (next line). See README "Serving".
 	$(PIP) install --no-deps nvidia-pytriton==0.7.0
 	$(PY) -m trtforge.serve.environment $(VENV)/trtforge-serve-stub
+	@# Full TensorRT's Python bindings, 10.x and 11.x (~1.3 MB each), DOWNLOADED, never installed: their
+	@# tensorrt.so cannot import without libnvinfer (and an installed `tensorrt` that cannot import would
+	@# hide TensorRT-RTX from the shim). tests/runtime/test_trt_api_surface.py reads their names.
+	$(PIP) download --no-deps -d $(VENV)/tensorrt-bindings "tensorrt-cu12-bindings>=10,<11" "tensorrt-cu13-bindings>=11,<12"
 	touch $(STAMP)
 
 demo: setup
@@ -25,8 +29,13 @@ demo: setup
 lint: setup
 	$(PY) -m ruff check trtforge tests bench
 
+#: What CI runs: everything, slow and serve_load included; the 25 slowest tests are printed.
 test: setup lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
+
+#: The fast lane while developing: real builds of full models (slow) and serving under load left out.
+test-fast: setup lint
+	$(PY) -m pytest -q --durations=25 -m "not slow and not serve_load"
 
 clean:
 	rm -rf $(VENV) trtforge_out .pytest_cache

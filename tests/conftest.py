@@ -109,6 +109,16 @@ def pytest_collection_modifyitems(items):
                 item.add_marker(skip)
 
 
+@pytest.fixture(params=["tensorrt10", "tensorrt11", "tensorrt_rtx"])
+def fake_trt(request):
+    """The TensorRT double as each flavour (full TensorRT 10 without a runtime config, full TensorRT 11,
+    TensorRT-RTX): a route test that takes it runs under each (tests/doubles/trt_double.py)."""
+    from trt_double import FLAVOURS, FakeTensorRT
+
+    assert request.param in FLAVOURS
+    return FakeTensorRT(request.param)
+
+
 @pytest.fixture
 def private_engine_cache(caplog, monkeypatch, tmp_path):
     """INFO logs captured; a test that forgets cache_dir= gets its own engine cache, never ~/.cache."""

@@ -1,15 +1,19 @@
-"""The architecture, checked on the source: imports point one way (DESIGN.md's invariant), no
-import cycles (function-level imports included), TensorRT only through the shim, short functions."""
+"""The architecture, checked on the source: imports point one way (the invariant of the design sketch,
+``../shared/DESIGN.md`` beside the clone), no import cycles (function-level imports included), TensorRT only
+through the shim, short functions and modules, every vocabulary named in one module, and the layer lines of
+README.md and docs/DEVELOPING.md equal to ``LAYERS``."""
 
 from __future__ import annotations
 
 import ast
+import re
 from functools import cache
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "trtforge"
+REPO = PACKAGE.parent
 
 #: The pipeline, low to high: a module may import its own layer and the layers below it, never above.
 #: Top-level modules (``pipeline``, ``artifact``, ``refit``) are layers of their own.
@@ -155,3 +159,126 @@ def test_tensorrt_is_imported_only_through_the_shim():
         }
     ]
     assert not direct, f"import TensorRT through trtforge.core.trt, not directly: {direct}"
+
+
+def test_no_module_over_600_lines():
+    long = sorted(f"{path.relative_to(REPO)} ({n} lines)" for path in PACKAGE.rglob("*.py")
+                  if (n := len(path.read_text().splitlines())) > 600)
+    assert not long, "split these modules (at most 600 lines):\n" + "\n".join(long)
+
+
+def layer_line() -> str:
+    """``LAYERS`` as the docs write it: ``core → capture → ... → builder, convert → ... → cli``."""
+    return " → ".join(", ".join(name for name in layer if name != "_version") for layer in LAYERS)
+
+
+def test_the_docs_layer_lines_are_layers():
+    """docs/DEVELOPING.md states the layer order, and README.md (if it still does) states the same one."""
+    expected = layer_line()
+    for doc, required in (("docs/DEVELOPING.md", True), ("README.md", False)):
+        lines = [line.strip().strip("`") for line in (REPO / doc).read_text().splitlines()
+                 if line.strip().strip("`").startswith("core → ")]
+        assert lines or not required, f"{doc} lost its layer line; write it as: {expected}"
+        assert all(line == expected for line in lines), f"{doc}'s layer line differs from LAYERS; write: {expected}"
+
+
+# -- every vocabulary named once -------------------------------------------------------------------------
+def vocabularies() -> dict[str, tuple[str, frozenset[str]]]:
+    """Vocabulary → (the one module that names it, its names)."""
+    from trtforge.core.budget import METRICS
+    from trtforge.core.config import PRECISIONS
+    from trtforge.core.routes import ROUTE_NAMES
+
+    return {"precision": ("trtforge/core/config.py", frozenset(PRECISIONS)),
+            "route": ("trtforge/core/routes.py", frozenset(ROUTE_NAMES)),
+            "metric": ("trtforge/core/budget.py", frozenset(METRICS))}
+
+
+#: Tables keyed by a vocabulary's names (data about each name, not a re-listing): (module, vocabulary, why).
+#: Their keys must be names of the vocabulary.
+TABLES: tuple[tuple[str, str, str], ...] = (
+    ("trtforge/debug/tolerances.py", "precision", "TOLERANCES: check's tolerance per precision"),
+    ("trtforge/debug/tolerances.py", "metric", "TOLERANCES: the limit per metric; LayerError.value per metric"),
+    ("trtforge/debug/layerwise.py", "precision", "LAYER_THRESHOLDS: the divergence threshold per precision"),
+    ("trtforge/core/metrics.py", "metric", "PER_SAMPLE: each metric's per-sample function"),
+    ("trtforge/quantize/report.py", "metric", "the measured values, by metric name"),
+)
+#: Selections of a vocabulary that are a choice, not a definition: (module, vocabulary, why).
+SELECTIONS: tuple[tuple[str, str, str], ...] = (
+    ("trtforge/cli/demo.py", "precision", "the demo builds FP32 and FP16 side by side"),
+)
+
+
+#: A run of words joined by | , or / ("fp32 | fp16 | bf16", "eager, fp16, cuda_graph").
+LISTED = re.compile(r"[\w-]+(?:\s*[|,/]\s*[\w-]+)+")
+
+
+def vocabulary_listings(path: Path, names: frozenset[str]) -> list[tuple[int, str, list[str]]]:
+    """``(line, kind, names)`` of every literal in ``path`` that lists two or more of ``names``: a tuple, list
+    or set (kind "list"), a dict's keys (kind "table"), or a string such as ``"fp32 | fp16 | bf16"``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            kind, items = "list", node.elts
+        elif isinstance(node, ast.Dict):
+            kind, items = "table", [k for k in node.keys if k is not None]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            hits = [w for run in LISTED.finditer(node.value) for w in re.findall(r"[\w-]+", run.group(0))
+                    if w in names]
+            if len(set(hits)) >= 3:
+                found.append((node.lineno, "string", hits))
+            continue
+        else:
+            continue
+        hits = [i.value for i in items if isinstance(i, ast.Constant) and i.value in names]
+        if len(set(hits)) >= 2:
+            found.append((node.lineno, kind, hits))
+    return found
+
+
+@pytest.mark.parametrize("vocabulary", ["precision", "route", "metric"])
+def test_each_vocabulary_is_named_in_one_module(vocabulary):
+    """A list of precisions (routes, metrics) anywhere but its module is a second vocabulary: import it."""
+    vocab = vocabularies()
+    home, names = vocab[vocabulary]
+    others = set().union(*(n for v, (_, n) in vocab.items() if v != vocabulary))
+    tables = {m for m, v, _ in TABLES if v == vocabulary}
+    selections = {m for m, v, _ in SELECTIONS if v == vocabulary}
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = path.relative_to(REPO).as_posix()
+        if module == home:
+            continue
+        for line, kind, hits in vocabulary_listings(path, names):
+            if set(hits) <= others:  # "fp16" is a route and a precision: a list of precisions is not of routes
+                continue
+            if (kind == "table" and module in tables) or (kind != "string" and module in selections):
+                continue
+            offenders.append(f"{module}:{line} {kind} {hits}")
+    assert not offenders, f"import the {vocabulary} names from {home}, do not re-list them:\n" + "\n".join(offenders)
+
+
+def test_vocabulary_tables_name_only_known_names():
+    from trtforge.core.budget import METRICS
+    from trtforge.core.config import PRECISIONS
+    from trtforge.debug.layerwise import LAYER_THRESHOLDS
+    from trtforge.debug.tolerances import TOLERANCES
+
+    assert set(TOLERANCES) <= set(PRECISIONS) and set(LAYER_THRESHOLDS) <= set(PRECISIONS)
+    assert all(set(limits) <= set(METRICS) for limits in TOLERANCES.values())
+
+
+def test_the_vocabulary_scan_can_fail(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text('A = ("fp32", "fp16")\nB = {"int8": 1, "bf16": 2}\nC = "fp32 | fp16 | bf16"\nD = "fp16"\n')
+    found = vocabulary_listings(source, vocabularies()["precision"][1])
+    assert [(line, kind) for line, kind, _ in found] == [(1, "list"), (2, "table"), (3, "string")]
+
+
+def test_default_batch_is_defined_once():
+    defined = sorted(path.relative_to(REPO).as_posix() for path in PACKAGE.rglob("*.py")
+                     for node in ast.walk(ast.parse(path.read_text()))
+                     if isinstance(node, (ast.Assign, ast.AnnAssign))
+                     and "DEFAULT_BATCH" in {t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                                             if isinstance(t, ast.Name)})
+    assert defined == ["trtforge/core/batch.py"], f"import DEFAULT_BATCH from trtforge.core.batch: {defined}"

@@ -159,5 +159,6 @@ def test_direct_int8_calibrates_the_module_and_records_its_placement(tmp_path):
     assert quant.int8_layers == 1 and quant.layers_total == 2 and quant.samples == {"calibration": 12}
     assert quant.excluded_layers == [{"layer": "head", "reason": "final head (no Conv/MatMul/Gemm after it)"}]
     assert any("direct-path INT8: 1 layer(s)" in note for note in art.sidecar.notes)
+    assert read_sidecar(art.sidecar_path).unknown_keys() == []  # the INT8 report is typed, key for key
     default = _compile(tmp_path, precision="int8", calibration_data=calib, batch=(1, 2, 4), name="tiny_default")
     assert default.sidecar.quantization.int8_layers == 0  # 3 input channels and the head: FP16 by the rules

@@ -40,6 +40,7 @@ from filelock import FileLock
 
 from trtforge.core import trt as trt_shim
 from trtforge.core.atomic import atomic_write_bytes
+from trtforge.core.config import FLOAT_PRECISIONS
 from trtforge.core.errors import InvalidArgument, MissingFile
 from trtforge.core.hashing import sha256_file
 from trtforge.core.sidecar import read_sidecar, write_sidecar
@@ -96,7 +97,7 @@ def _process_like_build(proto: Any, built_precision: str, kept: Mapping[str, str
     from trtforge.passes.graph import to_proto
     from trtforge.passes.process import process, reference_graph
 
-    if built_precision not in ("fp32", "fp16", "bf16"):
+    if built_precision not in FLOAT_PRECISIONS:
         raise RefitError(
             f"refit of a {built_precision} engine is not supported: its quantization scales come from "
             "calibration; rebuild it with trtforge build instead"
@@ -213,8 +214,8 @@ def refit_engine(engine: Path, weights: Path, *, bindings: ModuleType | None = N
     """Refit ``engine`` in place from ``weights`` (.onnx or state_dict .pt); update its sidecar's hash."""
     sidecar = read_sidecar(Path(engine))
     engine_path = sidecar.verify_engine()
-    builder = sidecar.builder
-    if not (builder.refittable or builder.weights_stripped):
+    built = sidecar.builder
+    if not (built.refittable or built.weights_stripped):
         raise RefitError(
             f"{engine_path.name} was not built refittable (sidecar builder.refittable is false); rebuild it "
             "with refittable=True (trtforge build --refittable)"
@@ -222,7 +223,7 @@ def refit_engine(engine: Path, weights: Path, *, bindings: ModuleType | None = N
     new_weights = load_new_weights(Path(weights), sidecar)  # names and shapes, before any TensorRT work
     trt = bindings if bindings is not None else trt_shim.bindings()
     with FileLock(str(engine_path) + ".lock"):
-        plan = apply_refit(engine_path.read_bytes(), new_weights, stripped=builder.weights_stripped,
+        plan = apply_refit(engine_path.read_bytes(), new_weights, stripped=built.weights_stripped,
                            bindings=trt)
         mode = stat.S_IMODE(os.stat(engine_path).st_mode)
         atomic_write_bytes(engine_path, plan, mode=mode)
@@ -234,7 +235,7 @@ def refit_engine(engine: Path, weights: Path, *, bindings: ModuleType | None = N
             "previous_engine_sha256": sidecar.engine_sha256,
         }
         updated = replace(sidecar.with_engine(engine_path),
-                          builder=replace(builder, weights_stripped=False, refit=refit_record))
+                          builder=replace(built, weights_stripped=False, refit=refit_record))
         write_sidecar(sidecar.path, updated)
     return RefitReport(engine=engine_path, weights=len(new_weights), source=Path(weights).name,
                        old_sha256=sidecar.engine_sha256, new_sha256=hashlib.sha256(plan).hexdigest())

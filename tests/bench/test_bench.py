@@ -26,6 +26,7 @@ def test_measure_times_real_work_on_the_cpu():
     assert 2.0 <= stats.median_ms < 50.0
 
 
+@pytest.mark.slow  # EfficientNet-Lite0 on every route, timed
 def test_bench_command_writes_rows_and_checks(lite0_sidecar, tmp_path):
     out = tmp_path / "bench.json"
     result = CliRunner().invoke(app, ["bench", str(lite0_sidecar), "--route", "onnxruntime", "--route", "eager",
@@ -45,6 +46,7 @@ def test_bench_command_refuses_unknown_route(lite0_sidecar):
     assert result.exit_code == 2 and "unknown route" in result.output
 
 
+@pytest.mark.slow  # torch.compile of the preprocessing and the Lite0 predictor (minutes on a CPU)
 @pytest.mark.parametrize(("flag", "on_cuda_graph"), [
     (["--compile-preprocessing"], True),
     ([], False),  # the default: fused only where the predictor captures CUDA graphs (here: a CPU)

@@ -114,3 +114,24 @@ def test_a_parse_reason_keeps_the_real_line_beside_a_cuda_line():
                      "(cudaError 35: CUDA driver version is insufficient for CUDA runtime version)",
         code=lambda: SimpleNamespace(name="INVALID_NODE"), func=lambda: "parseNode")
     assert _parser_reason(err) == "INVALID_NODE: Invalid Node - node: Shape Error (squeeze axis is not a constant)"
+
+
+def test_once_the_build_is_over_tensorrt_messages_reach_the_log_at_their_own_level(caplog):
+    """TensorRT keeps the builder's recording logger for the process: a runtime error after the build
+    must reach the user's log as an error (it was logged at DEBUG, so 'the log above' showed nothing)."""
+    caplog.set_level(logging.DEBUG, logger="trtforge")
+    logger = RecordingLogger()
+    severity = trt.bindings().ILogger.Severity
+    with logger.active():
+        logger.trt_logger.log(severity.ERROR, "during the build: Myelin refused node_7")
+    logger.trt_logger.log(severity.ERROR, "after: IExecutionContext::enqueueV3: Error Code 1")
+    logger.trt_logger.log(severity.WARNING, "after: a warning")
+    logger.trt_logger.log(severity.INFO, "after: some info")
+
+    def levels(text: str) -> list[int]:
+        return [r.levelno for r in caplog.records if text in r.getMessage()]
+
+    assert levels("during the build") == [logging.DEBUG]  # the build's own error message names it once
+    assert levels("enqueueV3: Error Code 1") == [logging.ERROR]
+    assert levels("after: a warning") == [logging.WARNING] and levels("some info") == []
+    assert logger.errors() == ["during the build: Myelin refused node_7"]

@@ -5,11 +5,13 @@ from __future__ import annotations
 import io
 
 import onnx
+import pytest
 from rich.console import Console
 
 from trtforge.cli.demo import run_demo
 
 
+@pytest.mark.slow  # two real EfficientNet-Lite0 builds
 def test_demo_builds_checks_and_reruns_over_a_previous_versions_output(tmp_path):
     out = tmp_path / "trtforge_out"
     rows = run_demo(out, crops=8, console=Console(file=io.StringIO()))

@@ -14,6 +14,8 @@ import pytest
 
 from trtforge.conformance.onnx_node import float32_cases, run_case
 
+pytestmark = pytest.mark.slow  # one FP32 and one FP16 build per ONNX op type
+
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):

@@ -78,3 +78,19 @@ def test_missing_zoo_package_names_the_pip_command():
 
     with pytest.raises(ImportError, match="pip install no-such-weights-pkg"):
         offline_package("no_such_weights_pkg", "no-such-weights-pkg", "Test weights")
+
+
+def test_a_tensorrt_that_cannot_load_its_library_leaves_tensorrt_rtx_in_charge(tmp_path):
+    """A full `tensorrt` package whose libnvinfer is missing raises OSError on import (ctypes), not
+    ImportError: the shim must still fall back to TensorRT-RTX."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("tensorrt_rtx")
+    package = tmp_path / "tensorrt"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise OSError('libnvinfer.so.10: cannot open shared object file')\n")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from trtforge.core import trt; "
+            "print(trt.bindings().__name__, trt.installed()['tensorrt'])")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert out.stdout.split(" ", 1) == ["tensorrt_rtx", "libnvinfer.so.10: cannot open shared object file\n"]

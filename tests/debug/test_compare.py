@@ -8,7 +8,6 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 from debug_models import double_artifact, outlier_net, reduce_onnx
-from trt_double import FAKE_TRT
 from typer.testing import CliRunner
 
 from trtforge.cli import app
@@ -72,10 +71,10 @@ def test_compare_module_with_artifact_and_saved_outputs_elsewhere(lite0_sidecar,
     assert "4 samples" in again.output
 
 
-def test_compare_through_the_tensorrt_double_and_a_failing_pair(tmp_path):
+def test_compare_through_the_tensorrt_double_and_a_failing_pair(fake_trt, tmp_path):
     artifact = double_artifact(tmp_path / "a")
     reference = tmp_path / "a" / "fake_reference_fp32.onnx"
-    result = compare_sides(str(reference), f"{artifact}@tensorrt", device="cpu", samples=6, bindings=FAKE_TRT)
+    result = compare_sides(str(reference), f"{artifact}@tensorrt", device="cpu", samples=6, bindings=fake_trt.bindings)
     assert result.judgement.passed and result.judgement.outputs[0].rel_l2 < 1e-6
     wrong = reduce_onnx(tmp_path / "max.onnx", "ReduceMax")
     failed = runner.invoke(app, ["compare", str(reference), str(wrong), "--samples", "4"])

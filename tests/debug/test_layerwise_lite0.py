@@ -22,6 +22,8 @@ from trtforge.passes.process import process
 from trtforge.quantize.sensitivity import rank_groups
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 
+pytestmark = pytest.mark.slow  # INT8 calibration and layer-wise runs of EfficientNet-Lite0
+
 SPEC = (TensorSpec("images", "float32", (-1, 3, 224, 224)),)
 PROJECTION = "_project_conv"
 

@@ -25,30 +25,51 @@ input's values lie outside the profile's (``get_tensor_profile_values``), or whe
 into device memory: on a host-memory double, device memory is the bytes of the execution tensors
 bound on the context (a route that bound the shape input like them would hand over such a pointer).
 
-Devices: ``FAKE_CUDA`` (a ``trtforge.runtime.placement.DeviceRuntime``, given to the route as
+Flavours (``flavour(name)``, a module to pass as ``bindings=``; ``FAKE_TRT`` is TensorRT-RTX):
+
+- ``tensorrt10``: full TensorRT without a runtime config: plain ``create_execution_context()``;
+- ``tensorrt11``: full TensorRT with ``create_runtime_config`` but no CUDA-graph strategy and no
+  runtime cache (what the real 11.4 and 10.16 bindings name);
+- ``tensorrt_rtx``: TensorRT-RTX 1.x: a runtime config with ``cuda_graph_strategy`` and a JIT runtime cache.
+
+Rules it enforces, as TensorRT documents them (a refused call logs an ERROR through the runtime's
+logger, as TensorRT does, and returns False or None):
+
+- the engine's first context has profile 0; every later one has none until
+  ``set_optimization_profile_async`` (``set_input_shape`` and ``execute_async_v3`` fail without);
+- no enqueue on the legacy default stream (handle 0) while the runtime captures CUDA graphs
+  (TensorRT-RTX's WHOLE_GRAPH_CAPTURE); no stream of another device;
+- shape tensors in host memory (below); the device current at deserialize (below);
+- an engine file with ``"enqueue_error": message`` fails every enqueue with that message logged (a
+  failure only the GPU finds, e.g. a kernel's illegal address).
+
+Devices (``FAKE_CUDA``, from tests/doubles/cuda_double.py): ``FAKE_CUDA`` (a ``trtforge.runtime.placement.DeviceRuntime``, given to the route as
 ``devices=``) keeps the CUDA runtime's current device per thread, as cudaSetDevice does, for a
 machine with two GPUs whose tensors live in host memory. TensorRT binds an engine to the device
 current when it is deserialized (its contexts and runs must use that device): the double records
 the current device at ``deserialize_cuda_engine``, ``create_execution_context`` and every
 ``execute_async_v3``, and a context created or run on another device fails, as TensorRT would.
+Its streams (``new_stream``, ``current_stream``: the legacy default stream, handle 0, until a thread
+picks another with ``on_stream``) record every event ordering in ``waits``. ``capture`` records a CUDA
+graph as CUDA does: the warm-up calls run, then an enqueue on the capturing stream is recorded with
+the bindings it had (not run; another stream, or the legacy default stream, fails), and ``replay``
+runs the recorded work again on whatever those addresses hold then.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import dataclasses
 import enum
+import functools
 import json
 import math
-import sys
-import threading
-from collections.abc import Iterator
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
+from cuda_double import FAKE_CUDA, FakeCudaDevices, FakeGraph, FakeStream  # noqa: F401 - re-exported
 
 from trtforge.core.hashing import sha256_file
 from trtforge.core.sidecar import Sidecar, write_sidecar
@@ -107,10 +128,28 @@ def _run(model: str, x: np.ndarray, values: dict[str, list[int]]) -> dict[str, n
     return {"logits": x.mean(axis=(2, 3))}
 
 
-class Logger:
-    WARNING = 2
+class ILogger:
+    """TensorRT's logger interface: TensorRT calls ``log(severity, msg)`` for what it reports."""
 
-    def __init__(self, severity: int = 2) -> None:
+    class Severity(enum.Enum):
+        INTERNAL_ERROR = 0
+        ERROR = 1
+        WARNING = 2
+        INFO = 3
+        VERBOSE = 4
+
+    def __init__(self) -> None:
+        pass
+
+    def log(self, severity: ILogger.Severity, msg: str) -> None:
+        pass
+
+
+class Logger(ILogger):
+    WARNING = ILogger.Severity.WARNING
+
+    def __init__(self, severity: ILogger.Severity = ILogger.Severity.WARNING) -> None:
+        super().__init__()
         self.severity = severity
 
 
@@ -165,13 +204,30 @@ class FakeRuntimeCache:
 
 
 class FakeRuntimeConfig:
-    """``IRuntimeConfig``: the CUDA-graph strategy and the runtime cache its contexts share."""
+    """``IRuntimeConfig`` of full TensorRT (11.4; 10.16 has one too): execution-context settings, no
+    CUDA-graph strategy and no runtime cache (the real 10.16 and 11.4 bindings name neither)."""
 
     def __init__(self, engine: FakeTrtEngine) -> None:
         self.engine = engine
         self.device = FAKE_CUDA.current()  # the current device when the route created it
+
+    @property
+    def captures(self) -> bool:
+        """Whether the runtime captures CUDA graphs itself (TensorRT-RTX's WHOLE_GRAPH_CAPTURE)."""
+        return False
+
+
+class FakeRtxRuntimeConfig(FakeRuntimeConfig):
+    """TensorRT-RTX's ``IRuntimeConfig``: the CUDA-graph strategy and the runtime cache its contexts share."""
+
+    def __init__(self, engine: FakeTrtEngine) -> None:
+        super().__init__(engine)
         self.cuda_graph_strategy = CudaGraphStrategy.DISABLED
         self.cache: FakeRuntimeCache | None = None
+
+    @property
+    def captures(self) -> bool:
+        return self.cuda_graph_strategy == CudaGraphStrategy.WHOLE_GRAPH_CAPTURE
 
     def create_runtime_cache(self) -> FakeRuntimeCache:
         return FakeRuntimeCache(self.engine)
@@ -184,40 +240,6 @@ class FakeRuntimeConfig:
         return self.cache
 
 
-class FakeCudaDevices:
-    """The CUDA runtime's device state for ``count`` GPUs: the current device per thread (0 until a
-    thread sets another), and every switch made (``switches``). Tensors live in host memory."""
-
-    def __init__(self, count: int = 2) -> None:
-        self._count = count
-        self._local = threading.local()
-        self.switches: list[int] = []
-
-    def count(self) -> int:
-        return self._count
-
-    def current(self) -> int:
-        return getattr(self._local, "index", 0)
-
-    @contextlib.contextmanager
-    def use(self, index: int) -> Iterator[None]:
-        """cudaSetDevice(index) for the block, then the previous device again."""
-        if not 0 <= index < self._count:
-            raise RuntimeError(f"cudaErrorInvalidDevice: device {index} of {self._count}")
-        previous = self.current()
-        self._local.index = index
-        self.switches.append(index)
-        try:
-            yield
-        finally:
-            self._local.index = previous
-
-    def memory(self, index: int) -> torch.device:
-        return torch.device("cpu")
-
-
-#: The process's CUDA runtime as the double sees it (two GPUs).
-FAKE_CUDA = FakeCudaDevices(2)
 
 
 class FakeTrtContext:
@@ -231,23 +253,49 @@ class FakeTrtContext:
         self.engine = engine
         self.runtime_config = runtime_config
         self.compiled: set[str] = set()
-        self.profile = 0
+        # TensorRT selects profile 0 implicitly for the engine's FIRST context only; a later one has
+        # none until set_optimization_profile_async.
+        self.profile: int | None = 0 if not engine.contexts else None
         self.input_shapes: dict[str, tuple[int, ...]] = {}
         self.addresses: dict[str, int] = {}
         self.calls: list[tuple] = []
         self.run_devices: list[int] = []  # the current device at each execute_async_v3
 
+    def _error(self, message: str) -> bool:
+        """Log ``message`` as TensorRT does (an ERROR through the runtime's logger); False."""
+        self.engine.runtime.logger.log(ILogger.Severity.ERROR, message)
+        return False
+
+    def _stream_error(self, call: str, stream: int) -> str | None:
+        """Why ``stream`` cannot take this context's work, or None."""
+        if not isinstance(stream, int):
+            return f"{call}: Error Code 3: API Usage Error (stream_handle must be an int, got {type(stream).__name__})"
+        known = FAKE_CUDA.streams.get(stream)
+        if known is not None and known.device != self.engine.device:
+            return f"{call}: Error Code 1: Cuda Runtime (invalid resource handle: stream of device {known.device})"
+        return None
+
     def set_optimization_profile_async(self, index: int, stream: int) -> bool:
-        self.calls.append(("set_optimization_profile_async", index))
+        self.calls.append(("set_optimization_profile_async", index, stream))
+        if (why := self._stream_error("IExecutionContext::setOptimizationProfileAsync", stream)) is not None:
+            return self._error(why)
+        if not 0 <= index < self.engine.num_optimization_profiles:
+            return self._error(f"IExecutionContext::setOptimizationProfileAsync: Error Code 3: API Usage Error "
+                               f"(profileIndex {index} out of range)")
         self.profile = index
         return True
 
     def set_input_shape(self, name: str, shape) -> bool:
         shape = tuple(int(d) for d in shape)
         self.calls.append(("set_input_shape", name, shape))
+        if self.profile is None:
+            return self._error("IExecutionContext::setInputShape: Error Code 3: API Usage Error (Parameter check "
+                               "failed, condition: mOptimizationProfile >= 0. No optimization profile is set on this "
+                               "context: set one with setOptimizationProfileAsync)")
         lo, _, hi = self.engine.get_tensor_profile_shape(name, self.profile)
         if any(not (a <= d <= b) for d, a, b in zip(shape, lo, hi, strict=False)):
-            return False
+            return self._error(f"IExecutionContext::setInputShape: Error Code 3: API Usage Error (Parameter check "
+                               f"failed, condition: {name} dimensions {list(shape)} within profile {self.profile})")
         self.input_shapes[name] = shape
         return True
 
@@ -298,25 +346,59 @@ class FakeTrtContext:
         return True
 
     def _jit(self, kernel: str) -> None:
-        cache = self.runtime_config.cache if self.runtime_config is not None else None
+        cache = getattr(self.runtime_config, "cache", None)
         known = cache.kernels if cache is not None else self.compiled
         if kernel not in known:
             self.engine.compilations += 1
             known.add(kernel)
 
-    def execute_async_v3(self, stream: int) -> bool:
-        current = FAKE_CUDA.current()
-        self.calls.append(("execute_async_v3", stream))
-        self.run_devices.append(current)
-        if current != self.engine.device:  # the engine's memory and kernels are on its own device
-            return False
+    def _refusal(self, stream: int) -> str | None:
+        """Why TensorRT would refuse to enqueue on ``stream`` now, or None."""
+        if FAKE_CUDA.current() != self.engine.device:  # the engine's memory and kernels are on its own device
+            return "IExecutionContext::enqueueV3: Error Code 1: Cuda Runtime (invalid device context)"
+        if (why := self._stream_error("IExecutionContext::enqueueV3", stream)) is not None:
+            return why
+        if self.profile is None:
+            return ("IExecutionContext::enqueueV3: Error Code 3: API Usage Error (no optimization profile is set on "
+                    "this context)")
+        if stream == 0 and self.runtime_config is not None and self.runtime_config.captures:
+            return ("IExecutionContext::enqueueV3: Error Code 1: Cuda Runtime (operation not permitted when stream is "
+                    "capturing: CUDA graph capture on the legacy default stream)")
         spec = self.engine.spec
         if spec.tensor_input not in self.input_shapes or any(
                 n not in self.addresses for n in (*spec.inputs, *spec.outputs)):
-            return False
+            return "IExecutionContext::enqueueV3: Error Code 3: API Usage Error (an I/O tensor has no address)"
+        return self.engine.description.get("enqueue_error")
+
+    def execute_async_v3(self, stream: int) -> bool:
+        self.calls.append(("execute_async_v3", stream))
+        self.run_devices.append(FAKE_CUDA.current())
+        if (why := self._refusal(stream)) is not None:
+            return self._error(why)
+        graph = FAKE_CUDA.capturing()
+        if graph is not None:  # recorded into the graph, run by its replays (with the memory's values then)
+            if stream != graph.stream.cuda_stream:
+                return self._error("IExecutionContext::enqueueV3: Error Code 1: Cuda Runtime (operation not "
+                                   "permitted when stream is capturing: enqueued on another stream than the capture's)")
+            frozen = (dict(self.input_shapes), dict(self.addresses))  # a graph keeps the bindings it captured
+            graph.work.append(lambda: self._replay(*frozen))
+            return True
+        return self._kernel()
+
+    def _replay(self, shapes: dict, addresses: dict) -> bool:
+        now = self.input_shapes, self.addresses
+        self.input_shapes, self.addresses = shapes, addresses
+        try:
+            return self._kernel()
+        finally:
+            self.input_shapes, self.addresses = now
+
+    def _kernel(self) -> bool:
+        """Run the model on the memory bound now (an enqueue, or a graph's replay of one)."""
+        spec = self.engine.spec
         values = self._shape_values() or {}
         if not self._values_fit(values) or any(-1 in self.get_tensor_shape(n) for n in spec.outputs):
-            return False
+            return self._error("IExecutionContext::enqueueV3: Error Code 7: Internal Error (shape tensor values)")
         shape = self.input_shapes[spec.tensor_input]
         self._jit(f"{self.engine.model}:{'x'.join(map(str, shape))}")
         x = self._view(self.addresses[spec.tensor_input], shape)
@@ -326,8 +408,11 @@ class FakeTrtContext:
 
 
 class FakeTrtEngine:
-    def __init__(self, description: dict) -> None:
+    """``ICudaEngine`` of a full TensorRT without a runtime config: plain ``create_execution_context``."""
+
+    def __init__(self, description: dict, runtime: FakeTrtRuntime) -> None:
         self.description = description
+        self.runtime = runtime
         self.model = description.get("model", "affine")
         self.spec = MODELS[self.model]
         self.contexts: list[FakeTrtContext] = []
@@ -365,23 +450,39 @@ class FakeTrtEngine:
             raise RuntimeError(f"{name} is not an input shape binding")
         return [list(v) for v in self.description["shape_values"][profile][name]]
 
-    def create_runtime_config(self) -> FakeRuntimeConfig:
-        config = FakeRuntimeConfig(self)
-        self.runtime_configs.append(config)
-        return config
-
     def create_execution_context(self, runtime_config: FakeRuntimeConfig | None = None) -> FakeTrtContext | None:
         if FAKE_CUDA.current() != self.device:  # a context's memory is allocated on the current device
+            self.runtime.logger.log(ILogger.Severity.ERROR, "ICudaEngine::createExecutionContext: Error Code 1: "
+                                    "Cuda Runtime (the current device is not the engine's)")
             return None
         context = FakeTrtContext(self, runtime_config)
         self.contexts.append(context)
         return context
 
 
+class FakeConfigEngine(FakeTrtEngine):
+    """``ICudaEngine`` of full TensorRT 11 (and late 10): contexts may come from a runtime config."""
+
+    CONFIG: type[FakeRuntimeConfig] = FakeRuntimeConfig
+
+    def create_runtime_config(self) -> FakeRuntimeConfig:
+        config = self.CONFIG(self)
+        self.runtime_configs.append(config)
+        return config
+
+
+class FakeRtxEngine(FakeConfigEngine):
+    """TensorRT-RTX's ``ICudaEngine``: its runtime config carries the CUDA-graph strategy and the runtime cache."""
+
+    CONFIG = FakeRtxRuntimeConfig
+
+
 class FakeTrtRuntime:
     last: FakeTrtRuntime | None = None
+    #: The engine class this flavour deserializes (``flavour`` makes one runtime class per flavour).
+    ENGINE: type[FakeTrtEngine] = FakeRtxEngine
 
-    def __init__(self, logger: Logger) -> None:
+    def __init__(self, logger: ILogger) -> None:
         self.logger = logger
         self.engine_host_code_allowed = True
         self.engines: list[FakeTrtEngine] = []
@@ -391,31 +492,108 @@ class FakeTrtRuntime:
         try:
             description = json.loads(data)
         except ValueError:
+            self.logger.log(ILogger.Severity.ERROR, "IRuntime::deserializeCudaEngine: Error Code 1: Serialization "
+                            "(Serialization assertion magicTagRead == kMAGIC_TAG failed.Magic tag does not match)")
             return None
-        engine = FakeTrtEngine(description)
+        engine = self.ENGINE(description, self)
         self.engines.append(engine)
         return engine
 
 
+@dataclass(frozen=True)
+class Flavour:
+    """One TensorRT flavour the double imitates: the bindings' module name and version, and its engine."""
+
+    module: str
+    version: str
+    engine: type[FakeTrtEngine]
+
+    @property
+    def rtx(self) -> bool:
+        return self.module == "tensorrt_rtx"
+
+
+#: The flavours (``flavour(name)``): full TensorRT 10 without a runtime config (plain
+#: ``create_execution_context``), full TensorRT 11 (a runtime config, no CUDA-graph strategy and no
+#: runtime cache), and TensorRT-RTX 1.x (both).
+FLAVOURS: dict[str, Flavour] = {
+    "tensorrt10": Flavour("tensorrt", "10.10.0.31", FakeTrtEngine),
+    "tensorrt11": Flavour("tensorrt", "11.4.0.106", FakeConfigEngine),
+    "tensorrt_rtx": Flavour("tensorrt_rtx", "1.7.1.116", FakeRtxEngine),
+}
+
+
+@functools.cache
+def flavour(name: str) -> types.ModuleType:
+    """The double as a bindings module of flavour ``name`` (a key of ``FLAVOURS``), to pass as ``bindings=``.
+
+    Example:
+        >>> TensorRTEngine(path, device="cuda:0", bindings=flavour("tensorrt11"), devices=FAKE_CUDA)
+    """
+    spec = FLAVOURS[name]
+    module = types.ModuleType(spec.module, f"the TensorRT double as {name}")
+    module.__version__ = spec.version
+    runtime = type("FakeTrtRuntime", (FakeTrtRuntime,), {"ENGINE": spec.engine, "__module__": __name__})
+    members = {"ILogger": ILogger, "Logger": Logger, "TensorIOMode": TensorIOMode, "DataType": DataType,
+               "Runtime": runtime, "ICudaEngine": spec.engine, "IExecutionContext": FakeTrtContext}
+    if spec.engine is not FakeTrtEngine:
+        members["IRuntimeConfig"] = spec.engine.CONFIG
+    if spec.rtx:
+        members.update(CudaGraphStrategy=CudaGraphStrategy, IRuntimeCache=FakeRuntimeCache)
+    for key, value in members.items():
+        setattr(module, key, value)
+    return module
+
+
 Runtime = FakeTrtRuntime
 
-#: The double as a module-like object to pass as ``bindings=``.
-FAKE_TRT = sys.modules[__name__]
+
+@dataclass(frozen=True)
+class FakeTensorRT:
+    """One flavour of the double, as a test fixture hands it (``tests/conftest.py``: ``fake_trt``)."""
+
+    name: str
+
+    @property
+    def bindings(self) -> types.ModuleType:
+        return flavour(self.name)
+
+    @property
+    def rtx(self) -> bool:
+        return FLAVOURS[self.name].rtx
+
+    @property
+    def runtime_config(self) -> bool:
+        """Whether this flavour's engines offer ``create_runtime_config``."""
+        return FLAVOURS[self.name].engine is not FakeTrtEngine
+
+    def load(self, path: Path, device: str | int = "cuda:0", **kwargs):
+        """``TensorRTEngine`` over this flavour, on a GPU of ``FAKE_CUDA`` (host memory, fake streams)."""
+        from trtforge.runtime.tensorrt_route import TensorRTEngine
+
+        return TensorRTEngine(path, device=device, bindings=self.bindings, devices=FAKE_CUDA, **kwargs)
+
+#: The TensorRT-RTX flavour, the bindings this machine has.
+FAKE_TRT = flavour("tensorrt_rtx")
 
 
 def write_fake_engine(
     folder: Path, profiles: list[dict], feature_dims: tuple[int, ...] = (3,), host_code: bool = False,
-    name: str = "fake", model: str = "affine", preprocessing: dict | None = None,
+    name: str = "fake", model: str = "affine", preprocessing: dict | None = None, enqueue_error: str | None = None,
 ) -> Path:
     """Write a double's engine file and a real trtforge sidecar beside it; return the engine path.
 
     ``profiles`` are ``[{input name: [min, opt, max]}]``; the input is ``[-1, *feature_dims]``.
+    ``enqueue_error``: every enqueue fails with this message logged (see the module docstring).
     """
     folder.mkdir(parents=True, exist_ok=True)
     engine = folder / f"{name}.engine"
     input_name, output_names = MODELS[model].tensor_input, MODELS[model].outputs
     dims = (-1, *feature_dims)
-    engine.write_text(json.dumps({"model": model, "inputs": {input_name: list(dims)}, "profiles": profiles}))
+    description = {"model": model, "inputs": {input_name: list(dims)}, "profiles": profiles}
+    if enqueue_error is not None:
+        description["enqueue_error"] = enqueue_error
+    engine.write_text(json.dumps(description))
     outputs = _output_shapes(model, dims)
     sidecar = Sidecar(
         name=name, engine_file=engine.name, engine_size=engine.stat().st_size,
@@ -424,7 +602,7 @@ def write_fake_engine(
         outputs=tuple(TensorSpec(n, "float32", outputs[n]) for n in output_names),
         profiles=tuple({input_name: {"min": p[input_name][0], "opt": p[input_name][1], "max": p[input_name][2]}}
                        for p in profiles),
-        precision={"mode": "fp32"}, builder={"flavour": "double", "host_code": host_code}, source={"kind": "onnx"},
+        precision={"requested": "fp32", "built": "fp32"}, builder={"flavour": "double", "host_code": host_code}, source={"kind": "onnx"},
         preprocessing=preprocessing,
     )
     write_sidecar(engine.with_suffix(".json"), sidecar)

@@ -91,6 +91,7 @@ def test_the_table_is_large_enough():
     assert {"sigint", "sidecar", "model", "output", "batch", "calib", "engine"} <= kinds
 
 
+@pytest.mark.slow  # every case is a CLI process, most of them a real build
 @pytest.mark.needs_trt
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_case(outcomes: dict[str, Outcome | BaseException], name: str) -> None:

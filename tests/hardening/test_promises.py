@@ -248,8 +248,9 @@ def test_missed_int8_budget_warns_and_strict_accuracy_refuses(hardening_inputs, 
     common = {"precision": "int8", "calibration_data": data, "quant": quant, "progress": False,
               "cache_dir": tmp_path / "cache"}
     with caplog.at_level(logging.WARNING, logger="trtforge"):
-        trtforge.compile(hardening_inputs["tiny"], output_dir=tmp_path / "a", **common)
+        art = trtforge.compile(hardening_inputs["tiny"], output_dir=tmp_path / "a", **common)
     assert any("misses its error budget" in r.getMessage() for r in caplog.records)
+    assert art.sidecar.unknown_keys() == []  # every key of the ONNX path's INT8 report is a typed field
     with pytest.raises(AccuracyBudgetMissed, match="nothing was written"):
         trtforge.compile(hardening_inputs["tiny"], output_dir=tmp_path / "b", strict_accuracy=True, **common)
     assert not (tmp_path / "b").exists() or snapshot(tmp_path / "b") == {}

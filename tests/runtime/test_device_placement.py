@@ -124,14 +124,13 @@ def test_cpu_routes_keep_working_with_device_cpu(lite0_sidecar):
 
 
 # -- the TensorRT route makes its GPU current (through the double's CUDA runtime) ------------------
-def _gpu_engine(tmp_path, device, name="fake") -> TensorRTEngine:
-    path = write_fake_engine(tmp_path, ONE_PROFILE, name=name)
-    return TensorRTEngine(path, device=device, bindings=FAKE_TRT, devices=FAKE_CUDA)
+def _gpu_engine(fake_trt, tmp_path, device, name="fake") -> TensorRTEngine:
+    return fake_trt.load(write_fake_engine(tmp_path, ONE_PROFILE, name=name), device=device)
 
 
-def test_tensorrt_route_deserializes_and_runs_on_its_gpu(tmp_path):
+def test_tensorrt_route_deserializes_and_runs_on_its_gpu(fake_trt, tmp_path):
     assert FAKE_CUDA.current() == 0
-    engine = _gpu_engine(tmp_path, "cuda:1")
+    engine = _gpu_engine(fake_trt, tmp_path, "cuda:1")
     fake = FakeTrtRuntime.last.engines[-1]
     assert fake.device == 1 and engine.gpu == 1  # deserialized with cuda:1 current
     assert FAKE_CUDA.current() == 0  # the caller's device is restored
@@ -161,13 +160,13 @@ def test_runtime_config_and_runtime_cache_are_made_on_the_engines_gpu(tmp_path):
     assert FakeTrtRuntime.last.engines[-1].compilations == 0  # the stored kernels served the run
 
 
-def test_a_predictor_over_an_engine_on_gpu_1_runs_there(tmp_path):
+def test_a_predictor_over_an_engine_on_gpu_1_runs_there(fake_trt, tmp_path):
     from trtforge.vision import Predictor
 
     profile = [{"images": [[1, 3, 16, 16], [2, 3, 16, 16], [2, 3, 16, 16]]}]
     path = write_fake_engine(tmp_path, profile, feature_dims=(3, 16, 16), model="channel_mean",
                              preprocessing={"resize": [16, 16]})
-    engine = TensorRTEngine(path, device="cuda:1", bindings=FAKE_TRT, devices=FAKE_CUDA)
+    engine = fake_trt.load(path, device="cuda:1")
     frame = np.zeros((24, 32, 3), np.uint8)
     frame[..., 2] = 255  # blue: the channel mean puts class 2 first
     result = Predictor(engine, task="classification", top_k=3)(frame)
@@ -176,19 +175,19 @@ def test_a_predictor_over_an_engine_on_gpu_1_runs_there(tmp_path):
     assert context.run_devices == [1] and FAKE_CUDA.current() == 0
 
 
-def test_the_double_fails_a_run_on_another_device(tmp_path):
+def test_the_double_fails_a_run_on_another_device(fake_trt, tmp_path):
     """What the route guards against: the double refuses a run with the wrong device current."""
-    engine = _gpu_engine(tmp_path, 1)
+    engine = _gpu_engine(fake_trt, tmp_path, 1)
     engine(np.zeros((2, 3), np.float32))
     (context,) = FakeTrtRuntime.last.engines[-1].contexts
     assert FAKE_CUDA.current() == 0
     assert context.execute_async_v3(0) is False and context.run_devices[-1] == 0
 
 
-def test_engines_on_two_gpus_run_from_two_threads(tmp_path):
+def test_engines_on_two_gpus_run_from_two_threads(fake_trt, tmp_path):
     engines, fakes = [], []
     for i in (0, 1):
-        engines.append(_gpu_engine(tmp_path / str(i), f"cuda:{i}", name=f"m{i}"))
+        engines.append(_gpu_engine(fake_trt, tmp_path / str(i), f"cuda:{i}", name=f"m{i}"))
         fakes.append(FakeTrtRuntime.last.engines[-1])
     assert [f.device for f in fakes] == [0, 1]
     errors: list[BaseException] = []
@@ -211,8 +210,8 @@ def test_engines_on_two_gpus_run_from_two_threads(tmp_path):
         assert {d for c in fake.contexts for d in c.run_devices} == {fake.device}
 
 
-def test_tensorrt_route_refuses_a_gpu_the_machine_lacks_before_reading_the_engine(tmp_path):
+def test_tensorrt_route_refuses_a_gpu_the_machine_lacks_before_reading_the_engine(fake_trt, tmp_path):
     path = write_fake_engine(tmp_path, ONE_PROFILE)
     path.write_bytes(b"changed")  # would fail the sha256 check if the engine were read first
     with pytest.raises(InvalidArgument, match=r"device cuda:2 asked for, but this machine has 2 CUDA GPU\(s\)"):
-        TensorRTEngine(path, device="cuda:2", bindings=FAKE_TRT, devices=FAKE_CUDA)
+        fake_trt.load(path, device="cuda:2")

@@ -63,6 +63,7 @@ def test_compiled_route_with_torch_compile():
         torch.testing.assert_close(engine(x)["y"], model(x).detach())
 
 
+@pytest.mark.slow  # an AOTInductor export and C++ compile
 def test_compiled_route_from_aot_package_without_the_model(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
     spec = TensorSpec("x", "float32", (-1, 8))
@@ -102,6 +103,7 @@ def test_load_refusals(lite0_sidecar, tmp_path):
         trtforge.load(tmp_path / "evil.json", route="eager")
 
 
+@pytest.mark.slow  # an AOTInductor export and C++ compile
 def test_compiled_route_loads_the_aot_package_beside_the_engine(tmp_path):
     from trtforge.core.hashing import sha256_file
     from trtforge.core.sidecar import Sidecar, write_sidecar

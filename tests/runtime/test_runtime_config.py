@@ -1,12 +1,14 @@
 """TensorRT-RTX runtime features in the TensorRT route, through the double: runtime config, JIT
-runtime cache kept on disk (atomic, keyed by engine, GPU and flavour), and the CUDA-graph strategy."""
+runtime cache kept on disk (atomic, keyed by engine, GPU and flavour), and the CUDA-graph strategy;
+full TensorRT (10 without a runtime config, 11 with one but neither feature) runs without them."""
 
 from __future__ import annotations
 
 import os
 
+import pytest
 import torch
-from trt_double import FAKE_TRT, CudaGraphStrategy, FakeTrtRuntime, write_fake_engine
+from trt_double import FAKE_CUDA, FAKE_TRT, CudaGraphStrategy, FakeTrtRuntime, write_fake_engine
 
 from trtforge.cache.runtime_cache import RuntimeCacheStore, runtime_cache_key
 from trtforge.runtime.tensorrt_route import TensorRTEngine
@@ -15,16 +17,20 @@ PROFILE = [{"x": [[1, 3], [4, 3], [8, 3]]}]
 
 
 def _load(path, **kwargs) -> TensorRTEngine:
-    return TensorRTEngine(path, device="cpu", bindings=FAKE_TRT, **kwargs)
+    return TensorRTEngine(path, device="cuda:0", bindings=FAKE_TRT, devices=FAKE_CUDA, **kwargs)
 
 
-def test_contexts_come_from_one_runtime_config(tmp_path):
-    engine = _load(write_fake_engine(tmp_path, PROFILE))
+def test_contexts_come_from_one_runtime_config_where_the_flavour_has_one(fake_trt, tmp_path):
+    engine = fake_trt.load(write_fake_engine(tmp_path, PROFILE))
     engine(torch.randn(2, 3))
     fake = FakeTrtRuntime.last.engines[0]
+    assert not engine.native_cuda_graph
+    if not fake_trt.runtime_config:  # full TensorRT 10: plain contexts
+        assert fake.runtime_configs == [] and fake.contexts[0].runtime_config is None
+        return
     (config,) = fake.runtime_configs
     assert fake.contexts[0].runtime_config is config
-    assert config.cuda_graph_strategy == CudaGraphStrategy.DISABLED and not engine.native_cuda_graph
+    assert getattr(config, "cuda_graph_strategy", CudaGraphStrategy.DISABLED) == CudaGraphStrategy.DISABLED
 
 
 def test_cuda_graph_uses_the_runtime_strategy_not_our_capture(tmp_path):
@@ -34,6 +40,24 @@ def test_cuda_graph_uses_the_runtime_strategy_not_our_capture(tmp_path):
     config = FakeTrtRuntime.last.engines[0].runtime_configs[0]
     assert config.cuda_graph_strategy == CudaGraphStrategy.WHOLE_GRAPH_CAPTURE and engine.native_cuda_graph
     assert engine._contexts[0].graphs is None  # no second capture around the runtime's own
+
+
+def test_the_runtime_strategy_is_not_asked_for_on_a_device_without_streams(tmp_path):
+    """An injected CPU device has no stream but the legacy one, where a capture fails: no strategy."""
+    engine = TensorRTEngine(write_fake_engine(tmp_path, PROFILE), device="cpu", bindings=FAKE_TRT, cuda_graph=True)
+    torch.testing.assert_close(engine(x := torch.randn(3, 3))["y"], 2 * x + 1)
+    assert not engine.native_cuda_graph
+
+
+@pytest.mark.parametrize("name", ["tensorrt10", "tensorrt11"])
+def test_full_tensorrt_keeps_no_runtime_cache(tmp_path, name):
+    from trt_double import FakeTensorRT
+
+    store = RuntimeCacheStore(tmp_path / "runtime")
+    engine = FakeTensorRT(name).load(write_fake_engine(tmp_path / "e", PROFILE), runtime_cache=store)
+    engine(torch.randn(2, 3))
+    engine.close()
+    assert not engine.runtime_cache_loaded and not (tmp_path / "runtime").exists()
 
 
 def test_second_process_skips_jit_compilation(tmp_path):

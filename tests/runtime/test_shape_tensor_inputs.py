@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 import torch
 from onnx import TensorProto, helper
-from trt_double import FAKE_TRT, FakeTrtRuntime, mirror_engine
+from trt_double import FakeTrtRuntime, mirror_engine
 
 import trtforge
 from trtforge.core.sidecar import read_sidecar
@@ -47,9 +47,9 @@ def _reference(onnx_path: Path, shape) -> np.ndarray:
 
 
 @pytest.fixture
-def trt_engine(reshape_model, tmp_path) -> TensorRTEngine:
-    return TensorRTEngine(mirror_engine(tmp_path, read_sidecar(reshape_model[1]), "reshape"), device="cpu",
-                          bindings=FAKE_TRT)
+def trt_engine(reshape_model, tmp_path, fake_trt) -> TensorRTEngine:
+    """The build's double under each flavour, on a GPU of the double's CUDA runtime."""
+    return fake_trt.load(mirror_engine(tmp_path, read_sidecar(reshape_model[1]), "reshape"))
 
 
 def test_the_real_build_records_the_shape_input(reshape_model):

@@ -36,7 +36,7 @@ def start_server():
         assert not server.running
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def linear_v1(tmp_path_factory) -> Path:
     return make_artifact(tmp_path_factory.mktemp("v1"), scale=1.0)
 

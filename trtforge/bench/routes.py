@@ -29,6 +29,7 @@ from trtforge.bench.timing import LatencyStats, measure, measure_interleaved, se
 from trtforge.core.atomic import atomic_write_bytes
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig
+from trtforge.core.routes import ENGINE_ROUTES, ROUTE_NAMES
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime.protocol import Engine
 from trtforge.runtime.tensors import torch_dtype
@@ -506,8 +507,6 @@ def run_bench_command(
     """What ``trtforge bench`` does: time, print the table, write JSON and PNG when asked."""
     from rich.console import Console
 
-    from trtforge.runtime.load import ROUTE_NAMES
-
     unknown = [r for r in routes if r not in ROUTE_NAMES]
     if unknown:
         raise InvalidArgument(f"unknown route(s) {unknown}; choose from {ROUTE_NAMES}")
@@ -515,8 +514,9 @@ def run_bench_command(
         raise InvalidArgument(f"batch sizes must be ≥ 1, got {list(batches)}")
     console = console or Console()
     model = open_bench_target(target)
-    if target.startswith("zoo:") and {"tensorrt", "onnxruntime"} & set(routes):
-        raise InvalidArgument("zoo targets run the PyTorch routes only; give an engine path for tensorrt/onnxruntime")
+    if target.startswith("zoo:") and set(ENGINE_ROUTES) & set(routes):
+        raise InvalidArgument(f"zoo targets run the PyTorch routes only; give an engine path for "
+                              f"{'/'.join(ENGINE_ROUTES)}")
     result = run_route_bench([model], routes, batches, device=device, warmup=warmup, repeats=repeats,
                              on_progress=console.log, compile_preprocessing=compile_preprocessing)
     result.config["command"] = f"trtforge bench {target} " + " ".join(f"--route {r}" for r in routes)

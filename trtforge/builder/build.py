@@ -7,11 +7,10 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,9 +24,12 @@ from trtforge.builder.timing_cache import TimingCacheSession
 from trtforge.core import trt
 from trtforge.core.config import CompileConfig
 from trtforge.core.errors import Cancelled, InvalidArgument, Unsupported
+from trtforge.core.sidecar import BuilderRecord
 from trtforge.core.specs import TensorSpec
+from trtforge.core.trt_log import RecordingLogger
 
 log = logging.getLogger(__name__)
+
 
 #: TensorRT log lines that never explain a refusal: (pattern, why dropped). Data.
 UNRELATED_LINES: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -107,53 +109,6 @@ class BuildCancelled(Cancelled):
     """The user pressed Ctrl-C during a build; nothing was written."""
 
 
-#: The recorders of the builds running now, innermost last. TensorRT keeps the first builder's logger
-#: for the whole process and ignores later ones, so every logger forwards to the running build's.
-_ACTIVE: list[RecordingLogger] = []
-
-
-class RecordingLogger:
-    """A TensorRT logger that keeps warnings and errors and forwards them to ``logging``.
-
-    Whichever ``RecordingLogger`` TensorRT calls, the message goes to the one ``active()`` now.
-    """
-
-    def __init__(self) -> None:
-        mod = trt.bindings()
-        owner = self
-        self.messages: list[tuple[str, str]] = []
-
-        class _Logger(mod.ILogger):
-            def __init__(self) -> None:
-                mod.ILogger.__init__(self)
-
-            def log(self, severity, msg):
-                target = _ACTIVE[-1] if _ACTIVE else owner
-                target.record(severity.name if hasattr(severity, "name") else str(severity), msg)
-
-        self.trt_logger = _Logger()
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[RecordingLogger]:
-        """Route every TensorRT log message to this recorder while the block runs."""
-        _ACTIVE.append(self)
-        try:
-            yield self
-        finally:
-            _ACTIVE.remove(self)
-
-    def record(self, severity: str, msg: str) -> None:
-        if severity in ("INTERNAL_ERROR", "ERROR"):
-            self.messages.append((severity, msg))
-            log.debug("TensorRT %s: %s", severity, msg)
-        elif severity == "WARNING":
-            self.messages.append((severity, msg))
-            log.debug("TensorRT warning: %s", msg)
-
-    def errors(self) -> list[str]:
-        return [m for s, m in self.messages if s in ("INTERNAL_ERROR", "ERROR")]
-
-
 @dataclass(frozen=True)
 class BuildResult:
     """A serialized plan and what the network looked like when it was built."""
@@ -163,7 +118,7 @@ class BuildResult:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     profiles: tuple[dict[str, dict[str, list[int]]], ...]
-    builder: dict = field(default_factory=dict)
+    builder: BuilderRecord = field(default_factory=BuilderRecord)
     warnings: tuple[str, ...] = ()
     #: The values each shape-tensor input was built for (min = opt = max in every profile).
     shape_values: Mapping[str, list[int]] = field(default_factory=dict)
@@ -288,9 +243,13 @@ def configure(builder, network, config: CompileConfig, monitor: BuildProgress | 
                 opt_profile.set_shape_input(name, values, values, values)
             cfg.add_optimization_profile(opt_profile)
     if config.targets:
-        cfg.num_compute_capabilities = len(config.targets)
-        for index, target in enumerate(config.targets):
-            if not cfg.set_compute_capability(trt.compute_capability(target), index):
+        capabilities = [trt.compute_capability(target) for target in config.targets]  # one line if not offered
+        if not (hasattr(cfg, "num_compute_capabilities") and hasattr(cfg, "set_compute_capability")):
+            raise InvalidArgument(f"targets {list(config.targets)}: {info.flavour} {info.version} builds for no named "
+                                  "GPU; omit targets (full TensorRT builds for the GPU it runs on)")
+        cfg.num_compute_capabilities = len(capabilities)
+        for index, (target, capability) in enumerate(zip(config.targets, capabilities, strict=True)):
+            if not cfg.set_compute_capability(capability, index):
                 raise BuildFailedError(f"TensorRT refused target {target}")
     apply_portability(cfg, config, mod)
     if monitor is not None and info.progress_monitor:
@@ -373,18 +332,18 @@ def build_network(builder, network, logger: RecordingLogger, config: CompileConf
             + ("; ".join(tensorrt_reasons(logger.errors())) or "no error was logged"))
     outputs = tuple(_spec(network.get_output(i)) for i in range(network.num_outputs))
     info = trt.info()
-    builder_info = {
-        "flavour": info.flavour,
-        "version": info.version,
-        "targets": list(config.targets) or ["portable"],
-        "offered_targets": list(info.compute_capability_targets),
-        "optimization_level": config.optimization_level,
-        "workspace_bytes": config.workspace_bytes,
-        "strongly_typed": True,
+    builder_info = BuilderRecord(
+        flavour=info.flavour,
+        version=info.version,
+        targets=tuple(config.targets) or ("portable",),
+        offered_targets=tuple(info.compute_capability_targets),
+        optimization_level=config.optimization_level,
+        workspace_bytes=config.workspace_bytes,
+        strongly_typed=True,
         **builder_record(config),
-        "timing_cache": timing.active,
-        "build_seconds": round(seconds, 3),
-    }
+        timing_cache=timing.active,
+        build_seconds=round(seconds, 3),
+    )
     return BuildResult(
         plan=bytes(plan), seconds=seconds, inputs=inputs, outputs=outputs, profiles=profiles,
         builder=builder_info, warnings=tuple(m for s, m in logger.messages if s == "WARNING"),

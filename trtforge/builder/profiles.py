@@ -17,13 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trtforge.core.batch import BatchProfile, BatchSpecError
+from trtforge.core.batch import DEFAULT_BATCH, BatchProfile, BatchSpecError
 from trtforge.core.errors import spelled
 from trtforge.core.specs import TensorSpec
 
 Shapes = Mapping[str, tuple[Sequence[int], Sequence[int], Sequence[int]]]
-#: ``batch=None``: one profile at batch 1 for the dynamic dim 0s.
-DEFAULT_BATCH = (BatchProfile(1, 1, 1),)
 
 
 def example_batch(inputs: Sequence[TensorSpec], feed: Mapping[str, Any] | None,

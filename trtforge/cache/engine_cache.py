@@ -63,7 +63,8 @@ DEFAULT_CACHE_DIR = Path("~/.cache/trtforge/engines")
 DEFAULT_MAX_BYTES = 20 * (1 << 30)
 #: Bumped when the entry layout changes; part of every key. 2: content-addressed blobs; 3: blobs stored
 #: as they are (not zstd: it saved 8 % on Lite0's engine and graphs), so a hit links instead of writing.
-ENTRY_FORMAT = 3
+#: 4: record.json is the typed BuildRecord (the graph hashes moved into its source).
+ENTRY_FORMAT = 4
 GENERATOR = "trtforge-engine-cache"
 #: How long a process waits for another one building the same key.
 LOCK_TIMEOUT_S = 3600.0

@@ -20,6 +20,7 @@ from trtforge.cli import (  # noqa: F401 - each registers its command
     inspect,
     quantize,
     refit,
+    selftest,
 )
 from trtforge.cli.app import app, main
 from trtforge.cli.serve import register as _register_serve

@@ -13,14 +13,15 @@ import typer
 
 from trtforge.cli.app import app, console, guarded
 from trtforge.core.errors import InvalidArgument
+from trtforge.core.routes import DEFAULT_BENCH_ROUTES, ROUTE_NAMES
 
 
 @app.command()
 @guarded
 def bench(
     target: Annotated[str, typer.Argument(help="an .engine/.json, or zoo:efficientnet_lite0 | zoo:detr_like")],
-    route: Annotated[list[str] | None, typer.Option(help="route (repeatable): eager, fp16, cuda_graph, compiled, "
-                                                        "onnxruntime, tensorrt")] = None,
+    route: Annotated[list[str] | None, typer.Option(
+        help=f"route (repeatable): {', '.join(ROUTE_NAMES)}; default {', '.join(DEFAULT_BENCH_ROUTES)}")] = None,
     batch: Annotated[list[int] | None, typer.Option(help="batch size (repeatable)")] = None,
     warmup: Annotated[int, typer.Option(help="untimed calls first")] = 10,
     repeats: Annotated[int, typer.Option(help="timed calls")] = 100,
@@ -34,12 +35,11 @@ def bench(
 ) -> None:
     """Routes × batch sizes: model-only and end-to-end (predictor) latency, p50/p90/p99, throughput."""
     from trtforge.bench.routes import run_bench_command
-    from trtforge.runtime.load import ROUTE_NAMES
 
     unknown = [r for r in route or () if r not in ROUTE_NAMES]
     if unknown:
         raise InvalidArgument(f"--route {' --route '.join(unknown)}: unknown route; choose from {', '.join(ROUTE_NAMES)}")
 
-    run_bench_command(target, route or ["eager", "fp16", "cuda_graph"], batch or [1, 8], warmup=warmup,
+    run_bench_command(target, route or list(DEFAULT_BENCH_ROUTES), batch or [1, 8], warmup=warmup,
                       repeats=repeats, device=device, json_path=json_out, png_path=png_out, console=console,
                       compile_preprocessing=compile_preprocessing)

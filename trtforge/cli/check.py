@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trtforge.cli.app import EXIT_FAILED, app, console, guarded, say_error
+from trtforge.core.routes import ROUTE_NAMES
 
 #: Options ``check`` and ``compare`` share.
 DeviceOption = Annotated[str | None, typer.Option(help="e.g. cuda:0 or cpu (default: the route's)")]
@@ -26,7 +27,7 @@ LimitOption = Annotated[float | None, typer.Option(help="override the tolerance 
 @guarded
 def check(
     artifact: Annotated[Path, typer.Argument(help="an .engine or its .json sidecar")],
-    route: Annotated[str, typer.Option(help="tensorrt | eager | fp16 | cuda_graph | compiled | onnxruntime")] = "tensorrt",
+    route: Annotated[str, typer.Option(help=" | ".join(ROUTE_NAMES))] = ROUTE_NAMES[0],
     device: DeviceOption = None,
     samples: Annotated[int, typer.Option(help="samples made from the sidecar (photo crops for image models)")] = 32,
     inputs: InputsOption = None,

@@ -15,6 +15,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from trtforge.cli.app import EXIT_FAILED, app, console, guarded
+from trtforge.core.budget import METRICS
+from trtforge.core.config import REDUCED_PRECISIONS
+
+#: ``debug precision --precision``: INT8 bisects layers kept in FP16; a reduced float, nodes kept in FP32.
+PRECISION_HELP = f"int8 (keeps layers in FP16) | {' | '.join(REDUCED_PRECISIONS)} (keep nodes in FP32)"
 
 debug_app = typer.Typer(no_args_is_help=True, help="Debugging tools: precision bisection.")
 app.add_typer(debug_app, name="debug")
@@ -24,9 +29,9 @@ app.add_typer(debug_app, name="debug")
 @guarded
 def debug_precision(
     model: Annotated[Path, typer.Argument(help="an artifact (.json/.engine: its FP32 reference graph) or an FP32 .onnx")],
-    metric: Annotated[str, typer.Option(help="top1_agreement | softmax_kl | cosine | rel_l2 (vs FP32)")] = "top1_agreement",
+    metric: Annotated[str, typer.Option(help=f"{' | '.join(METRICS)} (vs FP32)")] = "top1_agreement",
     target: Annotated[float, typer.Option(help="the limit the metric must meet, e.g. 0.95")] = 0.95,
-    precision: Annotated[str, typer.Option(help="int8 (keeps layers in FP16) | fp16 | bf16 (keep nodes in FP32)")] = "int8",
+    precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "int8",
     data: Annotated[Path | None, typer.Option(help="calibration images folder, .npy or .npz (default: photo "
                                                    "crops, for image models with a recorded preprocessing)")] = None,
     preprocessing: Annotated[Path | None, typer.Option(help="JSON preprocessing (or a sidecar) for --data images")] = None,
@@ -38,7 +43,6 @@ def debug_precision(
 
     Prints the layer list and the trtforge build flags that reproduce it; exit 1 when the target is not met.
     """
-    from trtforge.core.budget import METRICS
     from trtforge.core.config import QuantConfig, read_preprocessing_json
     from trtforge.core.errors import InvalidArgument, MissingFile
     from trtforge.debug.bisect import bisect_float, bisect_int8, bisection_inputs
@@ -47,8 +51,8 @@ def debug_precision(
         raise MissingFile(f"no ONNX file at {model}; pass trtforge debug precision an existing FP32 .onnx file or "
                           "an artifact's .json sidecar")
 
-    if precision not in ("int8", "fp16", "bf16"):
-        raise InvalidArgument(f"--precision {precision}: choose int8 (layers kept in FP16) or fp16/bf16 (nodes kept in FP32)")
+    if precision != "int8" and precision not in REDUCED_PRECISIONS:
+        raise InvalidArgument(f"--precision {precision}: choose {PRECISION_HELP}")
     if metric not in METRICS:
         raise InvalidArgument(f"--metric {metric}: choose one of {', '.join(METRICS)}")
     config = QuantConfig(calibrator=calibrator, bias_correction=False)  # checks the calibrator name first

@@ -18,10 +18,12 @@ from trtforge.convert.int8 import Int8Scales
 from trtforge.convert.lower import Lowered, export_program, lower_graph, program_constants
 from trtforge.convert.network import Record
 from trtforge.core.batch import BatchProfile
+from trtforge.core.config import FLOAT_OF_PRECISION, FLOAT_PRECISIONS
 from trtforge.core.errors import InvalidArgument
 
-PRECISIONS: dict[str, torch.dtype] = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
-                                      "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+#: The direct path's precisions (``core.config``'s float ones) → the torch dtype its network computes in.
+PRECISION_DTYPES: dict[str, torch.dtype] = {p: getattr(torch, FLOAT_OF_PRECISION[p] or "float32")
+                                            for p in FLOAT_PRECISIONS}
 
 
 @dataclass(frozen=True)
@@ -40,9 +42,9 @@ class Conversion:
 
 
 def precision_dtype(precision: str) -> torch.dtype:
-    if precision not in PRECISIONS:
-        raise InvalidArgument(f"precision={precision!r}; pass one of {', '.join(PRECISIONS)}")
-    return PRECISIONS[precision]
+    if precision not in PRECISION_DTYPES:
+        raise InvalidArgument(f"precision={precision!r}; pass one of {', '.join(PRECISION_DTYPES)}")
+    return PRECISION_DTYPES[precision]
 
 
 def lower_module(model: torch.nn.Module, example_inputs: tuple, *, batch: tuple[int, int, int] | None = None,

@@ -30,6 +30,7 @@ from trtforge.convert.evaluator import evaluate
 from trtforge.convert.lower import export_program, lower_graph, mark_constants
 from trtforge.convert.network import Record
 from trtforge.convert.registry import target_name
+from trtforge.core.batch import example_batch
 from trtforge.core.errors import InvalidArgument
 
 Runner = Callable[["EngineModule", dict], list]
@@ -136,7 +137,7 @@ def partition(model: torch.nn.Module, example_inputs: tuple, *, batch: tuple[int
     if min_block_size < 1:
         raise InvalidArgument(f"min_block_size={min_block_size}; pass 1 or more")
     program = export_program(model, example_inputs, batch)
-    sizes = batch or (example_inputs[0].shape[0],) * 3
+    sizes = batch or example_batch(example_inputs)
     report = PartitionReport(program=program, min_block_size=min_block_size, precision=precision)
     make = functools.partial(_engine, batch=sizes, precision=precision_dtype(precision), runner=runner, build=build)
     return split(program, report, make), report

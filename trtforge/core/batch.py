@@ -54,6 +54,24 @@ class BatchProfile:
         return f"{self.min}:{self.opt}:{self.max}"
 
 
+#: ``batch=None`` on a graph with a dynamic dim 0: one profile at batch 1 (named here once; import it).
+DEFAULT_BATCH: tuple[BatchProfile, ...] = (BatchProfile(1, 1, 1),)
+
+
+def example_batch(example_inputs: Sequence[Any]) -> tuple[int, int, int]:
+    """The model's own batch when none is asked on the direct path: the first example input's dim 0, static
+    (1 for a scalar or no input).
+
+    Example:
+        >>> example_batch([np.zeros((2, 3))])
+        (2, 2, 2)
+    """
+    first = example_inputs[0] if example_inputs else None
+    shape = tuple(getattr(first, "shape", ()))
+    rows = int(shape[0]) if shape else 1
+    return (rows, rows, rows)
+
+
 def _one(spec: Any) -> BatchProfile:
     if isinstance(spec, BatchProfile):
         return spec

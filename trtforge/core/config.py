@@ -26,12 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from trtforge.core import machine
-from trtforge.core.batch import BatchProfile, parse_batch
+from trtforge.core.batch import DEFAULT_BATCH, BatchProfile, parse_batch
 from trtforge.core.budget import ErrorBudget, check_override, resolve_budget
 from trtforge.core.errors import InvalidArgument, MissingFile, WrongType, spelled
 from trtforge.core.preprocessing import PreprocessConfig
 
+#: Every precision trtforge builds, named here once: import it, never re-list it.
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
+#: The precisions with no quantization: the whole graph computes in one float type.
+FLOAT_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
+#: The float precisions below FP32: the float pass, its range probe and float bisection work on these.
+REDUCED_PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS[1:]
 #: How a model becomes a TensorRT network: through ONNX and TensorRT's parser, or converted directly
 #: from PyTorch (``trtforge.convert``, docs/direct-path.md).
 PATHS: tuple[str, ...] = ("onnx", "direct")
@@ -41,7 +46,7 @@ FLOAT_OF_PRECISION: dict[str, str | None] = {
 }
 OPTIMIZATION_LEVELS = range(0, 6)
 #: What ``layer_precision`` may give a layer: FP32 (kept out of the float pass) or the build's own type.
-LAYER_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
+LAYER_PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS
 CALIBRATORS: tuple[str, ...] = ("max", "percentile", "entropy", "mse")
 PLACEMENTS: tuple[str, ...] = ("default", "auto")
 TASKS: tuple[str, ...] = ("auto", "classification", "embedding", "other")
@@ -272,9 +277,6 @@ def validate_name(name: str) -> str:
     return name
 
 
-DEFAULT_BATCH = (BatchProfile(1, 1, 1),)
-
-
 @dataclass(frozen=True)
 class QuantConfig:
     """How to quantize. Defaults: MSE calibrator, guarded bias correction, RF-DETR placement rules, 20 % held back.
@@ -358,7 +360,7 @@ class CompileConfig:
         'float16'
     """
 
-    precision: str = option("fp16", help="fp32 | fp16 | bf16 | int8", affects=ENGINE, cli=CliFlag(str))
+    precision: str = option("fp16", help=" | ".join(PRECISIONS), affects=ENGINE, cli=CliFlag(str))
     batch: tuple[BatchProfile, ...] | None = option(
         None, affects=ENGINE, cli=CliFlag(str | None),
         help="N, min:opt:max, or several: 1:1:1,1:8:32; for dynamic dim 0s only (default: the model's own "

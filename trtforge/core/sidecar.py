@@ -299,7 +299,7 @@ class ShapeInputRecord(SidecarRecord):
 ProfileRecord = dict[str, dict[str, list[int]]]
 
 
-def _profiles(value: Any) -> tuple[ProfileRecord, ...]:
+def normalize_profiles(value: Any) -> tuple[ProfileRecord, ...]:
     """Profiles as plain JSON (int lists), whatever sequences they came in."""
     return tuple(
         {name: {k: [int(d) for d in dims] for k, dims in ranges.items()} for name, ranges in profile.items()}
@@ -344,7 +344,7 @@ class Sidecar:
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "outputs", tuple(self.outputs))
-        object.__setattr__(self, "profiles", _profiles(self.profiles))
+        object.__setattr__(self, "profiles", normalize_profiles(self.profiles))
         object.__setattr__(self, "precision", PrecisionRecord.from_dict(self.precision))
         object.__setattr__(self, "builder", BuilderRecord.from_dict(self.builder))
         object.__setattr__(self, "source", SourceRecord.from_dict(self.source))
@@ -442,11 +442,7 @@ class Sidecar:
     def from_dict(cls, data: dict[str, Any], path: Path | None = None) -> Sidecar:
         """A sidecar from its JSON object; a malformed, newer or unconfined one is refused (``check_sidecar_dict``)."""
         check_sidecar_dict(data, path)
-        known = {
-            "schema_version", "generator", "trtforge_version", "name", "source", "engine",
-            "inputs", "outputs", "profiles", "precision", "builder", "preprocessing", "notes",
-            "quantization", "shape_inputs",
-        }
+        known = sidecar_keys()
         engine = EngineRecord.from_dict(data["engine"])
         return cls(
             name=data["name"],
@@ -469,12 +465,35 @@ class Sidecar:
             path=path,
         )
 
+    def unknown_keys(self) -> list[str]:
+        """Every key this version does not know (``extra``, here and in each sub-record), dotted.
+
+        trtforge itself never writes one; a key that lands here was written by another version or by hand.
+
+        Example:
+            >>> Sidecar.from_dict({**sc.to_dict(), "future": 1}).unknown_keys()
+            ['future']
+        """
+        found = list(self.extra)
+        records = {"precision": self.precision, "builder": self.builder, "source": self.source,
+                   "quantization": self.quantization,
+                   **{f"shape_inputs[{i}]": r for i, r in enumerate(self.shape_inputs)}}
+        for name, record in records.items():
+            found += [f"{name}.{key}" for key in (record.extra if record is not None else ())]
+        return found
+
     def with_engine(self, engine: Path) -> Sidecar:
         """A copy whose engine fields describe the file at ``engine`` (name, size, sha256)."""
         return replace(
             self, engine_file=engine.name, engine_size=engine.stat().st_size,
             engine_sha256=sha256_file(engine),
         )
+
+
+def sidecar_keys() -> frozenset[str]:
+    """The top-level JSON keys a sidecar holds, derived from ``Sidecar``'s fields (``engine_*`` → ``engine``)."""
+    names = {f.name for f in fields(Sidecar)} - {"extra", "path", "engine_file", "engine_size", "engine_sha256"}
+    return frozenset(names | {"engine", "generator"})
 
 
 def _shape_inputs(value: Any, path: Path | None) -> tuple[ShapeInputRecord, ...]:

@@ -91,7 +91,7 @@ def bindings() -> ModuleType:
     for name in FLAVOURS:
         try:
             return importlib.import_module(name)
-        except ImportError as exc:
+        except (ImportError, OSError) as exc:  # OSError: a `tensorrt` whose libnvinfer cannot load
             errors.append(f"{name}: {exc}")
     raise TensorRTNotFoundError(INSTALL_HINT + " (tried " + "; ".join(errors) + ")")
 
@@ -156,7 +156,7 @@ def installed() -> dict[str, TrtInfo | str]:
     for name in FLAVOURS:
         try:
             found[name] = _features(importlib.import_module(name))
-        except ImportError as exc:
+        except (ImportError, OSError) as exc:
             found[name] = str(exc) or type(exc).__name__
     return found
 

@@ -34,7 +34,7 @@ import numpy as np
 import onnx_ir as ir
 
 from trtforge.core.budget import METRICS, ErrorBudget
-from trtforge.core.config import FLOAT_OF_PRECISION, QuantConfig
+from trtforge.core.config import FLOAT_OF_PRECISION, REDUCED_PRECISIONS, QuantConfig
 from trtforge.core.errors import InvalidArgument, MissingFile
 
 Batches = list[dict[str, np.ndarray]]
@@ -203,8 +203,8 @@ def bisect_float(
 
     if metric not in METRICS:
         raise InvalidArgument(f"metric {metric!r}; choose one of {', '.join(METRICS)}")
-    if precision not in ("fp16", "bf16"):
-        raise InvalidArgument(f"precision={precision!r}: float bisection is for fp16 or bf16")
+    if precision not in REDUCED_PRECISIONS:
+        raise InvalidArgument(f"precision={precision!r}: float bisection is for {' or '.join(REDUCED_PRECISIONS)}")
     model = infer_types(ensure_node_names(copy_model(load_ir(fp32))))
     already = plan_float(model, FLOAT_OF_PRECISION[precision]).fp32_nodes
     order = [node.name for node in model.graph if node.name not in already

@@ -29,14 +29,11 @@ from typing import Any
 import numpy as np
 
 from trtforge.core.errors import MissingDependency, Unsupported
+from trtforge.core.routes import ROUTE_PRECISION
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.debug.inputs import batch_size, load_npz, make_inputs, split_batches, unbatched
 from trtforge.debug.tolerances import Judgement, judge
 
-#: route → the precision its numbers have (None: the precision the engine was built in).
-ROUTE_PRECISION: dict[str, str | None] = {
-    "tensorrt": None, "onnxruntime": None, "eager": "fp32", "fp16": "fp16", "cuda_graph": "fp16", "compiled": "fp16",
-}
 NEXT_STEP = ("find where it diverges: trtforge compare --layerwise {reference} {processed}")
 
 
@@ -166,7 +163,8 @@ def check_artifact(
     ``options`` go to ``trtforge.load`` (e.g. ``bindings=`` for the TensorRT route's test double,
     ``model=`` for a PyTorch route). ``limit`` overrides the tolerance of the task's metric.
     """
-    from trtforge.runtime.load import ROUTE_NAMES, load
+    from trtforge.core.routes import ROUTE_NAMES
+    from trtforge.runtime.load import load
 
     sidecar = read_sidecar(path)
     if route not in ROUTE_NAMES:

@@ -26,7 +26,7 @@ from trtforge.core.specs import TensorSpec
 
 Arrays = dict[str, np.ndarray]
 #: The batch for a dynamic batch dim that no profile bounds (a bare ONNX file).
-DEFAULT_BATCH = 4
+CHECK_BATCH = 4
 
 
 def unbatched(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec] = ()) -> bool:
@@ -42,13 +42,13 @@ def unbatched(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec] = ()) 
 
 def batch_size(specs: Sequence[TensorSpec], profiles: Sequence[Mapping[str, Any]], count: int) -> int:
     """The batch both sides run at: the profiles' largest ``opt`` batch (a static batch as it is;
-    ``DEFAULT_BATCH`` without profiles), at most ``count``."""
+    ``CHECK_BATCH`` without profiles), at most ``count``."""
     first = specs[0]
     if first.shape and first.shape[0] > 0:
         return first.shape[0]
     opts = [p[first.name]["opt"][0] for p in profiles if first.name in p]
     maxes = [p[first.name]["max"][0] for p in profiles if first.name in p]
-    best = max(opts) if opts else DEFAULT_BATCH
+    best = max(opts) if opts else CHECK_BATCH
     return max(1, min(best, max(maxes) if maxes else best, count))
 
 

@@ -10,8 +10,10 @@ from rich.console import Console
 
 from trtforge.cache.engine_cache import EngineCache, engine_key
 from trtforge.capture.export import normalize_example_inputs
+from trtforge.core.batch import example_batch
 from trtforge.core.config import CompileConfig
 from trtforge.core.errors import WrongType
+from trtforge.core.sidecar import PrecisionRecord, QuantizationRecord, SourceRecord
 from trtforge.pipeline.direct_int8 import direct_int8, int8_report
 from trtforge.pipeline.record import Built, build_record
 from trtforge.pipeline.store import direct_converter_hash, store_built
@@ -32,8 +34,7 @@ def convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *,
         raise WrongType("path='direct' takes positional example inputs; pass a tuple of tensors in forward's order")
     build_config = config  # the model's own batch when none is asked: the example's, static
     if config.batch is None:
-        rows = args[0].shape[0] if args and hasattr(args[0], "shape") and args[0].dim() else 1
-        build_config = replace(config, batch=((int(rows),) * 3,))
+        build_config = replace(config, batch=(example_batch(args),))
     input_names = config.input_names or getattr(model, "trtforge_input_names", None)
     output_names = config.output_names or getattr(model, "trtforge_output_names", None)
     int8_plan, int8 = None, None
@@ -53,18 +54,18 @@ def convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *,
         net = lowered.net
         result = build_network(net.builder, net.net, net.logger, build_config, name=network_name,
                                progress=config.progress, console=console)
-        precision = {"requested": config.precision, "built": config.precision, "node_dtypes": {},
-                     "fp32_nodes": dict(lowered.fp32_nodes)}
+        precision = PrecisionRecord(requested=config.precision, built=config.precision,
+                                    fp32_nodes=dict(lowered.fp32_nodes))
         notes = ["direct path (PyTorch → TensorRT, no ONNX): no .onnx beside the engine, so no onnxruntime route"]
         if lowered.fp32_nodes:
             notes.append(f"{len(lowered.fp32_nodes)} node(s) kept in FP32 by the direct path's float rules")
         quantization = None
         if int8_plan is not None:
-            quantization = int8_report(int8_plan, config, lowered.int8_layers)
+            quantization = QuantizationRecord(**int8_report(int8_plan, config, lowered.int8_layers))
             notes.append(f"direct-path INT8: {len(lowered.int8_layers)} layer(s) with Q/DQ from forward-hook "
                          "calibration, the rest FP16; no bias correction and no held-back accuracy report")
-        record = build_record(result, config, precision, notes, source={"path": "direct"}, quantization=quantization)
-        record["builder"]["converter_hash"] = converter_hash
+        record = build_record(result, config, precision, notes, source=SourceRecord(path="direct"),
+                              quantization=quantization, converter_hash=converter_hash)
         built = Built.fresh(key, result.plan, record)
         store_built(engine_cache, built, config)
         return built

@@ -21,6 +21,7 @@ from trtforge.capture.export import export_onnx, normalize_example_inputs
 from trtforge.capture.onnx_file import load_onnx
 from trtforge.core.config import CompileConfig, QuantConfig
 from trtforge.core.errors import InvalidArgument
+from trtforge.core.sidecar import PrecisionRecord, QuantizationRecord, SourceRecord
 from trtforge.core.specs import TensorSpec, shape_value_candidates
 from trtforge.passes.graph import dtype_summary, proto_bytes
 from trtforge.passes.process import Processed, process, reference_graph
@@ -65,12 +66,13 @@ def capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileCo
         notes = []
         if float_plan is not None and float_plan.fp32_nodes:
             notes.append(f"{len(float_plan.fp32_nodes)} node(s) kept in FP32 by the float pass")
-        precision = {"requested": config.precision, "built": built_precision,
-                     "node_dtypes": dtype_summary(processed.model),
-                     "fp32_nodes": dict(float_plan.fp32_nodes) if float_plan else {}}
-        record = build_record(result, config, precision, notes, quantization=quant_report,
-                               onnx_sha256=hashlib.sha256(processed_bytes).hexdigest(),
-                               reference_onnx_sha256=hashlib.sha256(reference_bytes).hexdigest())
+        precision = PrecisionRecord(requested=config.precision, built=built_precision,
+                                    node_dtypes=dtype_summary(processed.model),
+                                    fp32_nodes=dict(float_plan.fp32_nodes) if float_plan else {})
+        source = SourceRecord(onnx_sha256=hashlib.sha256(processed_bytes).hexdigest(),
+                              reference_onnx_sha256=hashlib.sha256(reference_bytes).hexdigest())
+        quantization = None if quant_report is None else QuantizationRecord(**quant_report)
+        record = build_record(result, config, precision, notes, source=source, quantization=quantization)
         built = Built.fresh(key, result.plan, record, processed_bytes, reference_bytes)
         store_built(engine_cache, built, config)
         return built

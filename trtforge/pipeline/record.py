@@ -5,15 +5,21 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from trtforge._version import __version__
 from trtforge.builder.build import BuildResult
 from trtforge.cache.engine_cache import CacheEntry
 from trtforge.core.atomic import Payload
+from trtforge.core.build_record import BuildRecord
 from trtforge.core.config import CompileConfig
+from trtforge.core.sidecar import (
+    PrecisionRecord,
+    QuantizationRecord,
+    ShapeInputRecord,
+    SourceRecord,
+)
 from trtforge.core.specs import TensorSpec
 
 
@@ -26,8 +32,8 @@ class Built:
     #: The processed and reference graphs; None on the direct path (no ONNX is made).
     processed_onnx: Payload | None
     reference_onnx: Payload | None
-    #: JSON-able facts of the build: inputs, outputs, profiles, precision, builder, hashes, notes.
-    record: dict
+    #: The typed facts of the build: inputs, outputs, profiles, precision, builder, source hashes, notes.
+    record: BuildRecord
     #: The engine's sha256 (hashed once: by the build, or checked by the cache).
     engine_sha256: str
     hit: bool = False
@@ -39,12 +45,12 @@ class Built:
     def files(self) -> dict[str, bytes]:
         """A fresh build's members, for the engine cache."""
         graphs = {"processed.onnx": self.processed_onnx, "reference.onnx": self.reference_onnx}
-        members = {"engine": self.plan, "record.json": json.dumps(self.record).encode(),
+        members = {"engine": self.plan, "record.json": json.dumps(self.record.to_dict()).encode(),
                    **{name: data for name, data in graphs.items() if data is not None}}
         return {name: data.read_bytes() if isinstance(data, Path) else data for name, data in members.items()}
 
     @classmethod
-    def fresh(cls, key: str, plan: bytes, record: dict, processed_onnx: bytes | None = None,
+    def fresh(cls, key: str, plan: bytes, record: BuildRecord, processed_onnx: bytes | None = None,
               reference_onnx: bytes | None = None) -> Built:
         return cls(key=key, plan=plan, processed_onnx=processed_onnx, reference_onnx=reference_onnx, record=record,
                    engine_sha256=hashlib.sha256(plan).hexdigest())
@@ -53,28 +59,22 @@ class Built:
     def from_entry(cls, entry: CacheEntry) -> Built:
         paths = entry.paths
         return cls(key=entry.key, plan=paths["engine"], processed_onnx=paths.get("processed.onnx"),
-                   reference_onnx=paths.get("reference.onnx"), record=json.loads(entry.read("record.json")),
+                   reference_onnx=paths.get("reference.onnx"), record=BuildRecord.from_dict(json.loads(entry.read("record.json"))),
                    engine_sha256=entry.sha256("engine"), hit=True)
 
 
-def build_record(result: BuildResult, config: CompileConfig, precision: dict, notes: list[str],
-                  **facts: Any) -> dict:
-    """The JSON-able record of one build (the sidecar's inputs, outputs, profiles, precision, builder),
-    plus path-specific ``facts`` (graph hashes, quantization, source)."""
+def build_record(result: BuildResult, config: CompileConfig, precision: PrecisionRecord, notes: list[str], *,
+                 source: SourceRecord, quantization: QuantizationRecord | None = None,
+                 converter_hash: str | None = None) -> BuildRecord:
+    """The typed record of one build (the sidecar's inputs, outputs, profiles, precision, builder), plus the
+    path's own facts (graph hashes or ``path="direct"``, quantization, the converters' hash)."""
     inputs, outputs = static_io(result.inputs, result.outputs, result.profiles)
-    record = {
-        "inputs": [s.as_dict() for s in inputs],
-        "outputs": [s.as_dict() for s in outputs],
-        "profiles": list(result.profiles),
-        "precision": precision,
-        "builder": {**result.builder, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                    "config": config.key_fields(), "trtforge_version": __version__},
-        "notes": notes,
-        "quantization": None,
-        "shape_inputs": [{"name": k, "values": v} for k, v in result.shape_values.items()],
-        **facts,
-    }
-    return json.loads(json.dumps(record))
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    builder = replace(result.builder, created=created, config=json.loads(json.dumps(config.key_fields())),
+                      trtforge_version=__version__, converter_hash=converter_hash)
+    return BuildRecord(inputs=inputs, outputs=outputs, profiles=result.profiles, precision=precision,
+                       builder=builder, source=source, notes=tuple(notes), quantization=quantization,
+                       shape_inputs=tuple(ShapeInputRecord(name=k, values=v) for k, v in result.shape_values.items()))
 
 
 def static_io(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],

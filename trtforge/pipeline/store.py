@@ -48,7 +48,7 @@ def store_built(engine_cache: EngineCache | None, built: Built, config: CompileC
     """Put a fresh build into the engine cache (when there is one; a cache that cannot store warns)."""
     if engine_cache is not None:
         store_in_cache(engine_cache, built.key, built, {
-            "model": config.name, "precision": built.record["precision"]["built"], "targets": list(config.targets),
+            "model": config.name, "precision": built.record.precision.built, "targets": list(config.targets),
             "options": file_suffix(config).lstrip("_"), "engine_size": built.engine_size,
         })
 

@@ -20,9 +20,9 @@ from trtforge.core.config import (
     option_spelling,
     unused_quant_options,
 )
-from trtforge.core.errors import FileConflict, WrongType, spelled
+from trtforge.core.errors import FileConflict, UserError, WrongType, spelled
 from trtforge.core.hashing import sha256_file
-from trtforge.core.sidecar import is_trtforge_sidecar
+from trtforge.core.sidecar import is_trtforge_sidecar, read_sidecar
 from trtforge.pipeline.paths import (
     OutputPaths,
     check_destinations,
@@ -76,17 +76,17 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
 def differing_options(sidecar: Path, config: CompileConfig, source: Mapping[str, Any]) -> list[str]:
     """The options (and source facts) in which the trtforge build at ``sidecar`` differs from this one."""
     try:
-        old = json.loads(sidecar.read_text())
-    except (OSError, ValueError, RecursionError):
+        old = read_sidecar(sidecar)
+    except (OSError, UserError):  # damaged or foreign: nothing to compare
         return []
-    recorded = (old.get("builder") or {}).get("config") or {}
+    recorded = old.builder.config or {}
     new = json.loads(json.dumps(config.key_fields(), default=str))
     differ = [f"{key} {recorded.get(key)!r} → {new.get(key)!r}" for key in sorted(set(recorded) | set(new))
               if key in recorded and recorded.get(key) != new.get(key)]
-    old_source = old.get("source") or {}
     for key in ("kind", "module", "factory"):
-        if key in source and key in old_source and old_source[key] != source[key]:
-            differ.append(f"source {key} {old_source[key]!r} → {source[key]!r}")
+        recorded_source = getattr(old.source, key)
+        if key in source and recorded_source is not None and recorded_source != source[key]:
+            differ.append(f"source {key} {recorded_source!r} → {source[key]!r}")
     return differ
 
 

@@ -19,6 +19,7 @@ from trtforge.cache.engine_cache import open_engine_cache
 from trtforge.capture.export import training_flags_kept
 from trtforge.core.config import CompileConfig
 from trtforge.core.errors import AccuracyBudgetMissed, spelled
+from trtforge.core.sidecar import QuantizationRecord
 from trtforge.pipeline.direct_path import convert_and_build
 from trtforge.pipeline.onnx_path import capture_and_build
 from trtforge.pipeline.store import lookup_request, request_key_of, warn_cache
@@ -72,7 +73,7 @@ def compile(  # noqa: A001 - the public verb users expect
                     engine_cache.remember_request(request, built.key)
                 except OSError as exc:
                     warn_cache(engine_cache, exc)
-        check_budget(built.record.get("quantization"), config)
+        check_budget(built.record.quantization, config)
         if built.hit:
             log.info("cache hit: %s (%s…)", config.name, built.key[:12])
             if config.progress:
@@ -80,9 +81,9 @@ def compile(  # noqa: A001 - the public verb users expect
         return write_artifact(model_or_onnx, config, paths, built, cached=engine_cache is not None)
 
 
-def check_budget(report: Mapping[str, Any] | None, config: CompileConfig) -> None:
+def check_budget(report: QuantizationRecord | None, config: CompileConfig) -> None:
     """A missed INT8 error budget: a warning line, or (``strict_accuracy=True``) a refusal before writing."""
-    budget = (report or {}).get("error_budget")
+    budget = report.error_budget if report is not None else None
     if not isinstance(budget, Mapping) or budget.get("holds", True):
         return
     measured = ", ".join(f"{x.get('measured', float('nan')):.4g}" for x in budget.get("limits", ()))

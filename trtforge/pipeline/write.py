@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from trtforge.artifact import Artifact
 from trtforge.core.atomic import Payload, atomic_write_all, folder_lock
 from trtforge.core.config import CompileConfig
-from trtforge.core.sidecar import Sidecar, check_writable, sidecar_bytes
-from trtforge.core.specs import TensorSpec
+from trtforge.core.sidecar import Sidecar, SourceRecord, check_writable, sidecar_bytes
 from trtforge.pipeline.paths import OutputPaths, source_info
 from trtforge.pipeline.record import Built
 from trtforge.pipeline.validate import check_same_build, check_same_model
@@ -25,37 +25,22 @@ def write_artifact(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths
 def _write_locked(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths, built: Built, *,
                   cached: bool) -> Artifact:
     record = built.record
-    built_precision = record["precision"]["built"]
+    built_precision = record.precision.built
     if not config.overwrite:  # again, under the lock: a concurrent build may have written this name meanwhile
         check_same_build(paths.sidecar(built_precision), config, source_info(model_or_onnx))
     engine_path = paths.engine(built_precision)
     onnx_path = reference_path = None
-    source = {**source_info(model_or_onnx), **record.get("source", {})}
+    source = SourceRecord(**source_info(model_or_onnx))
     files: list[tuple[Path, Payload, int | None]] = []
     if built.processed_onnx is not None:  # the ONNX path; the direct path makes no ONNX
-        check_same_model(paths, record["reference_onnx_sha256"], config.overwrite)
+        check_same_model(paths, record.source.reference_onnx_sha256, config.overwrite)
         onnx_path, reference_path = paths.onnx(built_precision), paths.reference_onnx()
         files = [(onnx_path, built.processed_onnx, None), (reference_path, built.reference_onnx, None)]
-        source.update({"onnx_file": onnx_path.name, "onnx_sha256": record["onnx_sha256"],
-                       "reference_onnx_file": reference_path.name,
-                       "reference_onnx_sha256": record["reference_onnx_sha256"]})
+        source = replace(source, onnx_file=onnx_path.name, reference_onnx_file=reference_path.name)
     cache_info = {"key": built.key, "hit": built.hit} if cached else {"enabled": False}
-    sidecar = Sidecar(
-        name=config.name,
-        engine_file=engine_path.name,
-        engine_size=built.engine_size,
-        engine_sha256=built.engine_sha256,
-        inputs=tuple(TensorSpec.from_dict(d) for d in record["inputs"]),
-        outputs=tuple(TensorSpec.from_dict(d) for d in record["outputs"]),
-        profiles=tuple(record["profiles"]),
-        precision=record["precision"],
-        builder={**record["builder"], "cache": cache_info},
-        source=source,
-        preprocessing=config.preprocessing,
-        notes=(*config.notes, *record["notes"]),
-        quantization=record["quantization"],
-        shape_inputs=tuple(record.get("shape_inputs") or ()),
-    )
+    sidecar = record.sidecar(name=config.name, engine_file=engine_path.name, engine_size=built.engine_size,
+                             engine_sha256=built.engine_sha256, source=source, preprocessing=config.preprocessing,
+                             notes=tuple(config.notes), cache=cache_info)
     sidecar_path = paths.sidecar(built_precision)
     check_writable(sidecar_path)
     # Every file is staged first and the sidecar moved in last: a full disk or Ctrl-C leaves none.

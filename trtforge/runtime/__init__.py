@@ -6,7 +6,8 @@ Example:
     ...     out = engine(np.zeros((1, 3, 224, 224), np.float32))
 """
 
-from trtforge.runtime.load import ROUTE_NAMES, ROUTES, load
+from trtforge.core.routes import ROUTE_NAMES, ROUTES
+from trtforge.runtime.load import load
 from trtforge.runtime.protocol import (
     CapturableEngine,
     Engine,

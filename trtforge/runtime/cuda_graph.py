@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from trtforge.core.errors import InvalidArgument
-from trtforge.runtime.placement import on_device
+from trtforge.runtime.placement import TORCH_CUDA, DeviceRuntime
 
 
 @dataclass
@@ -47,33 +47,30 @@ def capture_stream(device: torch.device) -> Any:
     return stream
 
 
-def capture(fn: Callable[[], Any], device: torch.device, warmup: int = 2) -> CapturedCall:
-    """Run ``fn`` ``warmup`` times on the side stream (lazy init, autotuning), then capture it."""
-    if device.type != "cuda":
-        raise InvalidArgument(f"CUDA graphs need a CUDA device, got {device}; use a route without graphs on CPU")
-    with on_device(device):
-        caller = torch.cuda.current_stream(device)
-        side = capture_stream(device)
-        side.wait_stream(caller)
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                fn()
-        caller.wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: a capture forbids unsafe CUDA calls (cudaMalloc, a synchronize) in this thread
-        # only. The default, global, forbids them in every thread of the process, so an engine on
-        # another GPU, run from its own thread, would fail while this one captures.
-        with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
-            outputs = fn()
-        caller.wait_stream(side)
+def capture(fn: Callable[[], Any], device: torch.device, warmup: int = 2, stream: Any = None,
+            devices: DeviceRuntime = TORCH_CUDA, index: int | None = None) -> CapturedCall:
+    """Run ``fn`` ``warmup`` times on ``stream`` (default: the device's side stream; lazy init,
+    autotuning), then capture it there, through ``devices`` (GPU ``index``, default ``device``'s).
+    Never the legacy default stream, which cannot be captured."""
+    if index is None:
+        if device.type != "cuda":
+            raise InvalidArgument(f"CUDA graphs need a CUDA device, got {device}; use a route without graphs on CPU")
+        index = device.index if device.index is not None else devices.current()
+    side = stream if stream is not None else capture_stream(torch.device("cuda", index))
+    graph, outputs = devices.capture(fn, index, side, warmup)
     return CapturedCall(graph, outputs)
 
 
 class GraphCache:
-    """Captured calls by key; replays on the caller's current stream."""
+    """Captured calls by key, captured on ``stream`` (default: the device's side stream) through
+    ``devices`` (the CUDA runtime; GPU ``index``, default ``device``'s); replays on the current stream."""
 
-    def __init__(self, device: torch.device, max_entries: int = 16, warmup: int = 2) -> None:
+    def __init__(self, device: torch.device, max_entries: int = 16, warmup: int = 2, stream: Any = None,
+                 devices: DeviceRuntime = TORCH_CUDA, index: int | None = None) -> None:
         self.device = device
+        self.stream = stream
+        self.devices = devices
+        self.index = index
         self.max_entries = max_entries
         self.warmup = warmup
         self._entries: OrderedDict[Hashable, CapturedCall] = OrderedDict()
@@ -89,15 +86,15 @@ class GraphCache:
         """Replay the capture for ``key``; capture ``fn`` first when the key is new."""
         entry = self._entries.get(key)
         if entry is None:
-            entry = capture(fn, self.device, self.warmup)
+            entry = capture(fn, self.device, self.warmup, self.stream, self.devices, self.index)
             self.captures += 1
             self._entries[key] = entry
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
         else:
             self._entries.move_to_end(key)
-        with on_device(self.device):  # on the current stream of the graph's own device
-            entry.graph.replay()
+        index = self.index if self.index is not None else self.device.index
+        self.devices.replay(entry.graph, index if index is not None else self.devices.current())
         return entry.outputs
 
     def clear(self) -> None:

@@ -1,6 +1,6 @@
 """``trtforge.load``: one entry point that returns an ``Engine`` for any route.
 
-The routes, as data (name, what runs, what it needs):
+The routes, as data (name, what runs, what it needs), are ``trtforge.core.routes.ROUTES``.
 """
 
 from __future__ import annotations
@@ -10,23 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from trtforge.core.errors import InvalidArgument, NotPermitted
+from trtforge.core.routes import ROUTE_NAMES
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.runtime.protocol import Engine
-
-#: (route, what runs, what it needs). README's routes table is this table.
-ROUTES: tuple[tuple[str, str, str], ...] = (
-    ("tensorrt", "the TensorRT engine, execute_async_v3 on the caller's stream; cuda_graph=True to replay",
-     "a CUDA GPU, TensorRT 10+ or TensorRT-RTX bindings, the .engine with its sidecar"),
-    ("eager", "the PyTorch model in FP32", "torch; the model (zoo factory in the sidecar, or model=)"),
-    ("fp16", "the PyTorch model in FP16, channels-last on the GPU", "torch; the model; a GPU for speed"),
-    ("cuda_graph", "the FP16 model captured as one CUDA graph per batch size",
-     "torch with CUDA; the model (on CPU: plain FP16)"),
-    ("compiled", "torch.compile(mode='max-autotune') in FP16, or an AOTInductor .pt2 beside the engine",
-     "torch, a C++ compiler, Triton on GPU; the model unless the .pt2 exists"),
-    ("onnxruntime", "the FP32 reference ONNX graph in ONNX Runtime (CPU, or the CUDA provider)",
-     "onnxruntime; the .onnx beside the engine"),
-)
-ROUTE_NAMES: tuple[str, ...] = tuple(r[0] for r in ROUTES)
 
 #: Factories named in sidecars are imported only from these packages unless trust_factory=True.
 TRUSTED_FACTORY_PREFIXES: tuple[str, ...] = ("trtforge.",)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -99,7 +99,15 @@ def resolve_device(device: str | torch.device | int | None, *, count: int, curre
 class DeviceRuntime(Protocol):
     """The CUDA runtime's device calls a route makes: how many GPUs, which is current, and a block
     with another current (cudaGetDeviceCount, cudaGetDevice, cudaSetDevice and back). ``memory``
-    is where tensors for a GPU live (host memory for the test double)."""
+    is where tensors for a GPU live (host memory for the test double).
+
+    ``capture`` records a call as a CUDA graph on a stream (warm-up calls first), ``replay`` runs it.
+
+    Streams (objects like ``torch.cuda.Stream``: ``cuda_stream`` is the handle, ``wait_stream(other)``
+    orders this stream after the work queued on ``other`` so far, through an event): ``new_stream``
+    makes one on a GPU, ``current_stream`` is the calling thread's current one there (the legacy
+    default stream, handle 0, unless the caller chose another), ``on_stream`` makes a stream current
+    for a block."""
 
     def count(self) -> int: ...
 
@@ -108,6 +116,16 @@ class DeviceRuntime(Protocol):
     def use(self, index: int) -> contextlib.AbstractContextManager: ...
 
     def memory(self, index: int) -> torch.device: ...
+
+    def new_stream(self, index: int) -> Any: ...
+
+    def current_stream(self, index: int) -> Any: ...
+
+    def on_stream(self, stream: Any) -> contextlib.AbstractContextManager: ...
+
+    def capture(self, fn: Any, index: int, stream: Any, warmup: int) -> tuple[Any, Any]: ...
+
+    def replay(self, graph: Any, index: int) -> None: ...
 
 
 class TorchCuda:
@@ -125,6 +143,39 @@ class TorchCuda:
 
     def memory(self, index: int) -> torch.device:
         return torch.device("cuda", index)
+
+    def new_stream(self, index: int) -> torch.cuda.Stream:
+        return torch.cuda.Stream(torch.device("cuda", index))
+
+    def current_stream(self, index: int) -> torch.cuda.Stream:
+        return torch.cuda.current_stream(torch.device("cuda", index))
+
+    def on_stream(self, stream: torch.cuda.Stream) -> contextlib.AbstractContextManager:
+        return torch.cuda.stream(stream)
+
+    def capture(self, fn: Any, index: int, stream: torch.cuda.Stream, warmup: int) -> tuple[Any, Any]:
+        """Run ``fn`` ``warmup`` times on ``stream`` (lazy init, autotuning), then capture one call there:
+        (the ``torch.cuda.CUDAGraph``, what the captured call returned)."""
+        with self.use(index):
+            caller = torch.cuda.current_stream(index)
+            stream.wait_stream(caller)
+            with torch.cuda.stream(stream):
+                for _ in range(warmup):
+                    fn()
+            caller.wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: a capture forbids unsafe CUDA calls (cudaMalloc, a synchronize) in this thread
+            # only. The default, global, forbids them in every thread of the process, so an engine on
+            # another GPU, run from its own thread, would fail while this one captures.
+            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+                outputs = fn()
+            caller.wait_stream(stream)
+        return graph, outputs
+
+    def replay(self, graph: Any, index: int) -> None:
+        """Replay ``graph`` on the current stream of GPU ``index``."""
+        with self.use(index):
+            graph.replay()
 
 
 TORCH_CUDA = TorchCuda()

@@ -15,10 +15,21 @@ How a call runs:
   or a torch tensor on any device; left out, the values the sidecar records) are written into a
   host buffer the context owns, bound by ``set_tensor_address``; values outside the profile's
   range (``get_tensor_profile_values``) are refused before TensorRT runs;
-- ``execute_async_v3`` runs on the caller's current torch stream; nothing synchronizes;
+- every context calls ``set_optimization_profile_async(profile, stream)`` once when it is created,
+  profile 0 included (TensorRT selects profile 0 implicitly for the FIRST context only), and sets
+  its shapes after;
+- streams, as Torch-TensorRT and Polygraphy do it: each context runs on a stream the route owns, on
+  the engine's GPU (``stream=`` names one instead), never on the legacy default stream, where
+  TensorRT synchronizes more and whole-graph capture fails. A call orders that stream after the
+  work already queued on the caller's current stream, and the caller's stream after the engine's,
+  with events (``wait_stream``): results are ready for whatever the caller queues next, and nothing
+  synchronizes the host;
 - with ``cuda_graph=True`` a call is captured once per binding set (profile, shapes, input
-  addresses) and replayed after; it pays off when callers reuse their input buffers (at most 16
-  binding sets are kept, least recently used dropped);
+  addresses), on the context's stream, and replayed after; it pays off when callers reuse their
+  input buffers (at most 16 binding sets are kept, least recently used dropped);
+- failures TensorRT reports (a deserialize, a profile, a shape or an enqueue it refuses) raise
+  ``TensorRTRuntimeError`` or ``EngineLoadError`` (user errors: the GPU, the driver or the engine),
+  quoting TensorRT's last error lines (``trtforge.core.trt_log``) and naming the next step;
 - where the flavour offers ``ICudaEngine.create_runtime_config`` (TensorRT-RTX), every context is
   created from one runtime config: ``cuda_graph=True`` sets its ``cuda_graph_strategy`` to
   ``WHOLE_GRAPH_CAPTURE`` (the runtime captures and replays itself, instead of our capture), and
@@ -26,7 +37,8 @@ How a call runs:
   JIT compiled in an earlier process and stores them again on ``close()``, so a second process skips
   the compilation; everything found by hasattr;
 - ``capturable_forward`` (the ``CapturableEngine`` protocol) binds tensors the caller already
-  holds in the engine's input format and enqueues on the current stream, with no copy or check
+  holds in the engine's input format and enqueues on the caller's current stream (the one an outer
+  capture records), with no copy or check
   that would break a capture: the predictor captures preprocessing, the engine and decoding as
   one CUDA graph around it. TensorRT supports capturing ``enqueueV3`` in a CUDA graph once a call
   with the same shapes has run (the capture's warm-up calls are that run).
@@ -40,7 +52,7 @@ another GPU are refused (``move_inputs=True`` copies them; see ``trtforge.runtim
 The real TensorRT bindings run on a CUDA device only. ``bindings=`` injects another module with
 TensorRT's runtime API; the engine then runs on whatever ``device`` the caller names (the test
 double works on host memory), and ``devices=`` another ``DeviceRuntime`` (the double's current
-CUDA device).
+CUDA device and streams).
 
 Threads: one lock per engine guards the contexts, so calls from several threads are safe and run
 one at a time (a context per thread would multiply activation memory; run one engine per thread
@@ -68,6 +80,7 @@ import numpy as np
 import torch
 
 from trtforge.core import trt as trt_shim
+from trtforge.core import trt_log
 from trtforge.core.errors import (
     InternalError,
     InvalidArgument,
@@ -83,29 +96,6 @@ from trtforge.runtime.placement import TORCH_CUDA, DeviceRuntime, default_device
 from trtforge.runtime.profiles import check_shape_values, choose_profile, max_shapes
 from trtforge.runtime.protocol import EngineBase, EngineInputError
 from trtforge.runtime.tensors import BINDABLE_DTYPES, bind_inputs, torch_dtype
-
-#: Every TensorRT attribute this route touches, as "Class.attribute" ("Class" alone for a module
-#: attribute). tests/runtime/test_trt_api_surface.py checks each against the installed bindings.
-TRT_API_USED: tuple[str, ...] = (
-    "Logger", "Logger.WARNING", "Runtime", "TensorIOMode", "TensorIOMode.INPUT", "DataType",
-    "Runtime.deserialize_cuda_engine",
-    "ICudaEngine.num_io_tensors", "ICudaEngine.get_tensor_name", "ICudaEngine.get_tensor_mode",
-    "ICudaEngine.get_tensor_dtype", "ICudaEngine.get_tensor_shape",
-    "ICudaEngine.get_tensor_profile_shape", "ICudaEngine.num_optimization_profiles",
-    "ICudaEngine.create_execution_context", "ICudaEngine.is_shape_inference_io",
-    "ICudaEngine.get_tensor_profile_values",
-    "IExecutionContext.set_optimization_profile_async", "IExecutionContext.set_input_shape",
-    "IExecutionContext.set_tensor_address", "IExecutionContext.get_tensor_shape",
-    "IExecutionContext.execute_async_v3",
-)
-
-#: Used only when present (found by hasattr on the object): flavours differ here. TensorRT-RTX
-#: creates contexts from a runtime config, which carries the JIT runtime cache and the CUDA-graph strategy.
-TRT_API_OPTIONAL: tuple[str, ...] = (
-    "Runtime.engine_host_code_allowed", "ICudaEngine.create_runtime_config",
-    "IRuntimeConfig.create_runtime_cache", "IRuntimeConfig.set_runtime_cache", "IRuntimeConfig.cuda_graph_strategy",
-    "IRuntimeCache.serialize", "IRuntimeCache.deserialize", "CudaGraphStrategy.WHOLE_GRAPH_CAPTURE",
-)
 
 
 class RuntimeCacheStore(Protocol):
@@ -123,8 +113,16 @@ class EngineLoadError(Unsupported):
     """TensorRT could not deserialize the engine here (another GPU or TensorRT version)."""
 
 
-class TensorRTRuntimeError(InternalError, RuntimeError):
-    """TensorRT refused a call the route checked beforehand; the TensorRT log says why."""
+class TensorRTRuntimeError(Unsupported):
+    """TensorRT refused a call on this GPU (a profile, a shape, an enqueue) that the route had checked
+    what it could of: the message quotes TensorRT's last error lines and names the next step."""
+
+
+def tensorrt_said(mark: int, limit: int = 3) -> str:
+    """TensorRT's distinct error lines logged since ``mark`` (the first line of each, the last
+    ``limit``), joined for one message; what to say when it logged none."""
+    lines = list(dict.fromkeys(m.strip().splitlines()[0] for m in trt_log.recent_errors(mark) if m.strip()))
+    return " | ".join(lines[-limit:]) if lines else "TensorRT logged no error (run with TensorRT's INFO log for more)"
 
 
 @dataclass
@@ -133,6 +131,8 @@ class _ContextState:
 
     context: Any
     profile: int
+    #: The stream this context runs on (None on an injected CPU device: handle 0).
+    stream: Any = None
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     addresses: dict[str, int] = field(default_factory=dict)
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -180,6 +180,7 @@ class TensorRTEngine(EngineBase):
         runtime_cache: RuntimeCacheStore | None = None,
         move_inputs: bool = False,
         devices: DeviceRuntime | None = None,
+        stream: Any = None,
     ) -> None:
         self.sidecar = sidecar if sidecar is not None else read_sidecar(Path(path))
         self._devices = devices if devices is not None else TORCH_CUDA
@@ -196,20 +197,25 @@ class TensorRTEngine(EngineBase):
         trt = bindings if bindings is not None else trt_shim.bindings()
         self._trt = trt
         self.move_inputs = move_inputs
-        self.cuda_graph = cuda_graph and self._device.type == "cuda"
+        self.cuda_graph = cuda_graph and self.gpu is not None
+        if stream is not None and self.gpu is None:
+            raise InvalidArgument(f"stream= needs the engine on a CUDA device, not {self._device}; leave it out")
+        self._stream = stream
         self._lock = threading.Lock()
         # TensorRT binds an engine to the device current when it is deserialized: make it ours.
+        self._logger = trt_log.process_logger(trt)  # TensorRT's errors reach logging and our messages
+        mark = trt_log.mark_recent()
         with self._device_guard():
-            self._runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+            self._runtime = trt.Runtime(self._logger)
             if hasattr(self._runtime, "engine_host_code_allowed"):
                 self._runtime.engine_host_code_allowed = bool(allow_host_code)
             self._engine = self._runtime.deserialize_cuda_engine(engine_path.read_bytes())
         if self._engine is None:
             built = self.sidecar.builder
             raise EngineLoadError(
-                f"TensorRT could not deserialize {engine_path}: it was built for another GPU or "
-                f"TensorRT version ({built.flavour} {built.version}, targets {list(built.targets)}). "
-                "Rebuild it on this machine with trtforge build"
+                f"TensorRT could not deserialize {engine_path} ({built.flavour} {built.version}, targets "
+                f"{list(built.targets)}): {tensorrt_said(mark)}. Run trtforge doctor {self.sidecar.engine_path.with_suffix('.json')} "
+                "to see whether it can run here; else rebuild it on this machine with trtforge build"
             )
         self.inputs, self.outputs = self._read_io()
         self.profiles = self._read_profiles()
@@ -217,8 +223,8 @@ class TensorRTEngine(EngineBase):
         self.shape_inputs = tuple(s.name for s in self.inputs if self._engine.is_shape_inference_io(s.name))
         self._value_ranges = self._read_value_ranges()
         self._contexts: dict[int, _ContextState] = {}
-        with self._device_guard():
-            self._configure_runtime(cuda_graph, runtime_cache)
+        with self._device_guard():  # the runtime's own graphs need a GPU stream to capture on
+            self._configure_runtime(cuda_graph and self.gpu is not None, runtime_cache)
 
     # -- TensorRT-RTX runtime config -----------------------------------------------------------
     def _configure_runtime(self, cuda_graph: bool, store: RuntimeCacheStore | None) -> None:
@@ -310,10 +316,22 @@ class TensorRTEngine(EngineBase):
         """cudaSetDevice(our GPU) for the block, the previous device restored after."""
         return self._devices.use(self.gpu) if self.gpu is not None else contextlib.nullcontext()
 
-    def _stream_handle(self) -> int:
-        if self._device.type == "cuda":
-            return torch.cuda.current_stream(self._device).cuda_stream
-        return 0
+    def _caller_stream(self) -> Any:
+        """The calling thread's current stream on our GPU (None on an injected CPU device)."""
+        return self._devices.current_stream(self.gpu) if self.gpu is not None else None
+
+    @staticmethod
+    def _handle(stream: Any) -> int:
+        return int(stream.cuda_stream) if stream is not None else 0
+
+    def _failure(self, what: str, mark: int) -> TensorRTRuntimeError:
+        """TensorRT refused ``what``: its last error lines and the next step, in one message."""
+        sidecar = self.sidecar.engine_path.with_suffix(".json")
+        return TensorRTRuntimeError(
+            f"TensorRT {what} failed for {self.sidecar.engine_path.name} on {self._device}"
+            f"{'' if self.gpu is None else f' (GPU {self.gpu})'}: {tensorrt_said(mark)}. Next: trtforge doctor "
+            f"{sidecar} (can this engine run here?), then trtforge check {sidecar} --route tensorrt; rebuild it "
+            "for this GPU with trtforge build if doctor says so")
 
     # -- contexts -------------------------------------------------------------------------
     def _context(self, profile: int) -> _ContextState:
@@ -327,14 +345,18 @@ class TensorRTEngine(EngineBase):
         if context is None:
             raise Unsupported("TensorRT could not create an execution context (out of GPU memory?); "
                               "free GPU memory or load fewer engines")
-        if profile != 0:
-            context.set_optimization_profile_async(profile, self._stream_handle())
-        state = _ContextState(context, profile)
+        stream = self._stream if self._stream is not None or self.gpu is None else self._devices.new_stream(self.gpu)
+        state = _ContextState(context, profile, stream)
+        # Every context sets its profile, 0 included: TensorRT gives profile 0 only to the first context.
+        mark = trt_log.mark_recent()
+        if not context.set_optimization_profile_async(profile, self._handle(stream)):
+            raise self._failure(f"set_optimization_profile_async({profile})", mark)
         # Outputs at the profile maximum: set the largest input shapes, read the output shapes.
         largest = max_shapes(self.profiles[profile]) if self.profiles else {
             s.name: s.shape for s in self.inputs}
         for name, shape in largest.items():
-            context.set_input_shape(name, shape)
+            if not context.set_input_shape(name, shape):
+                raise self._failure(f"set_input_shape({name!r}, {list(shape)}) at profile {profile}'s maximum", mark)
             state.shapes[name] = tuple(shape)
         for spec in self.inputs:
             if spec.name in self.shape_inputs:  # host memory, holding the profile's largest values
@@ -353,7 +375,7 @@ class TensorRTEngine(EngineBase):
             context.set_tensor_address(spec.name, buffer.data_ptr())
             state.buffers[spec.name] = buffer
         if self.cuda_graph and not self.native_cuda_graph:  # the runtime's own strategy replays otherwise
-            state.graphs = GraphCache(self._device)
+            state.graphs = GraphCache(self._device, stream=stream, devices=self._devices, index=self.gpu)
         self._contexts[profile] = state
         return state
 
@@ -384,8 +406,9 @@ class TensorRTEngine(EngineBase):
         context = state.context
         for name, shape in shapes.items():
             if state.shapes.get(name) != shape:
+                mark = trt_log.mark_recent()
                 if not context.set_input_shape(name, shape):
-                    raise TensorRTRuntimeError(f"TensorRT refused shape {list(shape)} for input {name!r}")
+                    raise self._failure(f"set_input_shape({name!r}, {list(shape)})", mark)
                 state.shapes[name] = shape
         for spec, value in zip(self.inputs, bound, strict=True):
             if spec.name in self.shape_inputs:
@@ -419,14 +442,29 @@ class TensorRTEngine(EngineBase):
         bound = bind_inputs(self.inputs, self._arrange(tensors, named), self._device, self.move_inputs, self.shape_inputs)
         with self._lock, self._device_guard():
             state, result = self._bind(bound)
+            self._run_ordered(state)
+        return result
+
+    def _run_ordered(self, state: _ContextState) -> None:
+        """Enqueue on the context's stream, ordered after the caller's stream and before it again
+        (events, as Torch-TensorRT does); a CUDA graph is captured and replayed on that stream."""
+        caller, own = self._caller_stream(), state.stream
+        if own is None:  # an injected CPU device: no streams
+            self._execute(state.context, 0)
+            return
+        ordered = caller != own
+        if ordered:
+            own.wait_stream(caller)  # the inputs the caller queued are written first
+        with self._devices.on_stream(own):
             if state.graphs is not None:
                 key = (tuple(state.shapes[s.name] for s in self.inputs),
                        tuple(state.addresses.get(s.name) for s in self.inputs),
                        tuple(tuple(b.tolist()) for b in state.host_values.values()))
-                state.graphs.replay(key, lambda: self._execute(state.context, self._stream_handle()))
+                state.graphs.replay(key, lambda: self._execute(state.context, self._handle(own)))
             else:
-                self._execute(state.context, self._stream_handle())
-        return result
+                self._execute(state.context, self._handle(own))
+        if ordered:
+            caller.wait_stream(own)  # what the caller queues next sees the outputs
 
     def capturable_forward(self, *tensors: torch.Tensor) -> dict[str, torch.Tensor]:
         """Bind ``tensors`` by pointer and enqueue the engine on the current stream; return output views.
@@ -452,13 +490,13 @@ class TensorRTEngine(EngineBase):
                 )
         with self._lock, self._device_guard():
             state, result = self._bind(bound)
-            self._execute(state.context, self._stream_handle())
+            self._execute(state.context, self._handle(self._caller_stream()))
         return result
 
-    @staticmethod
-    def _execute(context: Any, stream: int) -> None:
+    def _execute(self, context: Any, stream: int) -> None:
+        mark = trt_log.mark_recent()
         if not context.execute_async_v3(stream):
-            raise TensorRTRuntimeError("TensorRT execute_async_v3 failed; the log above says why")
+            raise self._failure("execute_async_v3", mark)
 
     def close(self) -> None:
         """Store the runtime cache; free contexts, graphs, output buffers and the engine (idempotent)."""

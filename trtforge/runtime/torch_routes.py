@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from trtforge.core.errors import InvalidArgument, MissingFile
+from trtforge.core.routes import ROUTE_PRECISION, TORCH_ROUTES
 from trtforge.core.sidecar import Sidecar
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime.aot_probe import check_aot_package
@@ -41,8 +42,6 @@ from trtforge.runtime.placement import default_device, on_device
 from trtforge.runtime.profiles import choose_profile
 from trtforge.runtime.protocol import EngineBase, Profiles
 from trtforge.runtime.tensors import bind_inputs, torch_dtype
-
-TORCH_ROUTES: tuple[str, ...] = ("eager", "fp16", "cuda_graph", "compiled")
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ def plan_torch_route(route: str, device: torch.device, compile_mode: str = "max-
         raise InvalidArgument(f"unknown PyTorch route {route!r}; choose one of {TORCH_ROUTES}")
     gpu = device.type == "cuda"
     # Inductor on the CPU has poor FP16 kernels: the compiled route stays FP32 there.
-    half = route in ("fp16", "cuda_graph") or (route == "compiled" and gpu)
+    half = ROUTE_PRECISION[route] == "fp16" and (route != "compiled" or gpu)
     return TorchRoutePlan(
         route=route,
         device=device,

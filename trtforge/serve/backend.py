@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from trtforge.core.errors import InvalidArgument
+from trtforge.core.sidecar import read_sidecar
 from trtforge.serve.batching import BadRequest, check_request, graph_buckets, max_shapes, run_together
 from trtforge.serve.health import FallbackState, HealthPolicy, HealthWorker
 
@@ -179,7 +180,7 @@ class TritonPythonModel:
             self.fallback = self._open(sidecar, params["fallback_route"], params, device)
         self.routes = (params.get("route", "onnxruntime"), params.get("fallback_route", ""))
         self.limits = max_shapes(getattr(self.primary, "profiles", ()) or ())
-        self.sha256 = json.loads(sidecar.read_text())["engine"]["sha256"]
+        self.sha256 = read_sidecar(sidecar).engine_sha256
         self.state = FallbackState(self.policy)
         self.metrics = Metrics(pb_utils, self.name, device or "cpu")
         self.metrics.set_route(self.routes[0], self.sha256)

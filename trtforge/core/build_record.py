@@ -1,0 +1,98 @@
+"""The typed record of one build: what the build made, kept by the engine cache, turned into the sidecar.
+
+Example:
+    >>> record = BuildRecord(inputs=(), outputs=(), profiles=(), precision=PrecisionRecord(built="fp16"),
+    ...                      builder=BuilderRecord(flavour="tensorrt_rtx"), source=SourceRecord(path="direct"))
+    >>> record.sidecar(name="m", engine_file="m.engine", engine_size=n, engine_sha256=digest)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from trtforge.core.preprocessing import PreprocessConfig
+from trtforge.core.sidecar import (
+    BuilderRecord,
+    PrecisionRecord,
+    ProfileRecord,
+    QuantizationRecord,
+    ShapeInputRecord,
+    Sidecar,
+    SourceRecord,
+    normalize_profiles,
+)
+from trtforge.core.specs import TensorSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRecord:
+    """What one build made, typed: the sidecar less the files' names, the caller's notes and the cache state.
+
+    The build writes it, the engine cache keeps it (``to_dict`` / ``from_dict``), and ``sidecar`` turns it
+    into the sidecar; no untyped dict lies in between.
+
+    Example:
+        >>> record = BuildRecord(inputs=(), outputs=(), profiles=(), precision=PrecisionRecord(built="fp16"),
+        ...                      builder=BuilderRecord(flavour="tensorrt_rtx"))
+        >>> record.sidecar(name="m", engine_file="m.engine", engine_size=1, engine_sha256="0" * 64).precision.built
+        'fp16'
+    """
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    profiles: tuple[ProfileRecord, ...]
+    precision: PrecisionRecord
+    builder: BuilderRecord
+    #: The build's own source facts: ``path="direct"``, or the ONNX graphs' sha256.
+    source: SourceRecord = field(default_factory=SourceRecord)
+    notes: tuple[str, ...] = ()
+    quantization: QuantizationRecord | None = None
+    shape_inputs: tuple[ShapeInputRecord, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+        object.__setattr__(self, "profiles", normalize_profiles(self.profiles))
+        object.__setattr__(self, "notes", tuple(self.notes))
+        object.__setattr__(self, "shape_inputs", tuple(self.shape_inputs))
+
+    def sidecar(self, *, name: str, engine_file: str, engine_size: int, engine_sha256: str,
+                source: SourceRecord | None = None, preprocessing: PreprocessConfig | None = None,
+                notes: tuple[str, ...] = (), cache: Mapping[str, Any] | None = None) -> Sidecar:
+        """The sidecar of this build's engine: ``source`` (the caller's facts) over the build's own, the
+        caller's ``notes`` before the build's, and the cache state in ``builder.cache``."""
+        return Sidecar(name=name, engine_file=engine_file, engine_size=engine_size, engine_sha256=engine_sha256,
+                       inputs=self.inputs, outputs=self.outputs, profiles=self.profiles, precision=self.precision,
+                       builder=replace(self.builder, cache=cache), source=_merge(self.source, source),
+                       preprocessing=preprocessing, notes=(*notes, *self.notes), quantization=self.quantization,
+                       shape_inputs=self.shape_inputs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object the engine cache stores."""
+        return {"inputs": [s.as_dict() for s in self.inputs], "outputs": [s.as_dict() for s in self.outputs],
+                "profiles": list(self.profiles), "precision": self.precision.to_dict(),
+                "builder": self.builder.to_dict(), "source": self.source.to_dict(), "notes": list(self.notes),
+                "quantization": None if self.quantization is None else self.quantization.to_dict(),
+                "shape_inputs": [r.to_dict() for r in self.shape_inputs]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BuildRecord:
+        """A record from ``to_dict``'s object (an engine-cache entry)."""
+        quantization = data.get("quantization")
+        return cls(inputs=tuple(TensorSpec.from_dict(s) for s in data["inputs"]),
+                   outputs=tuple(TensorSpec.from_dict(s) for s in data["outputs"]), profiles=data["profiles"],
+                   precision=PrecisionRecord.from_dict(data["precision"]),
+                   builder=BuilderRecord.from_dict(data["builder"]), source=SourceRecord.from_dict(data.get("source")),
+                   notes=tuple(data.get("notes") or ()),
+                   quantization=None if quantization is None else QuantizationRecord.from_dict(quantization),
+                   shape_inputs=tuple(ShapeInputRecord.from_dict(r) for r in data.get("shape_inputs") or ()))
+
+
+def _merge(base: SourceRecord, over: SourceRecord | None) -> SourceRecord:
+    """``base`` with every field that ``over`` sets."""
+    if over is None:
+        return base
+    return replace(base, **{f.name: getattr(over, f.name) for f in fields(over)
+                            if f.name != "extra" and getattr(over, f.name) is not None})
