@@ -144,7 +144,7 @@ def test_batch_applies_only_to_dynamic_dims():
                        "w": {"min": [4, 2], "opt": [4, 2], "max": [4, 2]}}
     (default,) = resolve_profiles([x, w], None)
     assert default["x"] == {"min": [1, 4], "opt": [1, 4], "max": [1, 4]}
-    with pytest.raises(BatchSpecError, match="fixed batch 3 but batch=1:8:32 was asked.*leave batch unset"):
+    with pytest.raises(BatchSpecError, match="fixed batch 3 but batch=.1:8:32. was asked; pass dynamic_batch=True"):
         resolve_profiles([TensorSpec("x", "float32", (3, 4))], (BatchProfile(1, 8, 32),))
     with pytest.raises(BatchSpecError, match="'w' is in batched_inputs but its dim 0 is fixed at 4"):
         resolve_profiles([x, w], (BatchProfile(1, 8, 32),), batched=("x", "w"))

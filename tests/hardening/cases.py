@@ -131,7 +131,7 @@ def _calib_without_int8(ctx: Ctx) -> Case:
 
 @case("int8_without_calib")
 def _int8_without_calib(ctx: Ctx) -> Case:
-    return Case(build(ctx, "--precision", "int8", "--allow-unaccelerated"), USER, r"needs calibration_data",
+    return Case(build(ctx, "--precision", "int8", "--allow-unaccelerated"), USER, r"--precision int8 needs --calib DATA",
                 fix=lambda: build(ctx, "--precision", "int8", "--allow-unaccelerated", "--calib", str(ctx.copy("calib"))))
 
 
@@ -432,3 +432,123 @@ def _opt_level_text(ctx: Ctx) -> Case:
 @case("usage_unknown_command")
 def _unknown_command(ctx: Ctx) -> Case:
     return Case(["bulid"], USER, r"No such command 'bulid'", fix=lambda: build(ctx))
+
+
+# -- issue 20: found on models nobody here wrote --------------------------------------------------------
+def _static_relu(ctx: Ctx, name: str = "static.onnx") -> Path:
+    """x [1, 4] → Relu → y: a model exported at a fixed batch 1."""
+    return ctx.write(name, _graph([helper.make_node("Relu", ["x"], ["y"], name="r")],
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])]))
+
+
+@case("batch_on_static_model")
+def _batch_on_static_model(ctx: Ctx) -> Case:
+    model = _static_relu(ctx)
+    return Case(build(ctx, "--batch", "1:8:32", model=model), USER, r"fixed batch 1 but --batch 1:8:32 .*add --dynamic-batch",
+                fix=lambda: build(ctx, "--batch", "1:8:32", "--dynamic-batch", model=model))
+
+
+@case("shapes_on_static_dims")
+def _shapes_on_static_dims(ctx: Ctx) -> Case:
+    model = _static_relu(ctx)
+    return Case(build(ctx, "--shapes", "x:1x4:2x4:4x4", model=model), USER,
+                r"dim 0 fixed at 1 .*--shapes asks \[1, 2, 4\] there.*add --dynamic-batch",
+                fix=lambda: build(ctx, "--shapes", "x:1x4:2x4:4x4", "--dynamic-batch", model=model))
+
+
+@case("dynamic_batch_pinned")
+def _dynamic_batch_pinned(ctx: Ctx) -> Case:
+    model = ctx.tmp / "pinned.onnx"
+    proto = helper.make_model(helper.make_graph(
+        [helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1, name="sum_rows")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor("axes", TensorProto.INT64, [1], [0])]), opset_imports=[helper.make_opsetid("", 20)])
+    model.write_bytes(proto.SerializeToString())
+    return Case(build(ctx, "--dynamic-batch", "--batch", "1:8:32", model=model), USER,
+                r"--dynamic-batch: node sum_rows \(ReduceSum\) pins the batch",
+                fix=lambda: build(ctx, model=model))
+
+
+@case("model_external_data_missing")
+def _external_data_missing(ctx: Ctx) -> Case:
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    proto = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="m")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4])], [weight]),
+        opset_imports=[helper.make_opsetid("", 20)])
+    model = ctx.tmp / "ext" / "m.onnx"
+    model.parent.mkdir()
+    onnx.save(proto, model, save_as_external_data=True, location="m.data", size_threshold=0)
+    data = (model.parent / "m.data").read_bytes()
+    (model.parent / "m.data").unlink()
+    return Case(build(ctx, model=model), USER, r"external data file\(s\) \['m\.data'\], which are not beside it",
+                fix=lambda: ((model.parent / "m.data").write_bytes(data), None)[1])
+
+
+@case("model_is_dev_zero")
+def _model_is_dev_zero(ctx: Ctx) -> Case:
+    return Case(build(ctx, model=Path("/dev/zero")), USER, r"/dev/zero is not a regular file", fix=lambda: build(ctx))
+
+
+@case("calib_ids_out_of_range")
+def _calib_ids_out_of_range(ctx: Ctx) -> Case:
+    import numpy as np
+    from onnx import numpy_helper
+
+    table = numpy_helper.from_array(np.random.default_rng(0).standard_normal((10, 8)).astype(np.float32), "table")
+    weight = numpy_helper.from_array(np.random.default_rng(1).standard_normal((8, 8)).astype(np.float32), "w")
+    model = ctx.write("emb.onnx", helper.make_model(helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+         helper.make_node("MatMul", ["e", "w"], ["h"], name="proj"),
+         helper.make_node("Relu", ["h"], ["y"], name="act")], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 5, 8])], [table, weight]),
+        opset_imports=[helper.make_opsetid("", 20)]).SerializeToString())
+    ids = ctx.tmp / "ids.npy"
+    np.save(ids, np.full((24, 5), 50, np.int64))
+    return Case(build(ctx, "--precision", "int8", "--calib", str(ids), model=model), USER,
+                r"calibration input 'ids' holds index 50, and node 'embed' \(Gather\) looks it up in a table of 10 rows",
+                fix=lambda: (np.save(ids, np.random.default_rng(0).integers(0, 10, (24, 5))), None)[1])
+
+
+for _value in ("nan", "inf"):
+    def _prune(ctx: Ctx, value: str = _value) -> Case:
+        cache = ctx.tmp / "cache"
+        return Case(["cache", "prune", "--cache-dir", str(cache), "--max-mb", value], USER,
+                    rf"--max-mb {value}: give 0 or more, a finite number",
+                    fix=lambda: ["cache", "prune", "--cache-dir", str(cache), "--max-mb", "0"])
+    CASES[f"cache_prune_{_value}"] = _prune
+
+
+@case("sidecar_nested_too_deep")
+def _sidecar_nested_too_deep(ctx: Ctx) -> Case:
+    sidecar = ctx.art()
+    good = sidecar.read_text()
+    sidecar.write_text(good.rstrip().rstrip("}") + ', "extra": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    return Case(["inspect", str(sidecar)], USER, r"is not valid JSON \(nested too deeply to read\)",
+                fix=lambda: (sidecar.write_text(good), None)[1])
+
+
+@case("check_inputs_corrupt_npz")
+def _check_inputs_corrupt_npz(ctx: Ctx) -> Case:
+    sidecar = ctx.art()
+    bad = ctx.write("inputs.npz", b"PK\x03\x04 not really a zip")
+    argv = ["check", str(sidecar), "--route", "onnxruntime", "--samples", "2"]
+    return Case([*argv, "--inputs", str(bad)], USER, r"inputs\.npz is not a readable \.npz of arrays",
+                fix=lambda: argv)
+
+
+# -- SIGTERM (docker stop, systemd, timeout): the same clean-up as Ctrl-C, no $TMPDIR/trtforge-* left ---------
+for _stage, _function in [("capture", "trtforge.pipeline.onnx_path:_capture"), ("passes", "trtforge.passes.process:process"),
+                          ("build_running", "trtforge.builder.progress:BuildProgress.phase_start")]:
+    def _sigterm(ctx: Ctx, function: str = _function) -> Case:
+        return Case(build(ctx, "--batch", "1:3:6"), EXIT_CANCELLED, r"terminated \(SIGTERM\)|cancelled",
+                    sigint_at=f"{function}@SIGTERM", cache=ctx.tmp / "cache")
+    CASES[f"sigterm_{_stage}"] = _sigterm

@@ -27,19 +27,21 @@ SIGINT_AT = Path(__file__).with_name("sigint_at.py")
 EXIT_CANCELLED = 1
 
 
-def cli_env(cache_dir: Path) -> dict[str, str]:
+def cli_env(cache_dir: Path, tmpdir: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"PYTHONPATH": str(ROOT), "TRTFORGE_CACHE_DIR": str(cache_dir), "COLUMNS": "200",
                 "PYTHONWARNINGS": "ignore::DeprecationWarning"})
+    if tmpdir is not None:  # where the command's temporary folders go, so a leftover one shows
+        env["TMPDIR"] = str(tmpdir)
     return env
 
 
 def run_cli(argv: Sequence[str], *, cache_dir: Path, cwd: Path | None = None, sigint_at: str | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess:
+            timeout: float = 300, tmpdir: Path | None = None) -> subprocess.CompletedProcess:
     """``python -m trtforge.cli *argv`` (or under ``sigint_at.py``), its output captured as text."""
     head = [sys.executable, str(SIGINT_AT), sigint_at] if sigint_at else [sys.executable, "-m", "trtforge.cli"]
     return subprocess.run([*head, *map(str, argv)], capture_output=True, text=True, timeout=timeout,
-                          env=cli_env(cache_dir), cwd=cwd or ROOT, check=False)
+                          env=cli_env(cache_dir, tmpdir), cwd=cwd or ROOT, check=False)
 
 
 def error_lines(stderr: str) -> list[str]:

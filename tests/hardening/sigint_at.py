@@ -1,8 +1,12 @@
 """Test harness: run the trtforge CLI and interrupt it with a real SIGINT at a chosen function.
 
-Usage: ``python sigint_at.py MODULE:QUALNAME trtforge-args...``. A profiler hook (``sys.setprofile``)
-watches calls; when ``QUALNAME`` in ``MODULE`` is first entered the process sends itself SIGINT, as a
-user's Ctrl-C would arrive at that stage. Production code is not changed; only this process is watched.
+Usage: ``python sigint_at.py MODULE:QUALNAME[@SIGNAL] trtforge-args...``. A profiler hook (``sys.setprofile``)
+watches calls; when ``QUALNAME`` in ``MODULE`` is first entered the process sends itself SIGINT (or
+``SIGNAL``, e.g. SIGTERM), as a user's Ctrl-C (or ``docker stop``) would arrive at that stage. Production
+code is not changed; only this process is watched.
+
+A command started in the background inherits SIGINT as ignored (``make test &``), and Python then leaves it
+ignored: the harness puts Python's own Ctrl-C handler back first, as an interactive shell would have it.
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ import sys
 
 
 def main() -> None:
-    module, _, qualname = sys.argv[1].partition(":")
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    where, _, name = sys.argv[1].partition("@")
+    signum = signal.Signals[name or "SIGINT"]
+    module, _, qualname = where.partition(":")
     sys.argv = ["trtforge", *sys.argv[2:]]
     fired = False
 
@@ -24,7 +31,7 @@ def main() -> None:
                 and frame.f_globals.get("__name__") == module):
             fired = True
             sys.setprofile(None)
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signum)
 
     sys.setprofile(hook)
     runpy.run_module("trtforge.cli", run_name="__main__", alter_sys=True)

@@ -48,8 +48,9 @@ def run_case(name: str, inputs: dict[str, Path], root: Path, shared_cache: Path)
         made = CASES[name](ctx)
         cache = made.cache or shared_cache
         skip = [cache.relative_to(tmp).as_posix()] if cache.is_relative_to(tmp) else []
+        (tmp / "tmpdir").mkdir()  # the command's $TMPDIR: a temporary folder left behind changes the snapshot
         before = snapshot(tmp, skip)
-        failed = run_cli(made.argv, cache_dir=cache, cwd=tmp, sigint_at=made.sigint_at)
+        failed = run_cli(made.argv, cache_dir=cache, cwd=tmp, sigint_at=made.sigint_at, tmpdir=tmp / "tmpdir")
         after = snapshot(tmp, skip)
         temp_files = [p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.name.endswith(".tmp")]
         argv = (made.fix() if made.fix else None) or made.argv
@@ -58,10 +59,17 @@ def run_case(name: str, inputs: dict[str, Path], root: Path, shared_cache: Path)
                    temp_files, fixed.returncode, fixed.stdout + fixed.stderr)
 
 
+def selected_cases(request: pytest.FixtureRequest) -> list[str]:
+    """The cases of the ``test_case`` items this session runs (``-k sigint`` runs the SIGINT cases alone)."""
+    chosen = {item.callspec.params["name"] for item in request.session.items
+              if item.module is request.module and hasattr(item, "callspec") and "name" in item.callspec.params}
+    return [n for n in CASES if n in chosen]
+
+
 @pytest.fixture(scope="module")
-def outcomes(hardening_inputs, tmp_path_factory) -> dict[str, Outcome]:
+def outcomes(request, hardening_inputs, tmp_path_factory) -> dict[str, Outcome]:
     root = tmp_path_factory.mktemp("hardening_cases")
-    names = [n for n in CASES if n not in TMPFS_CASES or can_mount_tmpfs(root)]
+    names = [n for n in selected_cases(request) if n not in TMPFS_CASES or can_mount_tmpfs(root)]
     shared = root / "shared_cache"
     shutil.copytree(hardening_inputs["cache"], shared)  # the fixed builds are mostly cache hits
     with ThreadPoolExecutor(max_workers=max(4, 2 * (os.cpu_count() or 1))) as pool:

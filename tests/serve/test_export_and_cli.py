@@ -95,7 +95,9 @@ def test_python_repository_parses_and_serves_without_the_source_folder(tmp_path,
 
 def test_serve_command_prints_endpoints_and_stops_on_ctrl_c(linear_v1):
     http, grpc, metrics = free_ports()
-    command = [sys.executable, "-c", "from trtforge.cli import app; app()", "serve", str(linear_v1),
+    # Python's Ctrl-C handler first: a background ``make test &`` hands its children SIGINT ignored.
+    command = [sys.executable, "-c", "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+               "from trtforge.cli import app; app()", "serve", str(linear_v1),
                "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env=dict(os.environ, COLUMNS="200"))

@@ -2,7 +2,9 @@
 
 The batch applies to an input's dim 0 only when that input is batched: named in ``batched_inputs=``,
 or, by default, with a dynamic dim 0. Every fixed dim is built as it is, so a static model builds
-as it is (as trtexec does). ``batch=None`` is the graph's own batch: 1 where dim 0 is dynamic.
+as it is (as trtexec does). ``batch=None`` is the graph's own batch: 1 where dim 0 is dynamic, or,
+when the example inputs carry a batch N > 1 there, ``1:N:N`` (``example_batch``): batch 1 and the
+example's batch both run.
 The batch specs themselves (``1``, ``(1, 8, 32)``, ``"1:8:32"``) are parsed in ``trtforge.core.batch``.
 
 Example:
@@ -13,11 +15,33 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from trtforge.core.batch import DEFAULT_BATCH, BatchProfile, BatchSpecError
+from trtforge.core.errors import spelled
 from trtforge.core.specs import TensorSpec
 
 Shapes = Mapping[str, tuple[Sequence[int], Sequence[int], Sequence[int]]]
+
+
+def example_batch(inputs: Sequence[TensorSpec], feed: Mapping[str, Any] | None,
+                  batched: Sequence[str] | None = None) -> tuple[BatchProfile, ...] | None:
+    """``batch=None`` with example inputs: ``(1, N, N)`` when every batched input's example has the same
+    dim 0 N > 1 (so the engine runs the example it was shown, and batch 1); else None (batch 1).
+
+    Example:
+        >>> example_batch((TensorSpec("x", "float32", (-1, 4)),), {"x": numpy.zeros((2, 4))})
+        (BatchProfile(min=1, opt=2, max=2),)
+    """
+    if not feed:
+        return None
+    members = batched_specs(inputs, batched, {})
+    rows = {int(feed[s.name].shape[0]) for s in inputs if s.name in members and s.name in feed
+            and getattr(feed[s.name], "ndim", 0)}
+    if len(rows) != 1 or min(rows) < 2:
+        return None
+    (count,) = rows
+    return (BatchProfile(1, count, count),)
 
 
 def batched_specs(inputs: Sequence[TensorSpec], batched: Sequence[str] | None, shapes: Shapes) -> set[str]:
@@ -36,6 +60,12 @@ def batched_specs(inputs: Sequence[TensorSpec], batched: Sequence[str] | None, s
     return set(batched)
 
 
+def shapes_fix(name: str) -> str:
+    """The ``shapes`` option for input ``name``, as the reader of this call writes it."""
+    return spelled(cli=f"--shapes {name}:MIN:OPT:MAX (each shape its dims joined by x, e.g. 1x3x640x640)",
+                   python=f"shapes={{'{name}': (min_shape, opt_shape, max_shape)}}")
+
+
 def _input_profile(spec: TensorSpec, batch: BatchProfile | None) -> dict[str, list[int]]:
     """One input's min/opt/max: the batch on dim 0 when batched (``batch`` given), fixed dims as they are."""
     rest = list(spec.shape[1:]) if batch is not None else list(spec.shape)
@@ -43,13 +73,32 @@ def _input_profile(spec: TensorSpec, batch: BatchProfile | None) -> dict[str, li
         if batch is None and spec.shape[0] < 0 and all(d >= 0 for d in spec.shape[1:]):
             raise BatchSpecError(
                 f"input {spec.name!r} has a dynamic dim 0 but is not in batched_inputs; add it there, "
-                f"or give its shapes with shapes={{'{spec.name}': (min_shape, opt_shape, max_shape)}}")
+                f"or give its shapes with {shapes_fix(spec.name)}")
         raise BatchSpecError(
             f"input {spec.name!r} has dynamic dims beyond the batch: {list(spec.shape)}; "
-            f"give them with shapes={{'{spec.name}': (min_shape, opt_shape, max_shape)}}")
+            f"give them with {shapes_fix(spec.name)}")
     if batch is None:
         return {"min": rest, "opt": list(rest), "max": list(rest)}
     return {"min": [batch.min, *rest], "opt": [batch.opt, *rest], "max": [batch.max, *rest]}
+
+
+def check_fixed_dims(spec: TensorSpec, triple: Sequence[Sequence[int]]) -> None:
+    """Shapes given for an input must keep its rank and its fixed dims: a static dim cannot range, as a
+    batch asked of a static model cannot (``--shapes`` and ``--batch`` are refused alike)."""
+    ranks = {len(s) for s in triple}
+    if ranks != {len(spec.shape)}:
+        raise BatchSpecError(f"input {spec.name!r} has rank {len(spec.shape)} ({list(spec.shape)}), and its "
+                             f"{spelled(cli='--shapes', python='shapes=')} have rank {sorted(ranks)}; give "
+                             f"{len(spec.shape)} dims per shape")
+    for axis, dim in enumerate(spec.shape):
+        asked = {int(s[axis]) for s in triple}
+        if dim >= 0 and asked != {dim}:
+            fix = spelled(cli="add --dynamic-batch", python="pass dynamic_batch=True") if axis == 0 else \
+                "leave that dim as the model fixes it"
+            raise BatchSpecError(
+                f"input {spec.name!r} has dim {axis} fixed at {dim} ({list(spec.shape)}), and "
+                f"{spelled(cli='--shapes', python='shapes=')} asks {sorted(asked)} there; the model cannot take "
+                f"other sizes there: {fix}")
 
 
 def _check_asked_batch(inputs: Sequence[TensorSpec], batches: Sequence[BatchProfile], batched: set[str]) -> None:
@@ -62,8 +111,10 @@ def _check_asked_batch(inputs: Sequence[TensorSpec], batches: Sequence[BatchProf
         for batch in batches:
             if not (batch.static and batch.opt == spec.shape[0]):
                 raise BatchSpecError(
-                    f"input {spec.name!r} has a fixed batch {spec.shape[0]} but batch={batch} was asked; "
-                    "leave batch unset to build the model as it is, or export it with a dynamic batch")
+                    f"input {spec.name!r} has a fixed batch {spec.shape[0]} but "
+                    f"{spelled(cli='--batch ' + str(batch), python='batch=' + repr(str(batch)))} was asked; "
+                    f"{spelled(cli='add --dynamic-batch', python='pass dynamic_batch=True')} to make the batch of "
+                    "this static model dynamic, or leave the batch unset to build it as it is")
         return
 
 
@@ -78,7 +129,8 @@ def resolve_profiles(
     shapes = dict(shapes or {})
     unknown = set(shapes) - {s.name for s in inputs}
     if unknown:
-        raise BatchSpecError(f"shapes= names unknown inputs {sorted(unknown)}; inputs are {[s.name for s in inputs]}")
+        raise BatchSpecError(f"{spelled(cli='--shapes', python='shapes=')} names unknown inputs {sorted(unknown)}; "
+                             f"inputs are {[s.name for s in inputs]}")
     members = batched_specs(inputs, batched, shapes)
     if batches is not None:
         _check_asked_batch(inputs, batches, members)
@@ -87,6 +139,7 @@ def resolve_profiles(
         profile: dict[str, dict[str, list[int]]] = {}
         for spec in inputs:
             if spec.name in shapes:
+                check_fixed_dims(spec, shapes[spec.name])
                 lo, mid, hi = (list(map(int, s)) for s in shapes[spec.name])
                 profile[spec.name] = {"min": lo, "opt": mid, "max": hi}
             elif not spec.shape:

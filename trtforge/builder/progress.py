@@ -16,6 +16,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
@@ -36,19 +37,22 @@ class BuildProgress:
             disable=not enabled,
         )
         self._tasks: dict[str, TaskID] = {}
-        self._previous_handler = None
+        self._previous_handlers: dict[int, Any] = {}
         self._trt_monitor = None
 
     # -- context -----------------------------------------------------------------------------
     def __enter__(self) -> BuildProgress:
         self._progress.__enter__()
         if threading.current_thread() is threading.main_thread():
-            self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
+            for signum in (signal.SIGINT, signal.SIGTERM):  # SIGTERM: the same clean stop as Ctrl-C
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self._previous_handlers[signum] = signal.signal(signum, self._on_sigint)
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._previous_handler is not None:
-            signal.signal(signal.SIGINT, self._previous_handler)
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)
+        self._previous_handlers.clear()
         self._progress.__exit__(*exc)
 
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:

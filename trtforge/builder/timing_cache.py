@@ -28,7 +28,7 @@ from filelock import FileLock
 
 from trtforge.core import trt
 from trtforge.core.atomic import atomic_write_bytes
-from trtforge.core.errors import InvalidArgument, NotPermitted
+from trtforge.core.errors import InvalidArgument, NotPermitted, spelled
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,8 @@ def check_timing_cache_path(path: str | os.PathLike[str]) -> Path:
                       "choose a writable location") from exc
     if not os.access(folder, os.W_OK | os.X_OK) or (resolved.exists() and not os.access(resolved, os.R_OK | os.W_OK)):
         raise NotPermitted(13, f"timing_cache {resolved} cannot be written (permission denied); choose a writable location")
+    if not timing_cache_supported():  # said before the build (or its cache hit), once per process
+        _say_ignored_once()
     return resolved
 
 
@@ -81,7 +83,8 @@ def _say_ignored_once() -> None:
     global _said_ignored
     if not _said_ignored:
         _said_ignored = True
-        log.info("timing_cache is ignored: %s %s has no timing cache (its timing-cache calls are no-ops)",
+        log.warning("%s is ignored: %s %s has no timing cache (its timing-cache calls are no-ops)",
+                    spelled(cli="--timing-cache", python="timing_cache="),
                  trt.info().flavour, trt.info().version)
 
 

@@ -39,6 +39,7 @@ import hashlib
 import json
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -50,8 +51,8 @@ from filelock import FileLock, Timeout
 from trtforge._version import __version__
 from trtforge.core import trt
 from trtforge.core.atomic import atomic_write_bytes
-from trtforge.core.config import CompileConfig
-from trtforge.core.errors import InvalidArgument, NotAFolder, NotPermitted, TrtforgeError
+from trtforge.core.config import CompileConfig, option_spelling
+from trtforge.core.errors import InvalidArgument, NotAFolder, NotPermitted, TrtforgeError, spelled
 from trtforge.core.hashing import sha256_file
 
 log = logging.getLogger(__name__)
@@ -171,14 +172,15 @@ class EngineCache:
         if self.max_bytes <= 0:
             raise InvalidArgument(f"cache max_bytes={self.max_bytes} must be positive")
         if self.directory.exists() and not self.directory.is_dir():
-            raise NotAFolder(f"cache_dir {self.directory} is a file; pass a folder")
+            raise NotAFolder(f"cache_dir {self.directory} is a file; pass a folder ({option_spelling('cache_dir', 'DIR')})")
         try:
             for sub in ("entries", "blobs", "requests", "locks"):
                 (self.directory / sub).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise NotPermitted(
                 f"engine cache folder {self.directory} cannot be created ({exc.strerror or exc}); pass "
-                f"cache_dir= (or set ${ENV_CACHE_DIR}) to a writable folder, or cache=False"
+                f"{option_spelling('cache_dir', 'DIR')} (or set ${ENV_CACHE_DIR}) to a writable folder, or "
+                f"{spelled(cli='--no-cache', python='cache=False')}"
             ) from exc
 
     # -- paths -----------------------------------------------------------------------------
@@ -428,3 +430,27 @@ class EngineCache:
                     path.unlink(missing_ok=True)
         self._remove_idle_locks()
         return count
+
+
+def open_engine_cache(directory: str | os.PathLike[str] | None) -> EngineCache | None:
+    """The engine cache at ``directory`` when it can be written; else one warning line and None: the build
+    goes on without a cache (a read-only HOME or cache folder, docs/reliability.md). A cache folder that is
+    a file stays a refusal: that is a wrong option, not a machine's state.
+
+    Example:
+        >>> open_engine_cache("/read-only/cache") is None    # warning: the engine cache ... cannot be written
+        True
+    """
+    try:
+        cache = EngineCache(directory)
+        with tempfile.NamedTemporaryFile(dir=cache.directory / "locks", prefix=".write-check-"):
+            pass
+    except NotAFolder:
+        raise
+    except OSError as exc:  # NotPermitted included: a folder that cannot be created
+        where = directory if directory is not None else default_cache_dir()
+        log.warning("the engine cache %s cannot be written (%s); building without it, nothing is cached. Pass %s "
+                    "to a writable folder, or %s", where, getattr(exc.__cause__ or exc, "strerror", None) or exc,
+                    option_spelling("cache_dir", "DIR"), spelled(cli="--no-cache", python="cache=False"))
+        return None
+    return cache

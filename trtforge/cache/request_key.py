@@ -75,13 +75,14 @@ def _external_locations(path: Path) -> set[str]:
     """The external data files the ONNX file at ``path`` names (its tensors' ``location``)."""
     import onnx
 
-    from trtforge.capture.onnx_file import load_onnx
+    from trtforge.capture.onnx_file import check_external_data, load_onnx
 
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception:  # noqa: BLE001 - protobuf raises many types; load_onnx says what is wrong
         load_onnx(path)
         raise
+    check_external_data(proto, path)  # a missing file is named, not a bare [Errno 2]
     locations = set()
     for tensor in proto.graph.initializer:
         if tensor.data_location == onnx.TensorProto.EXTERNAL:

@@ -14,7 +14,7 @@ import io
 import logging
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +193,29 @@ def not_a_batch(model: torch.nn.Module, names: Sequence[str], reason: str, chose
                                  "static graph")
     return (f"{line}; exported with static shapes. Say which inputs carry the batch with batched_inputs=[...] "
             "(batched_inputs=[] for none)")
+
+
+@contextlib.contextmanager
+def training_flags_kept(model: Any) -> Iterator[None]:
+    """Capture puts the module in eval mode; on leaving, every submodule gets its own ``training`` flag back,
+    so ``compile()`` leaves the user's module as it found it. Anything but a module passes through.
+
+    Example:
+        >>> net = torch.nn.Linear(2, 2).train()
+        >>> with training_flags_kept(net):
+        ...     _ = net.eval()
+        >>> net.training
+        True
+    """
+    if not isinstance(model, torch.nn.Module):
+        yield
+        return
+    flags = [(module, module.training) for module in model.modules()]
+    try:
+        yield
+    finally:
+        for module, training in flags:
+            module.training = training
 
 
 def export_onnx(

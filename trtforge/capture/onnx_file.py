@@ -31,6 +31,9 @@ def check_onnx_path(path: Path) -> Path:
         raise MissingFile(f"model file {path} does not exist; pass an .onnx file or an nn.Module")
     if path.is_dir():
         raise NotOnnxError(f"{path} is a directory; pass the .onnx file inside it")
+    if not path.is_file():  # a FIFO or a device (/dev/zero) would block or never end
+        raise NotOnnxError(f"{path} is not a regular file (a pipe, device or socket); save the model to an .onnx "
+                           "file and pass that")
     return path
 
 
@@ -38,15 +41,28 @@ def load_onnx(path: Path) -> onnx.ModelProto:
     """Load ``path`` with its external data; a clear error when it is missing or not ONNX."""
     path = check_onnx_path(path)
     try:
-        proto = onnx.load(str(path), load_external_data=True)
+        proto = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError/RuntimeError/OSError
         raise NotOnnxError(
             f"{path} is not an ONNX model ({type(exc).__name__}: {exc}); export one with torch.onnx.export"
         ) from exc
+    check_external_data(proto, path)
+    onnx.load_external_data_for_model(proto, str(path.parent))
     if not proto.graph.node and not proto.graph.output:
         raise NotOnnxError(f"{path} parsed but holds no graph; is it really an ONNX model?")
     check_graph(proto, path)
     return proto
+
+
+def check_external_data(proto: onnx.ModelProto, path: Path) -> None:
+    """Refuse a model whose external-data files are missing, naming the first one (before reading any)."""
+    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+
+    missing = sorted({info.location for tensor in _get_all_tensors(proto) if uses_external_data(tensor)
+                      for info in [ExternalDataInfo(tensor)] if not (path.parent / info.location).is_file()})
+    if missing:
+        raise MissingFile(f"{path} keeps its weights in external data file(s) {missing}, which are not beside it in "
+                          f"{path.parent}; copy them there with the .onnx")
 
 
 def check_graph(proto: onnx.ModelProto, path: Path) -> None:

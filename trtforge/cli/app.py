@@ -19,7 +19,9 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -28,7 +30,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from trtforge.core.errors import UserError, plain
+from trtforge.core.errors import Cancelled, UserError, cli_audience, plain
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="PyTorch/ONNX → TensorRT engines, run fast.",
                   rich_markup_mode=None,
@@ -85,6 +87,8 @@ def interrupted_line(exc: KeyboardInterrupt) -> str:
         'interrupted: build of m cancelled by the user; nothing was written'
     """
     message = one_line(str(exc))
+    if isinstance(exc, Terminated):
+        return message
     return f"interrupted: {message}" if message else INTERRUPTED
 
 
@@ -95,7 +99,8 @@ def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            with cli_audience():  # fix lines name CLI flags, not Python arguments
+                return func(*args, **kwargs)
         except (typer.Exit, typer.Abort):
             raise
         except UserError as exc:
@@ -156,8 +161,25 @@ def verbosity(
         logger.setLevel(level)
 
 
+class Terminated(Cancelled):
+    """SIGTERM (docker stop, systemd, ``timeout``): the same clean-up as Ctrl-C, then one line and exit 1."""
+
+
+def _on_sigterm(signum: int, _frame: Any) -> None:
+    raise Terminated("terminated (SIGTERM); no file was left half-written and the temporary files are removed")
+
+
+def terminate_like_interrupt() -> None:
+    """SIGTERM raises ``Terminated`` (a ``KeyboardInterrupt``) in the main thread, so every ``finally`` and
+    ExitStack runs as it does for Ctrl-C; Python's default would end the process on the spot and leave
+    ``$TMPDIR/trtforge-*`` folders behind. A SIGTERM that the parent set to be ignored stays ignored."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The ``trtforge`` command: a usage error (unknown flag, bad value) is one line too, exit 2."""
+    terminate_like_interrupt()
     try:
         code = app(args=argv, prog_name="trtforge", standalone_mode=False)
     except USAGE_ERROR as exc:

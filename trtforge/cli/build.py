@@ -78,10 +78,13 @@ OWN_PARAMETERS = (
 
 
 def config_from_cli(values: dict[str, Any]) -> CompileConfig:
-    """The ``CompileConfig`` that parsed CLI values describe; the calibration cache goes beside the output."""
+    """The ``CompileConfig`` that parsed CLI values describe; the calibration cache goes beside the output
+    (none with ``--no-cache``)."""
     fields = {p.field: p.to_field(values[p.name]) for p in BUILD_PARAMETERS}
     quant = {p.field: p.to_field(values[p.name]) for p in QUANT_PARAMETERS}
-    fields["quant"] = QuantConfig(**quant, cache_dir=Path(fields["output_dir"]) / "calib_cache")
+    # --no-cache: no calibration cache either (nothing beside the engine but its files)
+    calib_cache = Path(fields["output_dir"]) / "calib_cache" if fields["cache"] else None
+    fields["quant"] = QuantConfig(**quant, cache_dir=calib_cache)
     return CompileConfig(**fields)
 
 

@@ -7,6 +7,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -64,8 +65,8 @@ def cache_prune(
     from trtforge.cache.engine_cache import EngineCache
 
     for flag, value in (("--max-mb", max_mb), ("--older-than-days", older_than_days)):
-        if value is not None and value < 0:
-            raise InvalidArgument(f"{flag} {value:g}: give 0 or more")
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise InvalidArgument(f"{flag} {value:g}: give 0 or more, a finite number (leave {flag} out for no limit)")
     cache = EngineCache(cache_dir)
     removed = cache.prune(max_bytes=int(max_mb * 1e6) if max_mb is not None else None,
                           older_than_s=older_than_days * 86400 if older_than_days is not None else None)

@@ -28,7 +28,7 @@ from typing import Any
 from trtforge.core import machine
 from trtforge.core.batch import DEFAULT_BATCH, BatchProfile, parse_batch
 from trtforge.core.budget import ErrorBudget, check_override, resolve_budget
-from trtforge.core.errors import InvalidArgument, MissingFile, WrongType
+from trtforge.core.errors import InvalidArgument, MissingFile, WrongType, spelled
 from trtforge.core.preprocessing import PreprocessConfig
 
 #: Every precision trtforge builds, named here once: import it, never re-list it.
@@ -121,6 +121,21 @@ def cli_default(cls: type, name: str) -> Any:
     if flag.default is not FIELD_DEFAULT:
         return flag.default
     return f.default if f.default is not MISSING else f.default_factory()
+
+
+def option_spelling(field_name: str, value: str = "", cls: type | None = None) -> str:
+    """How the reader of this call writes option ``field_name`` of ``CompileConfig`` (or ``cls``):
+    ``--cache-dir DIR`` on the command line, ``cache_dir=DIR`` in Python (``core.errors.spelled``).
+
+    Example:
+        >>> option_spelling("cache_dir", "DIR")
+        'cache_dir=DIR'
+    """
+    flag = next((f.metadata["option"].cli for f in fields(cls or CompileConfig) if f.name == field_name), None)
+    long = next((d for d in (flag.decls if flag else ()) if d.startswith("--")), None)
+    if long is None:
+        long = "--" + ((flag.name if flag and flag.name else None) or field_name).replace("_", "-")
+    return spelled(cli=f"{long} {value}".strip(), python=f"{field_name}={value}")
 
 
 def _mib(value: int | None) -> int | None:
@@ -277,7 +292,7 @@ def validate_name(name: str) -> str:
         raise ConfigError("name '' is empty; give a file-name stem such as 'lite0', or leave it out for the model's")
     if "/" in name or "\\" in name:
         raise ConfigError(f"name {name!r} must be a plain file-name stem without a path separator; "
-                          "put the folder in output_dir=")
+                          f"put the folder in {option_spelling('output_dir', 'DIR')}")
     if len(name) > MAX_NAME_LENGTH:
         raise ConfigError(f"name {name[:20]}… is {len(name)} characters long; file systems allow about 255 per file "
                           f"name and trtforge adds suffixes, so use at most {MAX_NAME_LENGTH}")
@@ -388,6 +403,10 @@ class CompileConfig:
         None, affects=ENGINE, cli=CliFlag(list[str] | None, None, ("--batched-input",), "batched_input", _names),
         help="inputs whose dim 0 is the batch (default: an ONNX file's dynamic dim 0s; a module's inputs whose "
              "dim 0 equals the first input's)")
+    dynamic_batch: bool = option(
+        False, affects=GRAPH, cli=CliFlag(bool),
+        help="a static ONNX file: make dim 0 of its batched inputs and outputs dynamic (constants that hard-code "
+             "the batch rewritten, proven in ONNX Runtime), so --batch can range (docs/batching.md)")
     path: str = option("onnx", affects=ENGINE, cli=CliFlag(str),
                        help="onnx | direct: through ONNX, or PyTorch straight to TensorRT (docs/direct-path.md)")
     targets: tuple[str, ...] = option(
@@ -481,7 +500,7 @@ class CompileConfig:
         check_layer_precision(normalised["layer_precision"], precision)
         check_quant_options(quant, precision)
         for flag in ("version_compatible", "refittable", "strip_weights", "progress", "cache", "overwrite",
-                     "strict_accuracy", "allow_unaccelerated"):
+                     "strict_accuracy", "allow_unaccelerated", "dynamic_batch"):
             normalised[flag] = bool(getattr(self, flag))
         check_batch_and_shapes(normalised["batch"], normalised["shapes"])
         for key, value in normalised.items():
@@ -534,6 +553,8 @@ class CompileConfig:
                                 "output_names": list(self.output_names or [])}
         if self.precision in QUANTIZED_PRECISIONS:
             data["quant"] = {k: v for k, v in self.quant.as_dict().items() if k != "cache_dir"}
+        if self.dynamic_batch:
+            data["dynamic_batch"] = True
         if self.fp32_patterns:  # --keep-fp32 X and --layer-precision X:fp32 make one graph, one key
             data["keep_fp32"] = list(self.fp32_patterns)
         return data
@@ -597,3 +618,20 @@ def check_batch_and_shapes(batch: tuple[BatchProfile, ...] | None, shapes: tuple
 
 def _path(value: Any) -> Path | None:
     return None if value is None else Path(value)
+
+
+def unused_quant_options(config: CompileConfig) -> list[str]:
+    """The quantization options (``QuantConfig`` fields, the calibration cache aside) a build of a
+    non-quantized precision was given and ignores, spelled for the reader: ``['--placement auto']``.
+
+    Example:
+        >>> unused_quant_options(CompileConfig(precision="fp16", quant=QuantConfig(placement="auto")))
+        ["quant.placement='auto'"]
+    """
+    if config.precision in QUANTIZED_PRECISIONS or config.quant is None:
+        return []
+    default = QuantConfig()
+    changed = [f.name for f in fields(QuantConfig) if f.name != "cache_dir"
+               and getattr(config.quant, f.name) != getattr(default, f.name)]
+    return [spelled(cli=option_spelling(name, str(getattr(config.quant, name)), QuantConfig),
+                    python=f"quant.{name}={getattr(config.quant, name)!r}") for name in changed]

@@ -17,7 +17,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 #: Terminal control sequences (colours, cursor moves) that libraries put into their messages.
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
@@ -31,6 +34,34 @@ def plain(text: str) -> str:
         'ConstraintViolationError: size()[0] = 4'
     """
     return _ANSI.sub("", text)
+
+
+#: Who reads the messages of this call: "python" (a caller of the API) or "cli" (``trtforge ...``).
+#: Fix lines name the option as that reader writes it: ``--cache-dir DIR`` or ``cache_dir=``.
+AUDIENCE: ContextVar[str] = ContextVar("trtforge_audience", default="python")
+
+
+@contextlib.contextmanager
+def cli_audience() -> Iterator[None]:
+    """Messages raised inside name CLI flags (the ``trtforge`` command wraps every command in it)."""
+    token = AUDIENCE.set("cli")
+    try:
+        yield
+    finally:
+        AUDIENCE.reset(token)
+
+
+def spelled(cli: str, python: str) -> str:
+    """The spelling of an option (or a whole fix) for the reader of this call.
+
+    Example:
+        >>> spelled(cli="--no-cache", python="cache=False")
+        'cache=False'
+        >>> with cli_audience():
+        ...     spelled(cli="--no-cache", python="cache=False")
+        '--no-cache'
+    """
+    return cli if AUDIENCE.get() == "cli" else python
 
 
 class TrtforgeError(Exception):

@@ -364,7 +364,7 @@ def is_trtforge_sidecar(path: Path) -> bool:
     """True when ``path`` is a JSON file that trtforge wrote."""
     try:
         data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(data, dict) and data.get("generator") == GENERATOR
 
@@ -410,8 +410,9 @@ def read_sidecar(path: Path) -> Sidecar:
         raise MissingFile(f"no sidecar at {path}; every trtforge engine has a .json beside it")
     try:
         data = json.loads(path.read_text())
-    except ValueError as exc:  # UnicodeDecodeError included
-        raise InvalidArgument(f"{path} is not valid JSON ({exc}); rebuild the engine or restore its sidecar") from exc
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError included; RecursionError: nested too deep
+        reason = "nested too deeply to read" if isinstance(exc, RecursionError) else str(exc)
+        raise InvalidArgument(f"{path} is not valid JSON ({reason}); rebuild the engine or restore its sidecar") from exc
     if not isinstance(data, dict) or data.get("generator") != GENERATOR:
         raise InvalidArgument(f"{path} is not a trtforge sidecar (no \"generator\": \"trtforge\")")
     return Sidecar.from_dict(data, path=path)

@@ -32,7 +32,7 @@ from trtforge.builder.capability import SCHEME_OF_PRECISION
 from trtforge.core.errors import MissingDependency, Unsupported
 from trtforge.core.routes import ROUTE_PRECISION
 from trtforge.core.sidecar import Sidecar, read_sidecar
-from trtforge.debug.inputs import batch_size, load_npz, make_inputs, split_batches
+from trtforge.debug.inputs import batch_size, load_npz, make_inputs, split_batches, unbatched
 from trtforge.debug.speedup import Speedup, fp16_baseline
 from trtforge.debug.tolerances import Judgement, judge
 
@@ -109,7 +109,7 @@ def run_batches(engine: Any, batches: list[dict[str, np.ndarray]]) -> dict[str, 
     for batch in batches:
         for name, value in to_numpy(engine(**batch)).items():
             parts.setdefault(name, []).append(value)
-    return {name: np.concatenate(values) for name, values in parts.items()}
+    return {name: values[0] if len(values) == 1 else np.concatenate(values) for name, values in parts.items()}
 
 
 def _ensure_runnable(sidecar: Sidecar) -> None:
@@ -180,10 +180,11 @@ def check_artifact(
     if importlib.util.find_spec("onnxruntime") is None:
         raise MissingDependency("check compares with the FP32 reference in ONNX Runtime, which is not installed: "
                                 "pip install onnxruntime (or onnxruntime-gpu)")
-    arrays = load_npz(inputs, sidecar.inputs) if inputs is not None else make_inputs(
-        sidecar.inputs, sidecar.profiles, samples, sidecar.preprocessing)
-    count = next(iter(arrays.values())).shape[0]
-    batches = split_batches(arrays, batch_size(sidecar.inputs, sidecar.profiles, count))
+    whole = unbatched(sidecar.inputs, sidecar.outputs)  # no sample axis: one call on one set of inputs
+    arrays = load_npz(inputs, sidecar.inputs, batched=not whole) if inputs is not None else make_inputs(
+        sidecar.inputs, sidecar.profiles, 1 if whole else samples, sidecar.preprocessing)
+    count = 1 if whole else next(iter(arrays.values())).shape[0]
+    batches = [arrays] if whole else split_batches(arrays, batch_size(sidecar.inputs, sidecar.profiles, count))
     load_options = {"onnx": "processed"} if route == "onnxruntime" else {}
     with load(sidecar.path, route="onnxruntime") as reference:
         expected = run_batches(reference, batches)
@@ -214,8 +215,8 @@ def check_artifact(
     if not judgement.passed:
         processed = sidecar.path.parent / (sidecar.source.onnx_file or "PROCESSED.onnx")
         hint = NEXT_STEP.format(reference=reference_onnx, processed=processed)
-    return CheckReport(sidecar.name, route, device_name, count, batches[0][sidecar.inputs[0].name].shape[0],
-                       judgement, timing, hint, speedup, evaluator)
+    batch = 1 if whole else batches[0][sidecar.inputs[0].name].shape[0]
+    return CheckReport(sidecar.name, route, device_name, count, batch, judgement, timing, hint, speedup, evaluator)
 
 
 def _candidate(sidecar: Sidecar, route: str, device: Any, load_options: dict, options: dict) -> Any:

@@ -29,6 +29,17 @@ Arrays = dict[str, np.ndarray]
 CHECK_BATCH = 4
 
 
+def unbatched(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec] = ()) -> bool:
+    """Whether a model has no sample axis to split along: no inputs, or a rank-0 input or output.
+    Such a model runs one call on one set of inputs, and its outputs are compared as they are.
+
+    Example:
+        >>> unbatched((TensorSpec("x", "float32", (1, 4)),), (TensorSpec("y", "float32", ()),))
+        True
+    """
+    return not inputs or any(not s.shape for s in (*inputs, *outputs))
+
+
 def batch_size(specs: Sequence[TensorSpec], profiles: Sequence[Mapping[str, Any]], count: int) -> int:
     """The batch both sides run at: the profiles' largest ``opt`` batch (a static batch as it is;
     ``CHECK_BATCH`` without profiles), at most ``count``."""
@@ -100,7 +111,7 @@ def make_inputs(
         if preprocessing and len(specs) == 1 and len(shape) == 4 and spec.dtype.startswith("float"):
             arrays[spec.name] = _photos(shape[0], preprocessing, seed).astype(spec.dtype)
         elif spec.dtype.startswith(("float", "bfloat")):
-            arrays[spec.name] = rng.standard_normal(shape).astype(np.float32 if spec.dtype == "bfloat16" else spec.dtype)
+            arrays[spec.name] = np.asarray(rng.standard_normal(shape)).astype(np.float32 if spec.dtype == "bfloat16" else spec.dtype)
         elif spec.dtype == "bool":
             arrays[spec.name] = rng.integers(0, 2, shape).astype(bool)
         else:
@@ -108,13 +119,26 @@ def make_inputs(
     return arrays
 
 
-def load_npz(path: Path, specs: Sequence[TensorSpec]) -> Arrays:
-    """The arrays of a ``.npz`` named like ``specs`` (extra arrays are refused, so a typo shows)."""
+def read_npz(path: Path) -> Arrays:
+    """Every array of the ``.npz`` at ``path``; a missing or unreadable file is refused in one line."""
+    import zipfile
+
     path = Path(path)
     if not path.is_file():
         raise MissingFile(f"no inputs file at {path}; save one with trtforge compare ... --save-inputs {path}")
-    with np.load(path) as data:
-        arrays = {k: data[k] for k in data.files}
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, AttributeError) as exc:
+        raise InvalidArgument(f"{path} is not a readable .npz of arrays ({str(exc).split('. ')[0]}); save one with "
+                              f"numpy.savez({path.name!r}, name=array, ...) or trtforge compare ... --save-inputs "
+                              f"{path}") from exc
+
+
+def load_npz(path: Path, specs: Sequence[TensorSpec], batched: bool = True) -> Arrays:
+    """The arrays of a ``.npz`` named like ``specs`` (extra arrays are refused, so a typo shows)."""
+    path = Path(path)
+    arrays = read_npz(path)
     names = [s.name for s in specs]
     missing = [n for n in names if n not in arrays]
     extra = sorted(set(arrays) - set(names))
@@ -122,7 +146,7 @@ def load_npz(path: Path, specs: Sequence[TensorSpec]) -> Arrays:
         raise InvalidArgument(f"{path} holds {sorted(arrays)}, the model takes {names}: "
                               "save one array per input, named like the input")
     counts = {arrays[n].shape[0] if arrays[n].ndim else 0 for n in names}
-    if len(counts) != 1 or 0 in counts:
+    if batched and (len(counts) != 1 or 0 in counts):
         raise InvalidArgument(f"{path}: every input needs the same leading (sample) dim, got "
                               f"{ {n: arrays[n].shape for n in names} }")
     return {n: arrays[n] for n in names}

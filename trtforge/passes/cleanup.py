@@ -9,6 +9,8 @@ Example:
 
 from __future__ import annotations
 
+import logging
+
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 import onnxscript.optimizer
@@ -25,6 +27,8 @@ CLEANUP_RULES = (
     rules.no_op_transpose_rule,
     rules.dropout_inference_rule,
 )
+
+log = logging.getLogger(__name__)
 
 
 def removable_identity(node: ir.Node) -> bool:
@@ -67,8 +71,50 @@ def eliminate_identities(model: ir.Model) -> ir.Model:
     return model
 
 
+def keep_public_names(model: ir.Model) -> list[str]:
+    """The graph's input names stay what users call the engine with (onnx_ir's OutputFixPass would rename
+    an input that is also an output ``x`` → ``x_orig``, and a second listing of an output ``y_alias_1``).
+
+    An output listed twice is given once (a name maps to one array); an input returned as it is becomes
+    the output ``<name>_output`` of an Identity (TensorRT names each tensor once), so ``engine(x=...)``
+    still works. Returns one line per change (also logged as a warning).
+
+    Example:
+        >>> keep_public_names(model)   # inputs [x], outputs [x, y, y]
+        ["output 'x' is the input 'x' returned as it is; ...", "output 'y' is listed 2 times; ..."]
+    """
+    graph, lines = model.graph, []
+    outputs = list(graph.outputs)
+    for value in dict.fromkeys(outputs):
+        if outputs.count(value) > 1:
+            lines.append(f"output {value.name!r} is listed {outputs.count(value)} times; the engine gives it once")
+    unique = list(dict.fromkeys(outputs))
+    taken = {v.name for v in graph.inputs} | {v.name for n in graph for v in n.outputs} | set(graph.initializers)
+    for index, value in enumerate(unique):
+        if not value.is_graph_input():
+            continue
+        name = f"{value.name}_output"
+        while name in taken:
+            name += "_"
+        node = ir.node("Identity", inputs=[value], name=f"trtforge_passthrough_{index}")
+        node.outputs[0].name, node.outputs[0].type, node.outputs[0].shape = name, value.type, value.shape
+        graph.append(node)
+        unique[index] = node.outputs[0]
+        taken.add(name)
+        lines.append(f"output {value.name!r} is the input {value.name!r} returned as it is; TensorRT names each "
+                     f"tensor once, so the engine's input keeps the name {value.name!r} and gives that output "
+                     f"as {name!r}")
+    if unique != outputs:
+        graph.outputs.clear()
+        graph.outputs.extend(unique)
+    for line in lines:
+        log.warning(line)
+    return lines
+
+
 def cleanup(model: ir.Model) -> ir.Model:
     """Fold constants and BatchNorms, drop no-ops and identities; returns the same model object."""
+    keep_public_names(model)
     onnxscript.optimizer.optimize_ir(model)
     onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=list(CLEANUP_RULES))
     eliminate_identities(model)

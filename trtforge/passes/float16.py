@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from trtforge.core.errors import InvalidArgument
+from trtforge.core.errors import InternalError, InvalidArgument, Unsupported
 from trtforge.passes.graph import attr as attr_value
-from trtforge.passes.graph import has_qdq, infer_shapes
+from trtforge.passes.graph import has_qdq, infer_shapes, is_constant
 from trtforge.passes.ops import NORMALIZATION_OPS
 
 FLOAT_TARGETS: dict[str, ir.DataType] = {"float16": ir.DataType.FLOAT16, "bfloat16": ir.DataType.BFLOAT16}
@@ -39,6 +39,12 @@ RANGE_FRAGILE_OPS: dict[str, str] = {
     "ReduceProd": "products overflow FP16 after a few dozen factors",
     "Mod": "FP16 keeps 11 bits, so a remainder of a large dividend loses most of its digits",
     "Tan": "near ±π/2 FP16's input rounding is magnified without bound",
+}
+#: Ops whose second operand, when computed (not a constant), takes their result past FP16's range on
+#: inputs the range probe never saw: op → why. (FP16 only; ``--keep-fp32`` adds more, the rule stays.)
+COMPUTED_OPERAND_OPS: dict[str, str] = {
+    "Div": "by a computed divisor; one near 0 takes the quotient past FP16's 65504 (inf)",
+    "Pow": "with a computed exponent; x**y leaves FP16's range for ordinary x and y",
 }
 #: A Div feeding one of these is a floor division: FP16 rounding of the quotient flips the integer.
 ROUNDING_OPS = frozenset({"Floor", "Ceil", "Round"})
@@ -156,6 +162,10 @@ def _rule_network_input_operand(node: ir.Node) -> str | None:
 def _rule_range_fragile(node: ir.Node) -> str | None:
     if node.op_type in RANGE_FRAGILE_OPS:
         return f"{node.op_type}: {RANGE_FRAGILE_OPS[node.op_type]}"
+    computed = node.op_type in COMPUTED_OPERAND_OPS and len(node.inputs) > 1 and _is_float32(node.inputs[0]) \
+        and node.inputs[1] is not None and not is_constant(node.inputs[1])
+    if computed:
+        return f"{node.op_type}: {COMPUTED_OPERAND_OPS[node.op_type]}"
     if node.op_type == "Div" and any(user.op_type in ROUNDING_OPS for out in node.outputs for user, _ in out.uses()):
         return "Div: a floor division; FP16 rounding of the quotient flips its integer part"
     producer = node.inputs[0].producer() if node.op_type in ROUNDING_OPS and node.inputs[0] is not None else None
@@ -210,7 +220,7 @@ def plan_float(model: ir.Model, dtype: str = "float16", keep: Mapping[str, str] 
     fp32_nodes: dict[str, str] = {name: reason for name, reason in (keep or {}).items() if name in names}
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
     if opset is not None and dtype == "bfloat16":
-        opset = max(opset, BF16_MIN_OPSET)  # apply_float raises the opset for BF16
+        opset = max(opset, BF16_MIN_OPSET)  # BF16 graphs are converted to opset 22 first (raise_opset)
     for node in graph:
         for rule in () if node.name in fp32_nodes else NODE_RULES:
             # BF16 has FP32's range: range rules only matter for FP16.
@@ -300,9 +310,10 @@ def apply_float(model: ir.Model, plan: FloatPlan) -> ir.Model:
     """Apply ``plan`` in place: cast initializers, retype values, insert Casts; I/O stays FP32."""
     low = FLOAT_TARGETS[plan.dtype]
     graph = model.graph
-    if low == ir.DataType.BFLOAT16 and "" in model.opset_imports and model.opset_imports[""] < BF16_MIN_OPSET:
-        # Opset 22 only widens type constraints (Conv, pooling, ... accept bfloat16); semantics are unchanged.
-        model.opset_imports[""] = BF16_MIN_OPSET
+    if low == ir.DataType.BFLOAT16 and model.opset_imports.get("", BF16_MIN_OPSET) < BF16_MIN_OPSET:
+        # Relabelling the opset would change meanings (opset 13 moved Squeeze's axes to an input, 18 ReduceMean's).
+        raise InternalError(f"apply_float: a BF16 plan needs the graph converted to opset {BF16_MIN_OPSET} first "
+                            "(float16.raise_opset, as convert_float and passes.process do)")
     low_inits: set[str] = set()
     for name, value in graph.initializers.items():
         if _is_float32(value) and name not in plan.fp32_initializers and value.const_value is not None:
@@ -359,6 +370,31 @@ def apply_float(model: ir.Model, plan: FloatPlan) -> ir.Model:
     return model
 
 
+def raise_opset(model: ir.Model, version: int = BF16_MIN_OPSET) -> ir.Model:
+    """``model`` converted to opset ``version`` by ONNX's version converter: every node keeps its meaning and
+    its name (an opset-12 ``Squeeze`` gets its ``axes`` as an input, as opset 13 wants). BF16 needs opset 22,
+    the first whose Conv, pooling, ... admit bfloat16. Returns ``model`` itself when already there, else a
+    new model; a graph the converter cannot bring there is refused in one line.
+
+    Example:
+        >>> raise_opset(load_ir(Path("rec_opset12.onnx"))).opset_imports[""]
+        22
+    """
+    current = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    if current is None or current >= version:
+        return model
+    from onnx import version_converter
+
+    try:
+        proto = version_converter.convert_version(ir.to_proto(model), version)
+    except Exception as exc:  # noqa: BLE001 - the C++ converter raises RuntimeError/ValueError/ConvertError
+        reason = " ".join(str(exc).split())[:300]
+        raise Unsupported(f"BF16 needs the graph at opset {version} (the first whose Conv, pooling, ... admit "
+                          f"bfloat16), and ONNX's version converter cannot bring this opset-{current} graph there "
+                          f"({reason}); build fp16, or export the model at opset {version}") from exc
+    return ir.from_proto(proto)
+
+
 def infer_types(model: ir.Model) -> ir.Model:
     """Fill in every value's dtype (ONNX shape inference), so the pass sees each float edge."""
     failure = infer_shapes(model)
@@ -374,11 +410,14 @@ def infer_types(model: ir.Model) -> ir.Model:
 
 
 def convert_float(model: ir.Model, dtype: str = "float16") -> ir.Model:
-    """Plan and apply the float pass; returns the same model, now FP16/BF16 inside, FP32 at the edges.
+    """Plan and apply the float pass; returns the model, now FP16/BF16 inside, FP32 at the edges (BF16: a new
+    model when the graph had to be converted to opset 22 first, ``raise_opset``).
 
     Example:
         >>> convert_float(load_ir(Path("m.onnx")), "bfloat16")
     """
+    if dtype == "bfloat16":
+        model = raise_opset(model, BF16_MIN_OPSET)
     infer_types(model)
     return apply_float(model, plan_float(model, dtype))
 

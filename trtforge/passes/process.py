@@ -27,7 +27,15 @@ import onnx_ir as ir
 from trtforge.core.config import FLOAT_OF_PRECISION, QUANTIZED_PRECISIONS
 from trtforge.core.errors import InvalidArgument
 from trtforge.passes.cleanup import cleanup
-from trtforge.passes.float16 import FloatPlan, apply_float, convert_float, infer_types, plan_float
+from trtforge.passes.float16 import (
+    BF16_MIN_OPSET,
+    FloatPlan,
+    apply_float,
+    convert_float,
+    infer_types,
+    plan_float,
+    raise_opset,
+)
 from trtforge.passes.graph import copy_model, ensure_node_names, ensure_opset, has_qdq, load_ir
 from trtforge.passes.keep import kept_by_patterns
 from trtforge.passes.qdq import QuantPlan, apply_plan_in_place
@@ -78,7 +86,10 @@ def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None,
     if quantized:
         model = quantized_graph(reference, plan)
         return Processed(model, precision if has_qdq(model) else "fp16")
-    model = infer_types(copy_model(reference))
+    model = copy_model(reference)
+    if precision == "bf16":  # converted, not relabelled: every node keeps its meaning at opset 22
+        model = raise_opset(model, BF16_MIN_OPSET)
+    model = infer_types(model)
     kept = {**kept_by_patterns(model, keep_fp32), **(keep or {})}
     float_plan = plan_float(model, FLOAT_OF_PRECISION[precision], kept or None)
     return Processed(apply_float(model, float_plan), precision, float_plan)

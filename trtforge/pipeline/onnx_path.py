@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Mapping
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +23,15 @@ from trtforge.capture.onnx_file import load_onnx
 from trtforge.core.config import QUANTIZED_PRECISIONS, CompileConfig, QuantConfig
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.sidecar import PrecisionRecord, QuantizationRecord, SourceRecord
-from trtforge.core.specs import shape_value_candidates
+from trtforge.core.specs import TensorSpec, shape_value_candidates
 from trtforge.passes.graph import dtype_summary, proto_bytes
 from trtforge.passes.process import Processed, process, reference_graph
 from trtforge.passes.range_probe import probe
 from trtforge.pipeline.flavour import capability_probe, flavour_keep
 from trtforge.pipeline.record import Built, build_record
 from trtforge.pipeline.store import store_built
+
+log = logging.getLogger(__name__)
 
 
 def capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileConfig, *, tmp: Path,
@@ -37,6 +41,10 @@ def capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileCo
     proto = _capture(model_or_onnx, example_inputs, tmp, config, console)
     # 2. Passes: cleanup (the FP32 reference), then precision; each graph is serialised once.
     reference = reference_graph(proto)
+    if config.dynamic_batch:  # a static file made batchable, proven on the reference (passes.dynamic_batch)
+        from trtforge.passes.dynamic_batch import make_batch_dynamic
+
+        reference = make_batch_dynamic(reference, config.batched_inputs)
     reference_bytes = proto_bytes(reference)
     feeds = probe_feeds(model_or_onnx, example_inputs, reference)
     processed, quant_report = _process(reference, config, calibration_data, feeds)
@@ -45,7 +53,8 @@ def capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileCo
     processed_bytes = reference_bytes if processed.model is reference else proto_bytes(processed.model)
     network_name = f"{name}_{built_precision}"
     shape_values = shape_value_candidates(feeds[0]) if feeds else {}
-    key = engine_key(processed_bytes, config, network_name=network_name, shape_values=shape_values)
+    build_config = _with_example_batch(config, reference, feeds)
+    key = engine_key(processed_bytes, build_config, network_name=network_name, shape_values=shape_values)
     with engine_cache.lock(key) if engine_cache is not None else contextlib.nullcontext():
         entry = engine_cache.get(key) if engine_cache is not None else None
         if entry is not None:
@@ -54,7 +63,7 @@ def capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileCo
         staged.write_bytes(processed_bytes)
         # 3. Build.
         source = str(model_or_onnx) if isinstance(model_or_onnx, (str, Path)) else type(model_or_onnx).__name__
-        result: BuildResult = build_engine(staged, config, name=network_name, progress=progress, console=console,
+        result: BuildResult = build_engine(staged, build_config, name=network_name, progress=progress, console=console,
                                            source=source, input_values=shape_values)
         notes = plan_notes(target_plan)
         if float_plan is not None and float_plan.fp32_nodes:
@@ -130,4 +139,28 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
 
     result = quantize_model(reference, calibration_data, config.quant if config.quant is not None else QuantConfig(),
                             preprocessing=config.preprocessing, progress=config.progress, precision=config.precision)
-    return process(result.fp32, config.precision, result.plan), result.report
+    processed = process(result.fp32, config.precision, result.plan)
+    if processed.built_precision != config.precision:
+        log.warning(no_quantized_line(config.name, config.precision, result.plan.excluded))
+    return processed, result.report
+
+
+def no_quantized_line(name: str, precision: str, excluded: Sequence[tuple[str, str]]) -> str:
+    """The warning when a quantized build quantizes no layer: the engine is FP16, and so are its file names."""
+    why = f"{len(excluded)} candidate layer(s) kept in FP16, e.g. {excluded[0][0]}: {excluded[0][1]}" if excluded \
+        else f"the graph has no Conv, MatMul or Gemm layer that {precision} speeds up"
+    return (f"precision {precision}: no layer was quantized ({why}); the engine is FP16 and is written as {name}_fp16.*. "
+            "Build fp16 directly, or see the sidecar's quantization report (trtforge inspect)")
+
+
+def _with_example_batch(config: CompileConfig, reference: ir.Model, feeds: list[dict[str, Any]]) -> CompileConfig:
+    """``batch=None`` builds the example's batch N (as ``1:N:N``) where the graph's batch is dynamic
+    (``builder.profiles.example_batch``); the sidecar still records the options as given."""
+    if config.batch is not None or not feeds:
+        return config
+    from trtforge.builder.profiles import example_batch
+
+    specs = [TensorSpec(v.name, "", tuple(d if isinstance(d, int) else -1 for d in v.shape or ()))
+             for v in reference.graph.inputs if not v.is_initializer()]
+    batch = example_batch(specs, feeds[0], config.batched_inputs)
+    return config if batch is None else replace(config, batch=batch)

@@ -9,6 +9,7 @@ from typing import Any
 from trtforge.builder.portability import file_suffix
 from trtforge.cache.engine_cache import EngineCache
 from trtforge.core.config import QUANTIZED_PRECISIONS, CompileConfig
+from trtforge.core.errors import spelled
 from trtforge.pipeline.record import Built
 
 log = logging.getLogger(__name__)
@@ -68,5 +69,6 @@ def warn_cache(engine_cache: EngineCache, exc: OSError) -> None:
         return
     engine_cache.store_failed = True
     message = (f"the engine cache {engine_cache.directory} could not store this build ({exc.strerror or exc}); "
-               "the engine is written all the same. Free space there or pass --no-cache / cache=False")
+               f"the engine is written all the same. Free space there or pass "
+               f"{spelled(cli='--no-cache', python='cache=False')}")
     log.warning(message)

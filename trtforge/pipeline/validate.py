@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -13,8 +14,15 @@ from trtforge.builder.precision_plan import check_precision
 from trtforge.builder.timing_cache import check_timing_cache_path
 from trtforge.capture.export import normalize_example_inputs
 from trtforge.capture.onnx_file import check_onnx_path
-from trtforge.core.config import QUANTIZED_PRECISIONS, CompileConfig, ConfigError, QuantConfig
-from trtforge.core.errors import FileConflict, UserError, WrongType
+from trtforge.core.config import (
+    QUANTIZED_PRECISIONS,
+    CompileConfig,
+    ConfigError,
+    QuantConfig,
+    option_spelling,
+    unused_quant_options,
+)
+from trtforge.core.errors import FileConflict, UserError, WrongType, spelled
 from trtforge.core.hashing import sha256_file
 from trtforge.core.sidecar import is_trtforge_sidecar, read_sidecar
 from trtforge.pipeline.paths import (
@@ -24,6 +32,8 @@ from trtforge.pipeline.paths import (
     prepare_output_dir,
     source_info,
 )
+
+log = logging.getLogger(__name__)
 
 
 def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | None, calibration_data: Any,
@@ -36,14 +46,22 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
         config = replace(config, timing_cache=check_timing_cache_path(config.timing_cache))
     quantized = config.precision in QUANTIZED_PRECISIONS
     if not quantized and calibration_data is not None:
-        raise ConfigError(f"calibration_data= is used only by the quantized precisions ({', '.join(QUANTIZED_PRECISIONS)}; "
-                          f"this build is {config.precision!r}); drop it, or ask for precision='int8'")
+        raise ConfigError(spelled(
+            cli=f"--calib is used only by the quantized precisions ({', '.join(QUANTIZED_PRECISIONS)}; this build is "
+                f"{config.precision}); drop it, or ask for --precision int8",
+            python=f"calibration_data= is used only by the quantized precisions ({', '.join(QUANTIZED_PRECISIONS)}; "
+                   f"this build is {config.precision!r}); drop it, or ask for precision='int8'"))
     if quantized and calibration_data is None:
-        raise ConfigError(
-            f"precision={config.precision!r} needs calibration_data= (an image folder, a .npy file, an array, "
-            "an iterable of input dicts, or a callable); see docs/quantization.md"
-        )
+        raise ConfigError(spelled(
+            cli=f"--precision {config.precision} needs --calib DATA (an image folder or a .npy/.npz file); "
+                "see docs/quantization.md",
+            python=f"precision={config.precision!r} needs calibration_data= (an image folder, a .npy file, an array, "
+                   "an iterable of input dicts, or a callable); see docs/quantization.md"))
     _check_direct(model_or_onnx, config)
+    ignored = unused_quant_options(config)
+    if ignored:
+        log.warning("%s: quantization option(s) that this %s build ignores; drop them, or build a quantized precision", ", ".join(ignored),
+                    config.precision)
     name = default_name(model_or_onnx) if config.name is None else config.name
     preprocessing = config.preprocessing
     if preprocessing is None:
@@ -88,18 +106,42 @@ def check_same_build(sidecar: Path, config: CompileConfig, source: Mapping[str, 
     if differ:
         raise FileConflict(
             f"{sidecar} holds a different trtforge build of {config.name!r} ({'; '.join(differ)}); refusing to "
-            "replace it. Choose another name (--name / name=) or output folder, or pass --overwrite (overwrite=True)")
+            f"replace it. {_choose_another()}")
 
 
 def check_same_model(paths: OutputPaths, reference_sha256: str, overwrite: bool) -> None:
     """Refuse to replace the reference graph of another model written under the same name."""
     reference = paths.reference_onnx()
-    if overwrite or not reference.is_file() or sha256_file(reference) == reference_sha256:
+    if not reference.is_file():
+        return
+    old_sha256 = sha256_file(reference)
+    if old_sha256 == reference_sha256:
+        return
+    if overwrite:
+        siblings = sorted(p.name for p in paths.directory.glob(f"{paths.name}_*.json") if p != paths.sidecar()
+                          and _reference_sha256(p) == old_sha256)
+        if siblings:
+            log.warning("%s replaces %s, the reference graph that %s also name(s); their onnxruntime route, check "
+                        "and compare will refuse the new graph's hash: rebuild them too, or build this one under "
+                        "another name", spelled(cli="--overwrite", python="overwrite=True"), reference.name,
+                        ", ".join(siblings))
         return
     raise FileConflict(
         f"{reference} holds another model's graph (its sha256 differs: other weights or another network under "
-        f"the same name {paths.name!r}); refusing to replace it. Choose another name (--name / name=) or output "
-        "folder, or pass --overwrite (overwrite=True)")
+        f"the same name {paths.name!r}); refusing to replace it. {_choose_another()}")
+
+
+def _reference_sha256(sidecar: Path) -> str | None:
+    """The reference graph's sha256 a sidecar records (None when it is not a readable trtforge sidecar)."""
+    try:
+        return (json.loads(sidecar.read_text()).get("source") or {}).get("reference_onnx_sha256")
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return None
+
+
+def _choose_another() -> str:
+    return (f"Choose another name ({option_spelling('name', 'NAME')}) or output folder, or pass "
+            f"{spelled(cli='--overwrite', python='overwrite=True')}")
 
 
 def _check_direct(model_or_onnx: Any, config: CompileConfig) -> None:

@@ -7,6 +7,7 @@ import logging
 import sys
 import tempfile
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from trtforge.artifact import Artifact
-from trtforge.cache.engine_cache import EngineCache
+from trtforge.cache.engine_cache import open_engine_cache
+from trtforge.capture.export import training_flags_kept
 from trtforge.core.config import CompileConfig
-from trtforge.core.errors import AccuracyBudgetMissed
+from trtforge.core.errors import AccuracyBudgetMissed, spelled
 from trtforge.core.sidecar import QuantizationRecord
 from trtforge.pipeline.direct_path import convert_and_build
 from trtforge.pipeline.onnx_path import capture_and_build
@@ -50,8 +52,11 @@ def compile(  # noqa: A001 - the public verb users expect
     config, paths = validate(model_or_onnx, example_inputs, config, calibration_data, overrides)
     # Bound to today's stderr: the exporter's quiet block swaps sys.stderr while the export spinner runs.
     console = console or Console(file=sys.stderr)
-    engine_cache = EngineCache(config.cache_dir) if config.cache else None
+    engine_cache = open_engine_cache(config.cache_dir) if config.cache else None
+    if engine_cache is None and config.cache:  # unwritable: warned once; the op-support table stays in memory
+        config = replace(config, cache=False)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(training_flags_kept(model_or_onnx))
         request = request_key_of(model_or_onnx, example_inputs, config, engine_cache)
         built = lookup_request(stack, engine_cache, request)
         if built is None:
@@ -83,7 +88,8 @@ def check_budget(report: QuantizationRecord | None, config: CompileConfig) -> No
         return
     measured = ", ".join(f"{x.get('measured', float('nan')):.4g}" for x in budget.get("limits", ()))
     message = (f"the {config.precision.upper()} build misses its error budget ({budget.get('description')}: measured {measured}); "
-               "loosen it (error_budget= / --error-budget), try placement='auto' (--placement auto), or build fp16")
+               f"loosen it ({spelled(cli='--error-budget', python='error_budget=')}), try "
+               f"{spelled(cli='--placement auto', python='placement=' + repr('auto'))}, or build fp16")
     if config.strict_accuracy:
         raise AccuracyBudgetMissed(message + "; nothing was written (strict_accuracy)")
     log.warning(message)

@@ -20,7 +20,7 @@ from trtforge.passes.graph import constant_value, input_specs, values_by_name
 from trtforge.passes.qdq import QuantInput, QuantLayer, QuantPlan, fp16_scales
 from trtforge.quantize import placement as placement_mod
 from trtforge.quantize.calibrators import calibrate
-from trtforge.quantize.data import Batches, batches, check_count, load_calibration
+from trtforge.quantize.data import Batches, CalibrationDataError, batches, check_count, load_calibration
 from trtforge.quantize.macs import layer_macs
 from trtforge.quantize.observers import observe
 from trtforge.quantize.precision import SPECS, PrecisionSpec
@@ -55,10 +55,40 @@ def split_samples(model: ir.Model, calibration_data, config: QuantConfig, prepro
     """Load and check the calibration data (errors before any work), then split off the held-back share."""
     specs = input_specs(model)
     samples = load_calibration(calibration_data, specs, preprocessing, config.max_images)
+    check_index_ranges(model, samples)
     batch = batch_size(specs, config)
     held = max(1, int(round(len(samples) * config.holdout)))
     check_count(samples, batch, held)
     return CalibrationSet(samples[: len(samples) - held], samples[len(samples) - held :], batch)
+
+
+def check_index_ranges(model: ir.Model, samples: list[dict[str, np.ndarray]]) -> None:
+    """Refuse calibration samples whose integer inputs index past a table they look up (a token id
+    beyond an embedding's rows): ONNX Runtime would fail half-way through calibration.
+
+    Example:
+        >>> check_index_ranges(model, [{"ids": np.array([[50]])}])   # an Embedding of 10 rows
+        CalibrationDataError: calibration input 'ids' holds index 50, ...
+    """
+    for value in model.graph.inputs:
+        if value.dtype not in (ir.DataType.INT64, ir.DataType.INT32) or not samples or value.name not in samples[0]:
+            continue
+        for node, index in value.uses():
+            table = node.inputs[0] if node.op_type == "Gather" and index == 1 else None
+            if table is None or table.shape is None:
+                continue
+            axis = node.attributes.get_int("axis", 0)
+            rows = table.shape[axis] if -table.shape.rank() <= axis < table.shape.rank() else None
+            if not isinstance(rows, int):
+                continue
+            low = min(int(s[value.name].min()) for s in samples if s[value.name].size)
+            high = max(int(s[value.name].max()) for s in samples if s[value.name].size)
+            if low < -rows or high >= rows:
+                bad = high if high >= rows else low
+                raise CalibrationDataError(
+                    f"calibration input {value.name!r} holds index {bad}, and node {node.name!r} (Gather) looks it "
+                    f"up in a table of {rows} rows (valid: {-rows}..{rows - 1}); give ids the model knows, "
+                    "e.g. from its own tokenizer")
 
 
 def calibrate_model(

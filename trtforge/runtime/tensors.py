@@ -64,12 +64,14 @@ def bind_input(spec: TensorSpec, value: Any, device: torch.device, move_inputs: 
                 f"Convert it first, e.g. x.astype(np.{spec.dtype})"
             )
         check_rank_and_dims(spec, value.shape)
-        return torch.from_numpy(np.ascontiguousarray(value)).to(device)
+        # ``np.ascontiguousarray`` would turn a rank-0 array into shape (1,).
+        return torch.from_numpy(value if value.flags.c_contiguous else value.copy()).to(device)
     if not isinstance(value, torch.Tensor):
         raise EngineInputError(
             f"input {spec.name!r} is a {type(value).__name__}; pass a torch.Tensor or a numpy array "
             f"of dtype {spec.dtype}"
         )
+    value = value.detach()  # engines run inference only; a tensor that requires grad is read as is
     if value.dtype != want:
         raise EngineInputError(
             f"input {spec.name!r} has dtype {value.dtype}; the engine expects {want}. Convert it with "

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trtforge.core.errors import FileConflict, InvalidArgument, MissingDependency
+from trtforge.core.errors import FileConflict, InvalidArgument, MissingDependency, Unsupported
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.core.specs import TensorSpec
 
@@ -57,6 +57,9 @@ class ModelPlan:
 
 def batch_range(sidecar: Sidecar) -> tuple[int, tuple[int, ...]]:
     """(max batch, preferred sizes) from the profiles; (0, ()) when the batch axis is fixed."""
+    if not sidecar.inputs:
+        raise Unsupported(f"{sidecar.name} takes no inputs, and a Triton model answers requests that carry "
+                          "inputs; give the model an input (or run it with trtforge.load(...)() instead)")
     first = sidecar.inputs[0]
     if not first.shape or first.shape[0] != -1:
         return 0, ()

@@ -1,0 +1,238 @@
+"""``dynamic_batch=True`` (``--dynamic-batch``): a static ONNX file, exported at a fixed batch, made batchable.
+
+Many exported models are fixed at batch 1, and a user holding only the ``.onnx`` cannot re-export it.
+The pass, in order:
+
+1. dim 0 of the batched inputs (``batched_inputs``, else every input whose dim 0 equals the first
+   input's) and of the outputs that carry that batch becomes the symbolic ``batch``;
+2. constants that hard-code the batch are rewritten: a ``Reshape`` shape whose dim 0 is the batch
+   reads ``-1`` there (``0`` when the shape has a ``-1`` already), an ``Expand`` shape reads ``1``
+   there (broadcast keeps the input's rows), and a constant ``Concat`` operand of one row (a class
+   token) is expanded to the rows of the batched operand beside it;
+3. ONNX shape inference must agree: every batched output keeps a symbolic dim 0;
+4. the proof on the reference: ONNX Runtime at batch 2 equals two batch-1 runs, row by row.
+
+A graph that fails 3 or 4 is refused in one line naming the node that pins the batch.
+
+Example:
+    >>> model = make_batch_dynamic(load_ir(Path("model_static_b1.onnx")))
+    >>> [str(d) for d in model.graph.inputs[0].shape][:1]
+    ['batch']
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from trtforge.core.errors import Unsupported, spelled
+from trtforge.passes.graph import constant_value, infer_shapes, ort_session
+
+BATCH = "batch"
+#: Rows of the proof run; each is compared with its own batch-1 run.
+PROOF_ROWS = 2
+#: Largest relative difference between a batch-2 row and its batch-1 run (float reassociation only).
+PROOF_TOLERANCE = 1e-4
+
+
+class BatchPinned(Unsupported):
+    """The graph pins its batch: a node the pass cannot rewrite fixes the rows it computes."""
+
+
+def _flag() -> str:
+    return spelled(cli="--dynamic-batch", python="dynamic_batch=True")
+
+
+def _batched_inputs(model: ir.Model, batched: Sequence[str] | None) -> tuple[list[ir.Value], int]:
+    """The inputs that carry the batch and their (common) fixed batch."""
+    inputs = [v for v in model.graph.inputs if not v.is_initializer()]
+    ranked = [v for v in inputs if v.shape is not None and v.shape.rank() > 0]
+    if batched is not None:
+        chosen = [v for v in ranked if v.name in set(batched)]
+    else:
+        first = next((v.shape[0] for v in ranked), None)
+        chosen = [v for v in ranked if v.shape[0] == first]
+    fixed = {v.shape[0] for v in chosen}
+    if not chosen or len(fixed) != 1 or not isinstance(next(iter(fixed)), int):
+        raise BatchPinned(f"{_flag()}: the graph has no input with a fixed dim 0 to batch (inputs "
+                          f"{[(v.name, str(v.shape)) for v in inputs]}); it is dynamic already or takes no batch")
+    return chosen, int(next(iter(fixed)))
+
+
+def _set_dim0(value: ir.Value, dim: object) -> None:
+    value.shape = ir.Shape([dim, *list(value.shape)[1:]])
+
+
+def _const_input(node: ir.Node, index: int) -> np.ndarray | None:
+    if len(node.inputs) <= index or node.inputs[index] is None:
+        return None
+    return constant_value(node.inputs[index])
+
+
+def _replace_const(node: ir.Node, index: int, array: np.ndarray, name: str) -> None:
+    value = ir.Value(name=name, const_value=ir.tensor(array, name=name), type=ir.TensorType(ir.DataType.INT64),
+                     shape=ir.Shape(list(array.shape)))
+    node.graph.initializers[name] = value
+    node.replace_input_with(index, value)
+
+
+def _rewrite_shapes(model: ir.Model, batch: int) -> list[str]:
+    """Reshape/Expand shape constants whose dim 0 is ``batch``: rewritten; the names of the nodes changed."""
+    changed = []
+    for node in list(model.graph):
+        shape = _const_input(node, 1) if node.op_type in ("Reshape", "Expand") else None
+        if shape is None or shape.ndim != 1 or not shape.size or int(shape[0]) != batch:
+            continue
+        new = shape.astype(np.int64).copy()
+        if node.op_type == "Expand":
+            new[0] = 1
+        else:
+            new[0] = 0 if -1 in new[1:] else -1
+        if node.op_type == "Expand" and batch == 1:
+            continue  # expanding to 1 row keeps the input's rows already
+        _replace_const(node, 1, new, f"{node.name or node.op_type}_dynamic_batch_shape")
+        changed.append(node.name)
+    return changed
+
+
+def _input_dependent(model: ir.Model) -> set[ir.Value]:
+    """Every value computed from a graph input (the rest is constant, whatever its nodes)."""
+    live = {v for v in model.graph.inputs if not v.is_initializer()}
+    for node in model.graph:
+        if any(v in live for v in node.inputs if v is not None):
+            live.update(node.outputs)
+    return live
+
+
+def _constant_shapes(model: ir.Model, values: Sequence[ir.Value]) -> dict[str, tuple[int, ...]]:
+    """The shapes of values computed from constants alone (a chain of Where/ConstantOfShape that the
+    folding left as it is): one ONNX Runtime run of the static graph reads them."""
+    unknown = [v.name for v in values if v.shape is None or not all(isinstance(d, int) for d in v.shape)]
+    shapes = {v.name: tuple(v.shape) for v in values if v.name not in unknown}
+    if unknown:
+        rng = np.random.default_rng(0)
+        feeds = {v.name: _sample(v, int(v.shape[0]) if v.shape is not None and v.shape.rank() else 0, rng)
+                 for v in model.graph.inputs if not v.is_initializer()}
+        arrays = ort_session(model, extra_outputs=unknown, providers=["CPUExecutionProvider"]).run(unknown, feeds)
+        shapes.update({name: tuple(a.shape) for name, a in zip(unknown, arrays, strict=True)})
+    return shapes
+
+
+def _expand_constant_rows(model: ir.Model, batch: int, names: set[str]) -> None:
+    """A constant operand of ``batch`` rows of a Concat beside a batched operand (ViT's class token) is
+    expanded to that operand's rows: ``Expand(c, Concat(Shape(x)[:1], ones))``. Needs inferred shapes."""
+    graph = model.graph
+    live = _input_dependent(model)
+    sites = []
+    for node in list(graph):
+        axis = node.attributes.get_int("axis", 0) if node.op_type == "Concat" else 0
+        batched = next((v for v in node.inputs if v is not None and v in live), None)
+        if node.op_type == "Concat" and axis != 0 and batched is not None:
+            sites += [(node, index, value, batched) for index, value in enumerate(node.inputs)
+                      if value is not None and value not in live]
+    shapes = _constant_shapes(model, [value for _, _, value, _ in sites])
+    for node, index, value, batched in sites:
+        shape = ir.Shape(list(shapes[value.name]))
+        if not shape.rank() or shape[0] != batch:
+            continue
+        rows = ir.node("Shape", [batched], attributes={"start": 0, "end": 1}, name=f"{node.name}_rows_{index}")
+        ones = ir.Value(name=f"{node.name}_ones_{index}", const_value=ir.tensor(np.ones(shape.rank() - 1, np.int64)),
+                        type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([shape.rank() - 1]))
+        graph.initializers[ones.name] = ones
+        target = ir.node("Concat", [rows.outputs[0], ones], attributes={"axis": 0},
+                         name=f"{node.name}_target_{index}")
+        expand = ir.node("Expand", [value, target.outputs[0]], name=f"{node.name}_expand_{index}")
+        for new in (rows, target, expand):
+            graph.insert_before(node, new)
+        node.replace_input_with(index, expand.outputs[0])
+        names.add(node.name)
+
+
+def _forget_shapes(model: ir.Model) -> None:
+    """Intermediate shapes the exporter recorded at the old batch would contradict inference: dropped."""
+    for node in model.graph:
+        for value in node.outputs:
+            if not value.is_graph_output():
+                value.shape = None
+
+
+def _pinning_node(model: ir.Model) -> str:
+    """The first node (in order) whose inputs carry the symbolic batch and whose outputs have lost it."""
+    for node in model.graph:
+        has = any(v is not None and v.shape is not None and v.shape.rank() and not isinstance(v.shape[0], int)
+                  for v in node.inputs)
+        lost = [v for v in node.outputs if v.shape is not None and v.shape.rank() and isinstance(v.shape[0], int)]
+        if has and lost and node.op_type not in ("Shape", "Size"):
+            return f"{node.name or '(unnamed)'} ({node.op_type})"
+    return "(not found)"
+
+
+def make_batch_dynamic(model: ir.Model, batched: Sequence[str] | None = None) -> ir.Model:
+    """``model`` (in place) with a symbolic batch, checked by shape inference and proven in ONNX Runtime."""
+    infer_shapes(model)  # the static graph's shapes: which constant operands carry the old batch
+    inputs, batch = _batched_inputs(model, batched)
+    outputs = [v for v in model.graph.outputs if v.shape is not None and v.shape.rank() and v.shape[0] == batch]
+    changed: set[str] = set()
+    _expand_constant_rows(model, batch, changed)  # reads the static graph once in ONNX Runtime
+    for value in inputs:
+        _set_dim0(value, ir.SymbolicDim(BATCH))
+    changed.update(_rewrite_shapes(model, batch))
+    _forget_shapes(model)
+    for value in outputs:
+        _set_dim0(value, None)
+    failure = infer_shapes(model)
+    if failure is not None:
+        raise BatchPinned(f"{_flag()}: ONNX shape inference fails on the batched graph ({failure}); the graph "
+                          f"pins its batch there; build it at its own batch (leave out {_flag()}), or export it with a dynamic batch")
+    pinned = [v.name for v in outputs if v.shape is not None and isinstance(v.shape[0], int)]
+    if pinned:
+        raise BatchPinned(f"{_flag()}: node {_pinning_node(model)} pins the batch (output(s) {pinned} keep dim 0 "
+                          f"= {batch}); build it at its own batch (leave out {_flag()}), or export it with a dynamic batch")
+    for value in outputs:
+        _set_dim0(value, ir.SymbolicDim(BATCH))
+    prove_rows(model, inputs, batch)
+    return model
+
+
+def _sample(value: ir.Value, rows: int, rng: np.random.Generator) -> np.ndarray:
+    """Inputs for the proof: ``rows`` on dim 0 (none for a rank-0 input), other dims as fixed (1 if not)."""
+    dims = [rows, *(d if isinstance(d, int) else 1 for d in list(value.shape)[1:])] if value.shape else []
+    dtype = value.dtype.numpy() if value.dtype is not None else np.dtype(np.float32)
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(dims).astype(dtype)
+    return np.zeros(dims, dtype)  # token ids, masks and flags: 0 is valid for every table
+
+
+def prove_rows(model: ir.Model, inputs: Sequence[ir.Value], batch: int) -> None:
+    """ONNX Runtime at ``PROOF_ROWS`` rows equals each row run alone (``batch`` rows each when > 1)."""
+    rng = np.random.default_rng(0)
+    rows = PROOF_ROWS * batch
+    batched = {v.name for v in inputs}
+    feeds = {v.name: _sample(v, rows if v.name in batched else int(v.shape[0]) if v.shape and v.shape.rank()
+                             and isinstance(v.shape[0], int) else 1, rng)
+             for v in model.graph.inputs if not v.is_initializer()}
+    session = ort_session(model, providers=["CPUExecutionProvider"])
+    try:
+        together = session.run(None, feeds)
+        alone = [session.run(None, {k: v[i * batch:(i + 1) * batch] if k in batched else v for k, v in feeds.items()})
+                 for i in range(PROOF_ROWS)]
+    except Exception as exc:  # noqa: BLE001 - ONNX Runtime names the failing node in its message
+        node = re.search(r"node\. Name:'([^']*)'", str(exc))
+        raise BatchPinned(f"{_flag()}: ONNX Runtime cannot run the graph at batch {rows}: node "
+                          f"{node.group(1) if node else '(unnamed)'} pins the batch ({str(exc).splitlines()[0][:200]}); "
+                          f"build it at its own batch (leave out {_flag()}), or export it with a dynamic batch") from exc
+    names = [v.name for v in model.graph.outputs]
+    for name, whole, parts in zip(names, together, zip(*alone, strict=True), strict=True):
+        if whole.ndim == 0 or whole.shape[0] != rows:
+            raise BatchPinned(f"{_flag()}: output {name!r} has shape {list(whole.shape)} at batch {rows}, not "
+                              f"{rows} rows: the graph mixes its rows; build it at its own batch (leave out {_flag()}), or export it with a dynamic batch")
+        expected = np.concatenate(parts).astype(np.float64)
+        scale = max(float(np.abs(expected).max(initial=0.0)), 1.0)
+        worst = float(np.abs(whole.astype(np.float64) - expected).max(initial=0.0)) / scale
+        if not worst <= PROOF_TOLERANCE:
+            raise BatchPinned(f"{_flag()}: at batch {rows}, output {name!r} differs from the rows run one batch "
+                              f"at a time (relative {worst:.2g}): a node mixes rows across the batch; export the "
+                              "model with a dynamic batch instead")
