@@ -28,17 +28,9 @@ import matrix_models  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 
-#: (model, cell) → the finding of issue 20 that makes it fail today (xfail, strict).
-_SCALAR = "check --route onnxruntime on a model with a scalar output (Tracebacks on user input)"
-_NO_INPUT = "check --route onnxruntime on a model with no input (Tracebacks on user input)"
-KNOWN: dict[tuple[str, str], str] = {
-    **{("scalar_output", cell): _SCALAR for cell in ("check fp32", "check fp16", "check bf16", "compare onnx-vs-fp16",
-                                                     "compare fp16-vs-bf16")},
-    **{("no_input", cell): _NO_INPUT for cell in ("check fp32", "check fp16", "check bf16", "compare onnx-vs-fp16",
-                                                  "compare fp16-vs-bf16")},
-    ("no_input", "export triton tensorrt"): "export triton of a model without inputs (Tracebacks on user input)",
-    ("no_input", "export triton python"): "export triton of a model without inputs (Tracebacks on user input)",
-}
+#: (model, cell) → the finding of issue 20 that makes it fail today (xfail, strict). Empty: every finding the
+#: matrix met (scalar output, no input, export of a model without inputs) is fixed; add an entry with a new one.
+KNOWN: dict[tuple[str, str], str] = {}
 
 #: The cells every model gets (the torch models also get "coverage" and "build --path direct fp16").
 ONNX_CELLS = ("inspect onnx", *(f"build {p}" for p in driver.PRECISIONS),
