@@ -46,11 +46,10 @@ def compare(
 
     result = compare_sides(a, b, route=route, device=device, samples=samples, inputs=inputs, limit=limit)
     j = result.judgement
-    count = next(iter(result.inputs.values())).shape[0]
     for side, runs in zip("AB", result.runs, strict=True):
         if runs:
             console.print(f"{side} runs {escape(runs)}", soft_wrap=True)
-    print_judgement(f"{escape(a)}  vs  {escape(b)}  ({count} samples; task {j.task}, tolerances for {j.precision})", j)
+    print_judgement(f"{escape(a)}  vs  {escape(b)}  ({result.samples} samples; task {j.task}, tolerances for {j.precision})", j)
     for path in save_run(result, save_inputs, save_outputs):
         console.print(f"wrote {escape(str(path))}")
     print_verdict(j)

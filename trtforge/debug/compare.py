@@ -31,7 +31,7 @@ import numpy as np
 from trtforge.core.errors import InvalidArgument, MissingFile
 from trtforge.core.specs import TensorSpec
 from trtforge.debug.check import ROUTE_PRECISION, run_batches
-from trtforge.debug.inputs import batch_size, load_npz, make_inputs, save_npz, split_batches
+from trtforge.debug.inputs import batch_size, load_npz, make_inputs, save_npz, split_batches, unbatched
 from trtforge.debug.tolerances import Judgement, judge
 
 Batches = list[dict[str, np.ndarray]]
@@ -45,6 +45,7 @@ class Side:
     run: Callable[[Batches, tuple[str, ...]], dict[str, np.ndarray]]
     inputs: tuple[TensorSpec, ...] | None = None
     outputs: tuple[str, ...] = ()
+    output_specs: tuple[TensorSpec, ...] = ()
     profiles: tuple = ()
     preprocessing: dict | None = None
     precision: str = "fp32"
@@ -64,6 +65,7 @@ class Comparison:
     outputs_b: dict[str, np.ndarray]
     judgement: Judgement
     runs: tuple[str, str] = ("", "")  # what each side ran: "GRAPH.onnx" (and its evaluator), or "" for an engine
+    samples: int = 1  # how many samples ran (1 for a model without a sample axis)
 
 
 def _module_side(factory: str, device: Any) -> Side:
@@ -84,7 +86,7 @@ def _module_side(factory: str, device: Any) -> Side:
                 keys = names if len(names) == len(values) else tuple(f"output_{i}" for i in range(len(values)))
                 for key, value in zip(keys, values, strict=True):
                     parts.setdefault(key, []).append(value.detach().float().cpu().numpy())
-        return {k: np.concatenate(v) for k, v in parts.items()}
+        return {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in parts.items()}
 
     return Side(factory, run)
 
@@ -93,7 +95,7 @@ def _engine_side(label: str, engine: Any, stack: contextlib.ExitStack, **fields:
     stack.enter_context(engine)
     names = tuple(s.name for s in engine.outputs)
     return Side(label, lambda batches, _names: run_batches(engine, batches), inputs=engine.inputs, outputs=names,
-                profiles=engine.profiles, **fields)
+                output_specs=tuple(engine.outputs), profiles=engine.profiles, **fields)
 
 
 def open_side(text: str, stack: contextlib.ExitStack, route: str = "tensorrt", device: Any = None,
@@ -199,12 +201,16 @@ def compare_sides(
             raise InvalidArgument("neither side says what inputs it takes (a module or saved outputs); "
                                   "pass --inputs INPUTS.npz")
         specs = known.inputs or ()
+        # no sample axis to split along (no inputs, or a rank-0 input or output): one call on one input set
+        whole = known.inputs is not None and unbatched(specs, side_a.output_specs + side_b.output_specs)
         if inputs is not None:
-            arrays = load_npz(inputs, specs) if specs else dict(np.load(inputs))
+            arrays = load_npz(inputs, specs, batched=not whole) if specs else dict(np.load(inputs))
         else:
-            arrays = make_inputs(specs, known.profiles, samples, known.preprocessing or side_b.preprocessing)
-        count = next(iter(arrays.values())).shape[0]
-        batches = split_batches(arrays, batch_size(specs, known.profiles, count) if specs else count)
+            arrays = make_inputs(specs, known.profiles, 1 if whole else samples,
+                                 known.preprocessing or side_b.preprocessing)
+        count = 1 if whole else next(iter(arrays.values())).shape[0]
+        batches = [arrays] if whole else split_batches(
+            arrays, batch_size(specs, known.profiles, count) if specs else count)
         names = side_a.outputs or side_b.outputs
         out_a = side_a.run(batches, names)
         out_b = side_b.run(batches, side_b.outputs or tuple(out_a))
@@ -213,7 +219,7 @@ def compare_sides(
         judgement = judge(out_a, out_b, task=_task(side_a, side_b), precision=side_b.precision, limit=limit)
     runs = tuple("" if side.runs is None else f"{side.runs}" + (f" in the {side.evaluator}" if side.evaluator else "")
                  for side in (side_a, side_b))
-    return Comparison(a, b, arrays, out_a, out_b, judgement, runs)
+    return Comparison(a, b, arrays, out_a, out_b, judgement, runs, count)
 
 
 def save_run(result: Comparison, inputs_path: Path | None, outputs_path: Path | None) -> list[Path]:
