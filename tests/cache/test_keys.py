@@ -87,6 +87,7 @@ GRAPH_CHANGES: dict[str, object] = {
     "quant": QuantConfig(calibrator="entropy"),
     "keep_fp32": ("conv",),
     "layer_precision": {"conv": "fp32"},
+    "dynamic_batch": True,
 }
 #: Options that do not affect the engine: no key may read them.
 NOT_AFFECTING: dict[str, object] = {
