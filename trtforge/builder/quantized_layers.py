@@ -59,6 +59,15 @@ def _is_constant(value: ir.Value | None) -> bool:
     return node is not None and node.op_type == "Constant"
 
 
+def _dtype(value: ir.Value | None) -> ir.DataType | None:
+    """A value's dtype, from its tensor where a graph built in memory has not set it on the value yet."""
+    if value is None:
+        return None
+    if value.dtype is not None:
+        return value.dtype
+    return value.const_value.dtype if value.const_value is not None else None
+
+
 def _side(value: ir.Value | None) -> tuple[bool, str | None]:
     """(is a weight, quantized family or None) of one input of a layer."""
     dq = _dequantized(value)
@@ -67,14 +76,14 @@ def _side(value: ir.Value | None) -> tuple[bool, str | None]:
     stored = dq.inputs[0]
     quantizer = stored.producer() if stored is not None else None
     if quantizer is not None and quantizer.op_type == "QuantizeLinear":
-        return _is_constant(quantizer.inputs[0]), FAMILY.get(stored.dtype) or _q_family(quantizer)
-    return _is_constant(stored), FAMILY.get(stored.dtype) if stored is not None else None
+        return _is_constant(quantizer.inputs[0]), FAMILY.get(_dtype(stored)) or _q_family(quantizer)
+    return _is_constant(stored), FAMILY.get(_dtype(stored)) if stored is not None else None
 
 
 def _q_family(node: ir.Node) -> str | None:
     """A QuantizeLinear's output family from its zero point (or ``output_dtype``; default UINT8)."""
-    if len(node.inputs) > 2 and node.inputs[2] is not None and node.inputs[2].dtype is not None:
-        return FAMILY.get(node.inputs[2].dtype)
+    if len(node.inputs) > 2 and _dtype(node.inputs[2]) is not None:
+        return FAMILY.get(_dtype(node.inputs[2]))
     attr = node.attributes.get("output_dtype")
     return FAMILY.get(ir.DataType(attr.value)) if attr is not None and attr.value else "int8"
 

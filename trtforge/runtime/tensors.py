@@ -71,7 +71,8 @@ def bind_input(spec: TensorSpec, value: Any, device: torch.device, move_inputs: 
             f"input {spec.name!r} is a {type(value).__name__}; pass a torch.Tensor or a numpy array "
             f"of dtype {spec.dtype}"
         )
-    value = value.detach()  # engines run inference only; a tensor that requires grad is read as is
+    if value.requires_grad:  # engines run inference only; a tensor that requires grad is read as is
+        value = value.detach()
     if value.dtype != want:
         raise EngineInputError(
             f"input {spec.name!r} has dtype {value.dtype}; the engine expects {want}. Convert it with "
