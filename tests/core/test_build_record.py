@@ -20,6 +20,7 @@ from trtforge.core.sidecar import (
     ShapeInputRecord,
     Sidecar,
     SourceRecord,
+    TargetPlanRecord,
     read_sidecar,
     sidecar_keys,
 )
@@ -33,6 +34,8 @@ RECORD = BuildRecord(
     source=SourceRecord(onnx_sha256="a" * 64, reference_onnx_sha256="b" * 64), notes=("kept one node",),
     quantization=QuantizationRecord(calibrator="entropy", int8_layers=1),
     shape_inputs=(ShapeInputRecord(name="shape", values=(3, 2)),),
+    target_plan=TargetPlanRecord(flavour="tensorrt_rtx", version="1.7", targets=("sm86",), layers=(
+        {"layer": "fc", "op": "Gemm", "class": "gemm", "quantized_as": "int8", "runs_as": {"sm86": "fp16"}},)),
 )
 
 
