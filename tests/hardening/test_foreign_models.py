@@ -122,8 +122,8 @@ def test_an_int8_build_that_quantizes_nothing_says_so(tmp_path):
     model = save_graph(tmp_path / "relu.onnx", [helper.make_node("MatMul", ["x", "w"], ["y"], name="head")],
                        [value("x", ["b", 8])], [value("y", ["b", 4])], [weight])  # a final head: kept in FP16
     np.save(tmp_path / "calib.npy", np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32))
-    proc = run_cli(["build", model, "-o", tmp_path / "out", "-q", "--precision", "int8", "--calib",
-                    tmp_path / "calib.npy"], cache_dir=tmp_path / "cache")
+    proc = run_cli(["build", model, "-o", tmp_path / "out", "-q", "--precision", "int8", "--allow-unaccelerated",
+                    "--calib", tmp_path / "calib.npy"], cache_dir=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in error_lines(proc.stderr) if line.startswith("warning:")]
     assert len(warnings) == 1 and "no layer was quantized" in warnings[0] and "relu_fp16" in warnings[0], proc.stderr
@@ -153,8 +153,8 @@ def test_overwrite_warns_about_the_sibling_artifact_it_breaks(hardening_inputs, 
 @needs_trt
 def test_no_cache_writes_no_calibration_cache(hardening_inputs, tmp_path):
     model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
-    proc = run_cli(["build", model, "-o", tmp_path / "out", "-q", "--precision", "int8", "--calib",
-                    hardening_inputs["calib"], "--no-cache"], cache_dir=tmp_path / "cache")
+    proc = run_cli(["build", model, "-o", tmp_path / "out", "-q", "--precision", "int8", "--allow-unaccelerated",
+                    "--calib", hardening_inputs["calib"], "--no-cache"], cache_dir=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.is_dir()) == []  # before: calib_cache/
 
