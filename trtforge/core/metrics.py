@@ -14,12 +14,39 @@ import numpy as np
 Outputs = Sequence[np.ndarray]
 
 
-def per_sample_errors(ref: list[np.ndarray], test: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def _float64_blocks(ref: Outputs, test: Outputs, elements: int = 1 << 20):
+    """Both output lists as (batch, columns) float64 blocks of about ``elements`` values each, output by output:
+    the sums below never hold a float64 copy of a whole output (a 16 MiB activation would take 32 MiB, per
+    operand and per temporary)."""
+    for r, t in zip(ref, test, strict=True):
+        r2, t2 = r.reshape(r.shape[0], -1), t.reshape(t.shape[0], -1)
+        step = max(1, elements // max(1, r2.shape[0]))
+        for start in range(0, r2.shape[1], step):
+            yield r2[:, start:start + step].astype(np.float64), t2[:, start:start + step].astype(np.float64)
+
+
+def per_sample_stats(ref: Outputs, test: Outputs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-sample relative L2, cosine and largest absolute difference over all outputs flattened together,
+    summed block by block (memory: a few MiB whatever the outputs' size)."""
+    rows = ref[0].shape[0]
+    rr, tt, rt, dd, worst = (np.zeros(rows) for _ in range(5))
+    for r, t in _float64_blocks(ref, test):
+        d = t - r
+        rr += np.einsum("ij,ij->i", r, r)
+        tt += np.einsum("ij,ij->i", t, t)
+        rt += np.einsum("ij,ij->i", r, t)
+        dd += np.einsum("ij,ij->i", d, d)
+        if d.size:
+            worst = np.maximum(worst, np.abs(d).max(axis=1))
+    r_norm, t_norm = np.sqrt(rr), np.sqrt(tt)
+    rel = np.sqrt(dd) / np.maximum(r_norm, 1e-12)
+    cos = rt / np.maximum(r_norm * t_norm, 1e-12)
+    return rel, cos, worst
+
+
+def per_sample_errors(ref: Outputs, test: Outputs) -> tuple[np.ndarray, np.ndarray]:
     """Per-sample relative L2 and cosine over all outputs flattened together."""
-    r = np.concatenate([o.reshape(o.shape[0], -1) for o in ref], axis=1).astype(np.float64)
-    t = np.concatenate([o.reshape(o.shape[0], -1) for o in test], axis=1).astype(np.float64)
-    rel = np.linalg.norm(t - r, axis=1) / np.maximum(np.linalg.norm(r, axis=1), 1e-12)
-    cos = np.sum(r * t, axis=1) / np.maximum(np.linalg.norm(r, axis=1) * np.linalg.norm(t, axis=1), 1e-12)
+    rel, cos, _ = per_sample_stats(ref, test)
     return rel, cos
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
+from trtforge.core.memory import trim_heap
 from trtforge.core.specs import TensorSpec
 from trtforge.debug.inputs import make_inputs, split_batches
 from trtforge.passes.float16 import upcast_float16
@@ -169,17 +170,16 @@ class _Sums:
 
 
 def _accumulate(sums: _Sums, ref: np.ndarray, test: np.ndarray) -> None:
-    from trtforge.core.metrics import PER_SAMPLE
+    from trtforge.core.metrics import per_sample_stats
 
     if ref.dtype.kind != "f" or ref.shape != test.shape or ref.ndim == 0:
         sums.comparable = False  # shape arithmetic, or a tensor the candidate computes another way
         return
-    a = ref.reshape(ref.shape[0], -1).astype(np.float64)
-    b = test.reshape(test.shape[0], -1).astype(np.float64)
-    sums.rel_l2 += float(PER_SAMPLE["rel_l2"]([a], [b]).sum())
-    sums.cosine += float(PER_SAMPLE["cosine"]([a], [b]).sum())
-    sums.max_abs = max(sums.max_abs, float(np.max(np.abs(a - b))) if a.size else 0.0)
-    sums.count += a.shape[0]
+    rel_l2, cosine, worst = per_sample_stats([ref], [test])
+    sums.rel_l2 += float(rel_l2.sum())
+    sums.cosine += float(cosine.sum())
+    sums.max_abs = max(sums.max_abs, float(worst.max()) if worst.size else 0.0)
+    sums.count += ref.shape[0]
 
 
 def _stream(ref_model: ir.Model, cand_model: ir.Model, names: list[str], batches: list[dict[str, np.ndarray]],
@@ -198,7 +198,9 @@ def _stream(ref_model: ir.Model, cand_model: ir.Model, names: list[str], batches
             for name, ref, test in zip(run, ref_values, cand_values, strict=True):
                 _accumulate(sums[name], np.asarray(ref), np.asarray(test))
             del ref_values, cand_values
+            trim_heap()
         del ref_session, cand_session
+        trim_heap()
         if progress is not None:
             progress(index + 1, len(runs))
     return sums
