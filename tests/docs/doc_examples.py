@@ -96,9 +96,36 @@ def examples(page: Path) -> list[Example]:
     return found
 
 
+#: A command whose trailing comment ends in ``exit N`` must exit with N (an example of a refusal).
+EXPECTED_EXIT = re.compile(r"#[^#]*\bexit (\d+)\s*$")
+#: Runs ``$3`` with bash; fails unless it exits with ``$1`` and (when ``$2`` is not empty) prints ``$2``.
+EXPECT = ('__expect() { local out rc; set +e; out=$(bash -c "$3" 2>&1); rc=$?; set -e; printf "%s\\n" "$out"; '
+          '[ "$rc" = "$1" ] || { echo "expected exit $1, got $rc: $3" >&2; return 1; }; '
+          '[ -z "$2" ] || grep -qF -- "$2" <<<"$out" || { echo "expected in the output: $2" >&2; return 1; }; }\n')
+
+
+def expect_exits(code: str, quoted: dict[int, str] | None = None) -> str:
+    """``code`` with each one-line command marked ``# ... exit N`` run through ``__expect``: it must exit with N,
+    and print ``quoted[line]`` (the ``error:`` line a ``console`` fence shows under it, up to a ``...``)."""
+    import shlex
+
+    out, marked = [], False
+    for index, line in enumerate(code.splitlines()):
+        match = EXPECTED_EXIT.search(line)
+        if match is None or line.rstrip().endswith("\\"):
+            out.append(line)
+            continue
+        marked = True
+        command = line[:match.start()].rstrip()
+        text = (quoted or {}).get(index, "")
+        out.append(f"__expect {match.group(1)} {shlex.quote(text)} {shlex.quote(command)}")
+    return (EXPECT if marked else "") + "\n".join(out) + "\n"
+
+
 def console_commands(code: str) -> str:
-    """The commands of a ``console`` fence: its ``$ `` lines and their ``\\`` continuations."""
-    out, going = [], False
+    """The commands of a ``console`` fence: its ``$ `` lines and their ``\\`` continuations; a command marked
+    ``# ... exit N`` must exit with N and print the ``error:`` line shown under it (``expect_exits``)."""
+    out, going, quoted = [], False, {}
     for line in code.splitlines():
         if line.startswith("$ "):
             out.append(line[2:])
@@ -106,4 +133,6 @@ def console_commands(code: str) -> str:
         elif going:
             out.append(line)
             going = line.rstrip().endswith("\\")
-    return "\n".join(out) + "\n"
+        elif line.startswith("error: ") and out:
+            quoted[len(out) - 1] = line.split("...")[0].rstrip().rstrip(";")
+    return expect_exits("\n".join(out), quoted)
