@@ -23,8 +23,7 @@ from blocks import SwinBlock, ViTBlock  # noqa: E402
 
 from trtforge.builder.build import RecordingLogger, parse_network  # noqa: E402
 from trtforge.capture.export import export_onnx  # noqa: E402
-from trtforge.convert.api import lower_module  # noqa: E402
-from trtforge.convert.build import build_plan  # noqa: E402
+from trtforge.convert.api import build_lowered, lower_module  # noqa: E402
 from trtforge.core import trt  # noqa: E402
 from trtforge.passes.cleanup import cleanup  # noqa: E402
 from trtforge.passes.graph import load_ir, save_model  # noqa: E402
@@ -47,7 +46,7 @@ def direct(model, inputs) -> dict:
     start = time.perf_counter()
     lowered = lower_module(model, inputs, batch=BATCH)
     capture = time.perf_counter() - start
-    plan = build_plan(lowered.net, BATCH, optimization_level=0)
+    plan = build_lowered(lowered.net, BATCH, optimization_level=0)
     return {"capture_s": round(capture, 2), "layers": lowered.net.net.num_layers, "build_s": round(plan.seconds, 2),
             "plan_mb": round(len(plan.plan) / 2**20, 1)}
 

@@ -290,3 +290,26 @@ def test_default_batch_is_defined_once():
                      and "DEFAULT_BATCH" in {t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
                                              if isinstance(t, ast.Name)})
     assert defined == ["trtforge/core/batch.py"], f"import DEFAULT_BATCH from trtforge.core.batch: {defined}"
+
+
+def _calls_of(path: Path, names: set[str]) -> list[int]:
+    """Lines of ``path`` that call a method or function named in ``names`` (docstrings do not count)."""
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")) in names]
+
+
+def test_one_builder_builds_and_derives_profiles():
+    """Issue 23: every engine (ONNX path, direct path, partitions) is built by ``builder.build.build_network``,
+    and every optimisation profile is made there from ``builder.profiles.resolve_profiles``."""
+    owners = {"build_serialized_network": {"trtforge/builder/build.py"},
+              "create_optimization_profile": {"trtforge/builder/build.py"}}
+    for call, allowed in owners.items():
+        found = {path.relative_to(REPO).as_posix() for path in PACKAGE.rglob("*.py") if _calls_of(path, {call})}
+        assert found == allowed, f"{call} is called outside the one builder: {sorted(found - allowed)}"
+
+
+def test_the_builder_scan_can_fail(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text('"""builder.build_serialized_network(net, cfg) in a docstring"""\n'
+                      "plan = builder.build_serialized_network(net, cfg)\n")
+    assert _calls_of(source, {"build_serialized_network"}) == [2]

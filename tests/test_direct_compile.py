@@ -168,3 +168,22 @@ def test_direct_int8_calibrates_the_module_and_records_its_placement(tmp_path):
     default = _compile(tmp_path, precision="int8", calibration_data=calib, batch=(1, 2, 4), name="tiny_default",
                        allow_unaccelerated=True)
     assert default.sidecar.quantization.int8_layers == 0  # 3 input channels and the head: FP16 by the rules
+
+
+def test_one_config_builds_through_both_paths_with_the_one_builder(tmp_path):
+    """Issue 23: the same ``CompileConfig`` object through the ONNX path and the direct path; both builds go
+    through ``builder.build.build_network``, so profiles, targets, level and builder record agree."""
+    config = CompileConfig(precision="fp16", batch="1:4:8", input_names=("images",), output_names=("logits",),
+                           optimization_level=1, progress=False, cache_dir=tmp_path / "cache")
+    model, x = _tiny(), (torch.zeros(1, 3, 16, 16),)
+    via_onnx = trtforge.compile(model, x, config, path="onnx", output_dir=tmp_path / "onnx").sidecar
+    direct = trtforge.compile(model, x, config, path="direct", output_dir=tmp_path / "direct").sidecar
+    assert via_onnx.source.path != direct.source.path == "direct"
+    assert via_onnx.profiles == direct.profiles and direct.profiles[0]["images"]["max"] == [8, 3, 16, 16]
+    assert [s.as_dict() for s in via_onnx.inputs] == [s.as_dict() for s in direct.inputs]
+    assert [s.as_dict() for s in via_onnx.outputs] == [s.as_dict() for s in direct.outputs]
+    for field in ("flavour", "version", "targets", "optimization_level", "strongly_typed", "workspace_bytes"):
+        assert getattr(via_onnx.builder, field) == getattr(direct.builder, field), field
+    assert direct.builder.optimization_level == 1
+    ours = {k: v for k, v in via_onnx.builder.config.items() if k != "path"}
+    assert ours == {k: v for k, v in direct.builder.config.items() if k != "path"}

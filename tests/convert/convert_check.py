@@ -12,8 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from trtforge.convert.api import lower_module
-from trtforge.convert.build import build_plan
+from trtforge.convert.api import build_lowered, lower_module
 from trtforge.convert.evaluator import evaluate
 
 TOLERANCES = {"fp32": {"rtol": 1e-4, "atol": 1e-4}, "fp16": {"rtol": 2e-2, "atol": 2e-2}}
@@ -53,6 +52,6 @@ def check(model: nn.Module, make_inputs: Callable[[int], tuple], *, dynamic: boo
         else:
             torch.testing.assert_close(g, e)
     if build:
-        plan = build_plan(lowered.net, batch if dynamic else (batch[1],) * 3, optimization_level=0)
+        plan = build_lowered(lowered.net, batch if dynamic else (batch[1],) * 3, optimization_level=0)
         assert len(plan.plan) > 0
     return lowered

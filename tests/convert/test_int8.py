@@ -8,8 +8,7 @@ import torch
 from tiny_model import QuantNet
 from torch import nn
 
-from trtforge.convert.api import lower_module
-from trtforge.convert.build import build_plan
+from trtforge.convert.api import build_lowered, lower_module
 from trtforge.convert.evaluator import evaluate
 from trtforge.convert.int8 import Int8Scales, LayerScales, qdq
 from trtforge.convert.network import Network
@@ -33,7 +32,7 @@ def test_per_tensor_qdq_matches_torch_fake_quantize_with_ties_and_clamping():
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
     assert got[0, 0, 0, :4].tolist() == pytest.approx([0.0, 0.1, 0.0, -0.1])
     assert got.max().item() == pytest.approx(127 * scale) and got.min().item() == pytest.approx(-128 * scale)
-    assert build_plan(net, (1, 2, 4), optimization_level=0).plan
+    assert build_lowered(net, (1, 2, 4), optimization_level=0).plan
 
 
 def test_per_channel_qdq_matches_torch_fake_quantize_per_channel():
@@ -92,13 +91,13 @@ def test_conv_and_linear_of_named_modules_get_qdq_and_match_the_fake_quant_refer
     assert kinds["quantize"] == 4 and kinds["dequantize"] == 4  # input + weight of two layers
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     assert (got - plain).abs().max() > 5e-4  # the quantization is really there (5x the tolerance)
-    assert build_plan(lowered.net, (1, 2, 4), optimization_level=0).plan
+    assert build_lowered(lowered.net, (1, 2, 4), optimization_level=0).plan
 
 
 def test_int8_under_fp16_builds_and_stays_close_to_the_reference():
     lowered, got, expected, _plain = _lower_and_run("fp16")
     torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
-    assert build_plan(lowered.net, (1, 2, 4), optimization_level=0).plan
+    assert build_lowered(lowered.net, (1, 2, 4), optimization_level=0).plan
 
 
 def test_no_scales_means_no_qdq():
@@ -119,7 +118,7 @@ def test_efficientnet_lite0_int8_builds_with_tensorrt(lite0):
     scales = Int8Scales.of({p: LayerScales(a, w) for p, (a, w) in plan.int8_modules().items()})
     lowered = lower_module(lite0, (torch.zeros(2, 3, 224, 224),), batch=(1, 2, 4), precision="fp16", int8=scales)
     assert set(lowered.int8_layers) == set(plan.int8_modules()) and len(lowered.int8_layers) > 20
-    assert build_plan(lowered.net, (1, 2, 4), optimization_level=0).plan
+    assert build_lowered(lowered.net, (1, 2, 4), optimization_level=0).plan
 
 
 class ExpandedLinear(nn.Module):

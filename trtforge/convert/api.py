@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trtforge.convert.build import build_plan
 from trtforge.convert.converters import source_hash
 from trtforge.convert.int8 import Int8Scales
 from trtforge.convert.lower import Lowered, export_program, lower_graph, program_constants
-from trtforge.convert.network import Record
+from trtforge.convert.network import Network, Record
 from trtforge.core.batch import BatchProfile
 from trtforge.core.config import FLOAT_OF_PRECISION, FLOAT_PRECISIONS
 from trtforge.core.errors import InvalidArgument
@@ -39,6 +38,42 @@ class Conversion:
     fp32_nodes: dict[str, str] = field(default_factory=dict)
     converter_hash: str = ""
     build_seconds: float = 0.0
+
+
+def symbolic_shapes(net: Network, batch: tuple[int, int, int]) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """Each dynamic input's (min, opt, max) shape, its dims that are expressions of the export's batch symbol
+    (``s0``, ``4*s0``: a partition's inputs are inner tensors) evaluated at ``batch``: ``CompileConfig.shapes``,
+    from which the one builder derives the profile (``builder.profiles.resolve_profiles``).
+
+    Example:
+        >>> symbolic_shapes(lowered.net, (1, 8, 32))["x"]
+        ((1, 3, 224, 224), (8, 3, 224, 224), (32, 3, 224, 224))
+    """
+    shapes = {}
+    for name, _dtype, shape in net.record.inputs:
+        if -1 in shape:
+            exprs = net.dynamic_dims.get(name, shape)
+            shapes[name] = tuple(tuple(_size(e, d, b) for e, d in zip(exprs, shape, strict=True)) for b in batch)
+    return shapes
+
+
+def _size(expr, dim: int, batch: int) -> int:
+    """A profile size: static dims as they are; a batch expression (``s0``, ``4*s0``) at ``batch``."""
+    if dim != -1:
+        return dim
+    if isinstance(expr, int):
+        return batch
+    return int(expr.subs({symbol: batch for symbol in expr.free_symbols}))
+
+
+def build_lowered(net: Network, batch: tuple[int, int, int] = (1, 1, 1), optimization_level: int = 3):
+    """Build a lowered network with the one builder (``builder.build.build_network``) and a ``CompileConfig``
+    holding its shapes: a ``BuildResult`` (plan, seconds, profiles). Raises BuildFailedError with the log."""
+    from trtforge.builder.build import build_network
+    from trtforge.core.config import CompileConfig
+
+    config = CompileConfig(shapes=symbolic_shapes(net, batch), optimization_level=optimization_level, progress=False)
+    return build_network(net.builder, net.net, net.logger, config, name=net.net.name, progress=False)
 
 
 def precision_dtype(precision: str) -> torch.dtype:
@@ -128,7 +163,7 @@ def convert_module(model: torch.nn.Module, example_inputs: tuple, *, batch: tupl
     plan, seconds = None, 0.0
     if build:
         sizes = batch or (example_inputs[0].shape[0],) * 3
-        result = build_plan(lowered.net, tuple(sizes), optimization_level)
+        result = build_lowered(lowered.net, tuple(sizes), optimization_level)
         plan, seconds = result.plan, result.seconds
     record = lowered.net.record
     return plan, Conversion(

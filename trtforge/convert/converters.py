@@ -27,17 +27,42 @@ def all_converters() -> dict[str, Converter]:
     return REGISTRY
 
 
-@functools.cache
 def source_hash() -> str:
     """sha256 over the source of every converter module and the lowering: a converter change changes
-    this, so it belongs in the engine-cache key (a stale engine is never served)."""
+    this, so it belongs in the engine-cache key (a stale engine is never served). A converter registered
+    by the user (``trtforge.convert.converter`` in their own module) counts with its own source, so
+    registering, replacing or editing one changes the key too."""
     all_converters()
-    names = sorted({c.fn.__module__ for c in REGISTRY.values()} | set(LOWERING_MODULES))
+    ours = sorted({c.fn.__module__ for c in REGISTRY.values() if _ours(c)} | set(LOWERING_MODULES))
+    theirs = sorted((c.target, _function_source(c.fn)) for c in REGISTRY.values() if not _ours(c))
+    return _hash(tuple(ours), tuple(theirs))
+
+
+def _ours(c: Converter) -> bool:
+    return c.fn.__module__.split(".")[0] == "trtforge"
+
+
+@functools.cache
+def _hash(modules: tuple[str, ...], user: tuple[tuple[str, str], ...]) -> str:
     digest = hashlib.sha256()
-    for name in names:
+    for name in modules:
         digest.update(name.encode())
         digest.update(Path(importlib.util.find_spec(name).origin).read_bytes())
+    for target, source in user:
+        digest.update(f"user converter {target}".encode())
+        digest.update(source.encode())
     return digest.hexdigest()
+
+
+def _function_source(fn) -> str:
+    """A user converter's source; its bytecode where the source cannot be read (a REPL, a frozen app)."""
+    import inspect
+
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        code = getattr(fn, "__code__", None)
+        return repr(code.co_code + repr(code.co_consts).encode()) if code is not None else repr(fn)
 
 
 def _core_aten() -> frozenset[str]:

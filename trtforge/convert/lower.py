@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -58,8 +59,12 @@ def export_program(model: torch.nn.Module, example_inputs: tuple, batch: tuple[i
             dynamic = tuple({0: dim} if isinstance(x, torch.Tensor) else None for x in example_inputs)
             if any(p.kind is p.VAR_POSITIONAL for p in inspect.signature(model.forward).parameters.values()):
                 dynamic = (dynamic,)  # forward(*xs): the specs nest like the arguments
-    program = torch.export.export(model.eval(), example_inputs, dynamic_shapes=dynamic)
-    return program.run_decompositions(decompositions())
+    with warnings.catch_warnings():
+        # torch's own pytree code warns about its own deprecated check on every export: not the user's to fix
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                category=FutureWarning)
+        program = torch.export.export(model.eval(), example_inputs, dynamic_shapes=dynamic)
+        return program.run_decompositions(decompositions())
 
 
 def program_constants(program) -> dict[str, torch.Tensor]:
@@ -170,8 +175,9 @@ def _call(ctx: Context, node: torch.fx.Node, env: dict, lowered: Lowered):
         return _fold(node, env)
     entry = REGISTRY.get(name)
     if entry is None:
-        raise UnsupportedOp(f"no converter for {name} (node {node.name}); keep it in PyTorch with "
-                            "partition(...) or add a converter in trtforge/convert/ops/")
+        raise UnsupportedOp(f"no converter for {name} (node {node.name}); keep it in PyTorch with partition(...), "
+                            f"or register one in your module with @trtforge.convert.converter({name!r}) "
+                            "(docs/direct-path.md, \"Converters\")")
     reason = entry.refusal(node)
     if reason is not None:
         raise ConversionRefused(f"{name} (node {node.name}) refused: {reason}")

@@ -22,8 +22,7 @@ import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from trtforge.convert.api import precision_dtype
-from trtforge.convert.build import build_plan, profile_shapes
+from trtforge.convert.api import build_lowered, precision_dtype, symbolic_shapes
 from trtforge.convert.context import ConversionRefused, static_shape
 from trtforge.convert.converters import all_converters
 from trtforge.convert.evaluator import evaluate
@@ -117,11 +116,21 @@ def _engine(parent: torch.fx.GraphModule, node: torch.fx.Node, *, batch, precisi
                  if isinstance(arg, torch.fx.Node) and arg.op == "get_attr"}
     lowered = lower_graph(sub.graph, constants, precision=precision, attrs=lambda t: _attr(sub, t),
                           name=node.target)
-    plan = build_plan(lowered.net, batch, optimization_level=0).plan if build else None
+    plan = build_lowered(lowered.net, batch, optimization_level=0).plan if build else None
     (out,) = sub.graph.find_nodes(op="output")
     values = [n.meta["val"] for n in (out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]])]
     outputs = [(name, v.dtype, static_shape(v)) for name, v in zip(lowered.net.record.outputs, values, strict=True)]
-    return EngineModule(plan, lowered.net.record, placeholders, runner, profile_shapes(lowered.net, batch), outputs)
+    return EngineModule(plan, lowered.net.record, placeholders, runner, _profile(lowered.net, batch), outputs)
+
+
+def _profile(net, batch) -> dict[str, dict[str, list[int]]]:
+    """The engine's one profile as the builder derives it from the inputs' shapes (``symbolic_shapes``)."""
+    from trtforge.builder.profiles import resolve_profiles
+    from trtforge.core.specs import TensorSpec
+
+    specs = [TensorSpec(name, str(dtype).removeprefix("torch."), tuple(shape))
+             for name, dtype, shape in net.record.inputs]
+    return resolve_profiles(specs, None, symbolic_shapes(net, batch))[0]
 
 
 def _attr(module: torch.nn.Module, target: str) -> torch.Tensor:

@@ -43,18 +43,32 @@ class Converter:
 REGISTRY: dict[str, Converter] = {}
 
 
-def converter(*targets: str, validator: Validator | None = None) -> Callable[[Callable], Callable]:
-    """Register the decorated function for each of ``targets``; the family is the module's last name."""
+def converter(*targets: str, validator: Validator | None = None, replace: bool = False) -> Callable[[Callable], Callable]:
+    """Register the decorated function for each of ``targets``; the family is the module's last name.
+
+    Users register their own converters the same way, from their own module (imported before
+    ``compile(path="direct")``; the CLI imports the factory's module): ``replace=True`` takes the place
+    of a built-in converter of that target. Either way the converter's source joins the engine-cache key.
+    """
 
     def register(fn: Callable) -> Callable:
         family = fn.__module__.rsplit(".", 1)[-1]
         for target in targets:
-            if target in REGISTRY:
-                raise InternalError(f"two converters for {target}: {REGISTRY[target].fn} and {fn}")
+            if target in REGISTRY and not replace:
+                _refuse_twice(target, REGISTRY[target].fn, fn)
             REGISTRY[target] = Converter(target, fn, validator, family)
         return fn
 
     return register
+
+
+def _refuse_twice(target: str, old: Callable, new: Callable) -> None:
+    if new.__module__.split(".")[0] == "trtforge":
+        raise InternalError(f"two converters for {target}: {old} and {new}")
+    from trtforge.core.errors import InvalidArgument
+
+    raise InvalidArgument(f"{target} already has a converter ({old.__module__}.{old.__qualname__}); pass "
+                          f"converter({target!r}, replace=True) to use {new.__qualname__} instead")
 
 
 def target_name(node: torch.fx.Node) -> str:

@@ -1,0 +1,84 @@
+"""A converter the user registers from their own module (issue 23): ``compile(path="direct")`` and
+``trtforge coverage`` use it, it changes the engine-cache key, and a clash with a built-in converter is one
+line unless ``replace=True``.
+
+``user_model/user_ops.py`` holds a ``torch.library`` op trtforge has no converter for, and registers its
+converter when ``WITH_CONVERTER=1``. Everything runs in child processes: the registry is process-wide,
+and the converter table other tests read must stay the built-in one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+USER = Path(__file__).resolve().parent / "user_model"
+
+pytestmark = pytest.mark.needs_trt
+
+
+def _run(argv: list[str], with_converter: bool, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(USER)]), COLUMNS="160",
+               WITH_CONVERTER="1" if with_converter else "0")
+    return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
+
+
+def _row(out: str, op: str) -> str:
+    return next((line for line in out.splitlines() if op in line), "")
+
+
+def test_coverage_lists_the_user_converter(tmp_path):
+    without = _run(["-m", "trtforge.cli", "coverage", "user_ops:make", "--input-shape", "2x8"], False, tmp_path)
+    with_it = _run(["-m", "trtforge.cli", "coverage", "user_ops:make", "--input-shape", "2x8"], True, tmp_path)
+    assert without.returncode == with_it.returncode == 0, without.stderr + with_it.stderr
+    assert "unsupported" in _row(without.stdout, "userlib.scale2.default"), without.stdout
+    assert "converted" in _row(with_it.stdout, "userlib.scale2.default"), with_it.stdout
+    assert "coverage 100.0%; 1 engine partition(s)" in with_it.stdout
+
+
+SCRIPT = r"""
+import json, sys, torch, trtforge
+from trtforge.convert import converter, source_hash
+from trtforge.convert.api import lower_module
+from trtforge.convert.evaluator import evaluate
+from trtforge.core.errors import InvalidArgument
+before = source_hash()
+import user_ops
+after = source_hash()
+model, x = user_ops.make(), torch.randn(3, 8, generator=torch.Generator().manual_seed(1))
+(out,) = evaluate(lower_module(model, (x,)).net.record, {"x": x})
+art = trtforge.compile(model, (torch.zeros(2, 8),), path="direct", batch="1:2:4", output_dir="out", cache_dir="cache",
+                       progress=False)
+try:
+    converter("aten.relu.default")(lambda ctx, node, args: None)
+    clash = None
+except InvalidArgument as exc:
+    clash = str(exc)
+converter("userlib.scale2.default", replace=True)(lambda ctx, node, args: ctx.tensor(args[0]))
+json.dump({"before": before, "after": after, "replaced": source_hash(), "sidecar": art.sidecar.builder.converter_hash,
+           "max_error": float((out - model(x)).abs().max()), "clash": clash}, sys.stdout)
+"""
+
+
+def test_compile_direct_uses_the_user_converter_and_keys_on_its_source(tmp_path):
+    proc = _run(["-c", SCRIPT], True, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["max_error"] < 1e-5  # the lowered network (the user's converter in it) equals PyTorch
+    assert got["before"] != got["after"] == got["sidecar"]  # registering changed the key the engine was cached under
+    assert got["replaced"] not in (got["before"], got["after"])  # so does replacing a converter
+    assert got["clash"].startswith("aten.relu.default already has a converter") and "replace=True" in got["clash"]
+
+
+def test_without_the_converter_the_direct_path_refuses_in_one_line(tmp_path):
+    proc = _run(["-m", "trtforge.cli", "build", "user_ops:make", "--path", "direct", "--input-shape", "2x8",
+                 "-o", "out"], False, tmp_path)
+    assert proc.returncode == 2 and "userlib.scale2.default" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
