@@ -39,14 +39,22 @@ def _chain(path: Path, depth: int, bump_at: int | None = None, shape=(None, 8, 5
     return path
 
 
+#: Runs the CLI and prints its own peak RSS (VmHWM, kB) at exit. The child's ``ru_maxrss`` would not do: it
+#: starts from the parent's size at fork, and a pytest process that has run the suite holds well over 1 GB.
+PEAK = ("import atexit, runpy, sys\n"
+        "def peak():\n"
+        "    with open('/proc/self/status') as status:\n"
+        "        print('peak-kB', next(l.split()[1] for l in status if l.startswith('VmHWM')), file=sys.stderr)\n"
+        "atexit.register(peak)\n"
+        "sys.argv[0] = 'trtforge'\n"
+        "runpy.run_module('trtforge.cli', run_name='__main__')\n")
+
+
 def _peak_rss_mib(argv: list[str]) -> tuple[int, str, float]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
-    proc = subprocess.Popen([sys.executable, "-m", "trtforge.cli", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, out, usage.ru_maxrss / 1024
+    proc = subprocess.run([sys.executable, "-c", PEAK, *argv], capture_output=True, text=True, env=env, check=False)
+    peak = next(float(line.split()[1]) for line in proc.stderr.splitlines() if line.startswith("peak-kB"))
+    return proc.returncode, proc.stdout + proc.stderr, peak / 1024
 
 
 def test_chunks_stay_within_the_budget():

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import matrix_models  # noqa: E402
 
-PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
 #: The line ``compare`` prints for each side that runs an ONNX graph (``A runs GRAPH``).
 RUNS_LINE = re.compile(r"^([AB]) runs (\S+\.onnx)", re.MULTILINE)
 BUG_LINE = "this is a bug in trtforge"
@@ -102,11 +102,13 @@ def cells(name: str, work: Path) -> list[tuple[str, list[str]]]:
     fixed = matrix_models.SHAPES.get(name, {})
     calib = _calibration(specs, fixed, work / "calib.npz") if specs else work / "calib.npz"
     shape_flags = [x for n, dims in fixed.items() for x in ("--shapes", ":".join([n] + ["x".join(map(str, dims))] * 3))]
-    art = {p: out / f"{name}_{p}.json" for p in PRECISIONS}
+    art = {p: out / f"{name}_{p}{'_sm89_sm120' if p == 'fp8' else ''}.json" for p in PRECISIONS}  # targets: a suffix
     table: list[tuple[str, list[str]]] = [("inspect onnx", ["inspect", str(onnx_path)])]
     for precision in PRECISIONS:
         # TensorRT-RTX runs no W8A8 INT8 (builder/capability.py): built anyway, the sidecar says what runs as what
-        extra = ["--calib", str(calib), "--allow-unaccelerated"] if precision == "int8" else []
+        # FP8 builds with TensorRT-RTX for the GPUs that run it (sm89, sm120); ONNX Runtime checks it on the CPU
+        extra = {"int8": ["--calib", str(calib), "--allow-unaccelerated"],
+                 "fp8": ["--calib", str(calib), "--target", "sm89", "--target", "sm120"]}.get(precision, [])
         table.append((f"build {precision}", ["build", str(onnx_path), "--precision", precision, "-o", str(out),
                                              "--name", name, "-q", *shape_flags, *extra]))
     for precision in PRECISIONS:
@@ -119,6 +121,8 @@ def cells(name: str, work: Path) -> list[tuple[str, list[str]]]:
                                   "--samples", "4"]),
         ("compare fp32-vs-int8", ["compare", f"{art['fp32']}@onnxruntime", f"{art['int8']}@onnxruntime",
                                   "--samples", "4"]),
+        ("compare fp16-vs-fp8", ["compare", f"{art['fp16']}@onnxruntime", f"{art['fp8']}@onnxruntime",
+                                 "--samples", "4"]),
         ("compare --layerwise fp16", ["compare", "--layerwise", str(out / f"{name}_reference_fp32.onnx"),
                                       str(out / f"{name}_fp16.onnx"), "--samples", "4"]),
         ("debug precision fp16", ["debug", "precision", str(art["fp16"]), "--precision", "fp16", "--metric", "rel_l2",

@@ -34,7 +34,8 @@ from trtforge.passes.graph import has_qdq, input_specs, layer_label, load_ir, or
 #: Per-tensor relative L2 that counts as diverged, by the candidate's precision. FP16 stays below
 #: 0.008 on every EfficientNet-Lite0 tensor; INT8 error grows layer by layer to about 0.19 there, and
 #: 0.1 is where its linear-bottleneck projections start to stand out (docs/benchmarks.md).
-LAYER_THRESHOLDS: dict[str, float] = {"fp32": 1e-3, "fp16": 2e-2, "bf16": 5e-2, "int8": 0.1}
+LAYER_THRESHOLDS: dict[str, float] = {"fp32": 1e-3, "fp16": 2e-2, "bf16": 5e-2, "int8": 0.1, "fp8": 0.1,
+                                      "int8-wo": 5e-2, "int4-wo": 0.1}
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,14 @@ class LayerwiseReport:
 
 
 def graph_precision(model: ir.Model) -> str:
-    """int8 (Q/DQ nodes), fp16/bf16 (reduced-precision values), else fp32."""
+    """The quantized precision its Q/DQ nodes say (fp8: E4M3 values; int8-wo/int4-wo: weight DequantizeLinear
+    only; else int8), fp16/bf16 (reduced-precision values), else fp32."""
     if has_qdq(model):
+        dequantized = {node.inputs[0].dtype for node in model.graph if node.op_type == "DequantizeLinear"}
+        if ir.DataType.FLOAT8E4M3FN in dequantized:
+            return "fp8"
+        if not any(node.op_type == "QuantizeLinear" for node in model.graph):
+            return "int4-wo" if ir.DataType.INT4 in dequantized else "int8-wo"
         return "int8"
     dtypes = {out.dtype for node in model.graph for out in node.outputs if out.dtype is not None}
     if ir.DataType.FLOAT16 in dtypes:
