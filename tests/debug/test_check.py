@@ -137,3 +137,14 @@ def test_an_absent_fp16_engine_is_built_on_the_fly_through_the_engine_cache(tiny
     assert hits == [False, True]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
         [art.engine_path.name, art.sidecar_path.name, art.onnx_path.name, art.reference_onnx_path.name])
+
+
+def test_every_precision_has_tolerances_and_a_layer_threshold():
+    """An fp8 artifact once got "precision 'fp8' has no tolerances" from check and compare (the matrix's FP8 cells)."""
+    from trtforge.core.config import PRECISIONS
+    from trtforge.debug.layerwise import LAYER_THRESHOLDS
+
+    assert set(TOLERANCES) == set(PRECISIONS) == set(LAYER_THRESHOLDS)
+    for precision in PRECISIONS:
+        assert TOLERANCES["fp32"]["rel_l2"] <= TOLERANCES[precision]["rel_l2"] < 1
+        assert 0.5 < TOLERANCES[precision]["cosine"] <= TOLERANCES["fp32"]["cosine"]
