@@ -74,8 +74,8 @@ class LayerwiseReport:
 
 
 def graph_precision(model: ir.Model) -> str:
-    """The quantized precision its Q/DQ nodes say (fp8: E4M3 values; int8-wo/int4-wo: weight DequantizeLinear
-    only; else int8), fp16/bf16 (reduced-precision values), else fp32."""
+    """The graph's precision: from its Q/DQ nodes when it has them (E4M3 values, weight-only DequantizeLinear,
+    else W8A8), else from its reduced-precision value types, else FP32."""
     if has_qdq(model):
         dequantized = {node.inputs[0].dtype for node in model.graph if node.op_type == "DequantizeLinear"}
         if ir.DataType.FLOAT8E4M3FN in dequantized:
