@@ -1,0 +1,97 @@
+"""Cross-layer equalization (issue 25, item 1): the FP32 function is kept (ONNX Runtime within 1e-5) on a
+ReLU6 chain built to clip and on EfficientNet-Lite0, the ranges of each pair end up equal, and what cannot
+be equalized is left alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from trtforge.capture.export import export_onnx
+from trtforge.passes.cleanup import cleanup
+from trtforge.passes.graph import load_ir, ort_session
+from trtforge.quantize.equalize import equalize, find_pairs
+
+
+class ClippingChain(torch.nn.Module):
+    """Conv → ReLU6 → depthwise Conv → ReLU6 → Conv, with channel ranges 20× apart and biases that push
+    about a sixth of the first activations past 6 (so a clip bound left unscaled would change the output)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.c1 = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.c3 = torch.nn.Conv2d(16, 8, 1)
+        with torch.no_grad():
+            self.c1.weight[::2] *= 20
+            self.c1.bias[::3] += 3
+
+    def forward(self, x):
+        return self.c3(torch.nn.functional.relu6(self.c2(torch.nn.functional.relu6(self.c1(x)))))
+
+
+def _onnx(module: torch.nn.Module, shape, path):
+    raw = export_onnx(module.eval(), (torch.zeros(*shape),), path, input_names=["x"], output_names=["y"])
+    return cleanup(load_ir(raw))
+
+
+def _same(a, b, x) -> float:
+    name = a.graph.inputs[0].name
+    ya, yb = (ort_session(m).run(None, {name: x})[0] for m in (a, b))
+    return float(np.abs(ya - yb).max() / np.abs(ya).max())
+
+
+def test_a_relu6_chain_that_clips_keeps_its_outputs(tmp_path):
+    module = ClippingChain()
+    x = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    assert (module.c1(x) > 6).float().mean() > 0.1  # the clip really bites
+    model = _onnx(module, (1, 3, 16, 16), tmp_path / "chain.onnx")
+    equalized, info = equalize(model)
+    assert info["pairs"] == 2 and info["s_max"] > 2  # the factors are far from 1: a real change
+    assert _same(model, equalized, x.numpy()) < 1e-5
+    ops = [n.op_type for n in equalized.graph]
+    assert "Clip" not in ops and ops.count("Min") == ops.count("Max") == 2  # per-channel bounds
+    for pair in find_pairs(equalized):  # each pair's channel ranges now agree
+        w1 = pair.first.inputs[1].const_value.numpy()
+        w2 = pair.second.inputs[1].const_value.numpy()
+        r1 = np.abs(w1.reshape(w1.shape[0], -1)).max(axis=1)
+        r2 = np.abs(w2.reshape(w2.shape[0], -1)).max(axis=1) if pair.depthwise else \
+            np.abs(np.swapaxes(w2, 0, 1).reshape(w2.shape[1], -1)).max(axis=1)
+        assert np.abs(np.log(r1 / r2)).max() < 0.05
+
+
+def test_unscaled_clip_bounds_would_change_the_outputs(tmp_path):
+    """The check above can fail: the same weights with the original scalar ReLU6 are a different function."""
+    model = _onnx(ClippingChain(), (1, 3, 16, 16), tmp_path / "chain.onnx")
+    equalized, _ = equalize(model)
+    original = _onnx(ClippingChain(), (1, 3, 16, 16), tmp_path / "again.onnx")
+    for name, value in equalized.graph.initializers.items():
+        if name in original.graph.initializers and value.const_value is not None:
+            original.graph.initializers[name].const_value = value.const_value  # new weights, old scalar clips
+    x = np.random.default_rng(2).standard_normal((4, 3, 16, 16)).astype(np.float32)
+    assert _same(model, original, x) > 1e-2
+
+
+def test_a_shared_middle_tensor_is_not_equalized(tmp_path):
+    class Fork(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1, self.c2 = torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, 8, 1)
+
+        def forward(self, x):
+            y = torch.relu(self.c1(x))
+            return self.c2(y) + y  # the ReLU output feeds the Add too: scaling it would change the sum
+
+    model = _onnx(Fork(), (1, 3, 8, 8), tmp_path / "fork.onnx")
+    equalized, info = equalize(model)
+    assert info["pairs"] == 0 and find_pairs(model) == []
+
+
+@pytest.mark.slow
+def test_efficientnet_lite0_keeps_its_outputs(lite0_onnx, photo_inputs):
+    model = load_ir(lite0_onnx)
+    equalized, info = equalize(model)
+    assert info["pairs"] >= 30  # every Conv → ReLU6 → Conv of its MBConv blocks
+    assert _same(model, equalized, photo_inputs[:8]) < 1e-5
