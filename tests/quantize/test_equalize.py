@@ -95,3 +95,20 @@ def test_efficientnet_lite0_keeps_its_outputs(lite0_onnx, photo_inputs):
     equalized, info = equalize(model)
     assert info["pairs"] >= 30  # every Conv → ReLU6 → Conv of its MBConv blocks
     assert _same(model, equalized, photo_inputs[:8]) < 1e-5
+
+
+def test_activation_equalization_levels_the_depthwise_inputs(tmp_path):
+    """``equalize_activations``: the depthwise conv's input channels all reach the same observed range, and
+    the function is kept; the pair into the pointwise conv (not depthwise) is left alone."""
+    from trtforge.quantize.equalize import _middle, channel_amax, equalize_activations
+
+    model = _onnx(ClippingChain(), (1, 3, 16, 16), tmp_path / "chain.onnx")
+    rng = np.random.default_rng(3)
+    batches = [{"x": rng.standard_normal((4, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
+    (pair,) = [p for p in find_pairs(model) if p.depthwise]
+    before = channel_amax(model, [_middle(pair)], batches)[_middle(pair)]
+    equalized, info = equalize_activations(model, batches)
+    assert info["pairs"] == 1 and before.min() < 0.5 * before.max()  # uneven to start with
+    after = channel_amax(equalized, [_middle(pair)], batches)[_middle(pair)]
+    np.testing.assert_allclose(after, before.max(), rtol=1e-5)
+    assert _same(model, equalized, batches[0]["x"]) < 1e-5

@@ -111,27 +111,38 @@ def find_pairs(model: ir.Model) -> list[_Pair]:
     return [pair for node in model.graph if node.op_type == "Conv" and (pair := _pair(node)) is not None]
 
 
+def _ranges(pair: _Pair, weights: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per middle channel: the first conv's output-channel range and the second conv's input-channel range."""
+    w1, w2 = weights[pair.first.inputs[1].name], weights[pair.second.inputs[1].name]
+    r1 = np.abs(w1.reshape(w1.shape[0], -1)).max(axis=1)
+    cols = w2.reshape(w2.shape[0], -1) if pair.depthwise else np.swapaxes(w2, 0, 1).reshape(w2.shape[1], -1)
+    return r1, np.abs(cols).max(axis=1)
+
+
+def _apply(pair: _Pair, weights: dict[str, np.ndarray], s: np.ndarray) -> None:
+    """Divide middle channel i by ``s[i]``: the first conv's row and bias and the Clip's bounds down, the second
+    conv's input channel up."""
+    w1, w2 = weights[pair.first.inputs[1].name], weights[pair.second.inputs[1].name]
+    weights[pair.first.inputs[1].name] = w1 / s.reshape((-1,) + (1,) * (w1.ndim - 1))
+    if len(pair.first.inputs) > 2 and pair.first.inputs[2] is not None:
+        weights[pair.first.inputs[2].name] = weights[pair.first.inputs[2].name] / s
+    axis_shape = (-1,) + (1,) * (w2.ndim - 1) if pair.depthwise else (1, -1) + (1,) * (w2.ndim - 2)
+    weights[pair.second.inputs[1].name] = w2 * s.reshape(axis_shape)
+    pair.scale = pair.scale * s
+    if pair.low is not None:
+        pair.low, pair.high = pair.low / s, pair.high / s
+
+
 def _sweep(pairs: list[_Pair], weights: dict[str, np.ndarray]) -> float:
     """One pass over the pairs; returns the largest |log s| applied (0 when settled)."""
     worst = 0.0
     for pair in pairs:
-        w1, w2 = weights[pair.first.inputs[1].name], weights[pair.second.inputs[1].name]
-        r1 = np.abs(w1.reshape(w1.shape[0], -1)).max(axis=1)
-        cols = w2.reshape(w2.shape[0], -1) if pair.depthwise else np.swapaxes(w2, 0, 1).reshape(w2.shape[1], -1)
-        r2 = np.abs(cols).max(axis=1)
+        r1, r2 = _ranges(pair, weights)
         s = np.ones_like(r1)
         ok = (r1 > 0) & (r2 > 0)
         s[ok] = np.sqrt(r1[ok] / r2[ok])
         s = np.clip(s, S_MIN, S_MAX)
-        shape = (-1,) + (1,) * (w1.ndim - 1)
-        weights[pair.first.inputs[1].name] = w1 / s.reshape(shape)
-        if len(pair.first.inputs) > 2 and pair.first.inputs[2] is not None:
-            weights[pair.first.inputs[2].name] = weights[pair.first.inputs[2].name] / s
-        axis_shape = (-1,) + (1,) * (w2.ndim - 1) if pair.depthwise else (1, -1) + (1,) * (w2.ndim - 2)
-        weights[pair.second.inputs[1].name] = w2 * s.reshape(axis_shape)
-        pair.scale = pair.scale * s
-        if pair.low is not None:
-            pair.low, pair.high = pair.low / s, pair.high / s
+        _apply(pair, weights, s)
         worst = max(worst, float(np.abs(np.log(s)).max(initial=0.0)))
     return worst
 
@@ -172,27 +183,71 @@ def _rewrite_clip(graph: ir.Graph, pair: _Pair, rank: int) -> None:
             graph.remove(producer, safe=True)
 
 
-def equalize(model: ir.Model | onnx.ModelProto, max_sweeps: int = 50, tolerance: float = 1e-3) -> tuple[ir.Model, dict]:
-    """An equalized copy of ``model`` and what was done: pairs, sweeps, the factors' spread."""
-    out = copy_model(load_ir(model))
-    pairs = find_pairs(out)
-    info = {"pairs": len(pairs), "sweeps": 0, "s_min": 1.0, "s_max": 1.0}
-    if not pairs:
-        return out, info
+def _weights(model: ir.Model, pairs: list[_Pair]) -> dict[str, np.ndarray]:
     names = {v.name for p in pairs for n in (p.first, p.second) for v in n.inputs[1:3] if v is not None}
-    inits = out.graph.initializers
-    weights = {name: inits[name].const_value.numpy().astype(np.float64) for name in names}
-    for sweep in range(max_sweeps):
-        info["sweeps"] = sweep + 1
-        if _sweep(pairs, weights) < tolerance:
-            break
+    return {name: model.graph.initializers[name].const_value.numpy().astype(np.float64) for name in names}
+
+
+def _write(model: ir.Model, pairs: list[_Pair], weights: dict[str, np.ndarray]) -> None:
+    inits = model.graph.initializers
     for name, array in weights.items():
         dtype = inits[name].const_value.numpy().dtype
         inits[name].const_value = ir.tensor(array.astype(dtype), name=name)
     for pair in pairs:
         if pair.low is not None:
-            _rewrite_clip(out.graph, pair, len(pair.first.inputs[1].const_value.shape))
-    scales = np.concatenate([p.scale for p in pairs])
-    info.update(s_min=float(scales.min()), s_max=float(scales.max()),
-                layers=[layer_label(p.first) for p in pairs])
-    return out, info
+            _rewrite_clip(model.graph, pair, len(pair.first.inputs[1].const_value.shape))
+
+
+def _info(pairs: list[_Pair], **extra) -> dict:
+    scales = np.concatenate([p.scale for p in pairs]) if pairs else np.ones(1)
+    return {"pairs": len(pairs), **extra, "s_min": float(scales.min()), "s_max": float(scales.max()),
+            "layers": [layer_label(p.first) for p in pairs]}
+
+
+def equalize(model: ir.Model | onnx.ModelProto, max_sweeps: int = 50, tolerance: float = 1e-3) -> tuple[ir.Model, dict]:
+    """Weight-range equalization: an equalized copy of ``model`` and what was done (pairs, sweeps, factors)."""
+    out = copy_model(load_ir(model))
+    pairs = find_pairs(out)
+    weights = _weights(out, pairs)
+    sweeps = 0
+    while pairs and sweeps < max_sweeps:
+        sweeps += 1
+        if _sweep(pairs, weights) < tolerance:
+            break
+    _write(out, pairs, weights)
+    return out, _info(pairs, sweeps=sweeps)
+
+
+def _middle(pair: _Pair) -> str:
+    return (pair.act or pair.first).outputs[0].name
+
+
+def channel_amax(model: ir.Model, names: list[str], batches) -> dict[str, np.ndarray]:
+    """|x|max per channel (axis 1) of each tensor in ``names`` over ``batches`` (ONNX Runtime, FP32)."""
+    from trtforge.passes.graph import ort_session
+
+    session = ort_session(model, extra_outputs=names)
+    found: dict[str, np.ndarray] = {}
+    for batch in batches:
+        for name, value in zip(names, session.run(names, batch), strict=True):
+            amax = np.abs(np.moveaxis(value, 1, 0).reshape(value.shape[1], -1)).max(axis=1).astype(np.float64)
+            found[name] = amax if name not in found else np.maximum(found[name], amax)
+    return found
+
+
+def equalize_activations(model: ir.Model | onnx.ModelProto, batches) -> tuple[ir.Model, dict]:
+    """Activation-range equalization for per-channel weights: for each Conv → act → depthwise Conv pair, the
+    middle tensor's channels are scaled to the largest channel's observed range (``s_i = a_i / max a``), so
+    its one per-tensor INT8 scale serves every channel; both convs absorb the factor in their own
+    per-output-channel weight scales (the first in its rows, the depthwise one in its channels), so no
+    weight loses precision."""
+    out = copy_model(load_ir(model))
+    pairs = [p for p in find_pairs(out) if p.depthwise]
+    amax = channel_amax(out, [_middle(p) for p in pairs], batches) if pairs else {}
+    weights = _weights(out, pairs)
+    for pair in pairs:
+        a = amax[_middle(pair)]
+        s = np.where(a > 0, a / max(a.max(), 1e-30), 1.0)
+        _apply(pair, weights, np.clip(s, S_MIN, 1.0))
+    _write(out, pairs, weights)
+    return out, _info(pairs, mode="activations")
