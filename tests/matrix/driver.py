@@ -150,7 +150,7 @@ def run(name: str, work: Path) -> dict:
         missing = [a for a in argv if a.startswith(str(work / "out")) and not Path(a.split("@")[0]).exists()]
         if missing and not cell.startswith("build"):
             rows.append({"cell": cell, "argv": argv, "exit": None, "outcome": "n/a", "seconds": 0.0,
-                         "line": f"no {Path(missing[0].split('@')[0]).name}: its build refused"})
+                         "line": f"no {Path(missing[0].split('@')[0]).name}: its build did not write it (refused, or nothing was quantized and it wrote another precision's files)"})
             print(f"{name:18s} {cell:26s} n/a", flush=True)
             continue
         code, stdout, stderr, exc = _invoke(argv)
