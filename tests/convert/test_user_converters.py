@@ -82,3 +82,23 @@ def test_without_the_converter_the_direct_path_refuses_in_one_line(tmp_path):
                  "-o", "out"], False, tmp_path)
     assert proc.returncode == 2 and "userlib.scale2.default" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_validators_see_the_settings():
+    """Validators take ``(node, settings)`` (or ``(node)``): a BF16 transposed convolution is refused by its
+    validator, so ``coverage`` at bf16 says so before anything is built, and at fp32 converts it."""
+    import torch
+
+    from trtforge.convert.coverage import coverage
+    from trtforge.convert.registry import Converter, Settings
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.ConvTranspose2d(8, 4, 2, 2)).eval()
+    x = (torch.zeros(2, 3, 8, 8),)
+    at_fp32, at_bf16 = coverage(model, x, precision="fp32"), coverage(model, x, precision="bf16")
+    assert "aten.convolution.default" in at_fp32.converted and not at_fp32.refused
+    (reason,) = [r for op, r in at_bf16.refused.items() if op.startswith("aten.convolution.default")]
+    assert "BF16 transposed convolution" in reason and at_bf16.converted["aten.convolution.default"] == 1
+    both = Converter("t", lambda ctx, node, args: None, lambda node, settings: f"at {settings.compute}", "user")
+    old_style = Converter("t", lambda ctx, node, args: None, lambda node: "any precision", "user")
+    assert both.refusal(None, Settings(torch.float16)) == "at torch.float16"
+    assert old_style.refusal(None, Settings(torch.float16)) == "any precision"

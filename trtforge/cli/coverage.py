@@ -16,6 +16,8 @@ from rich.table import Table
 from trtforge.cli.app import app, console, guarded
 from trtforge.cli.models import SHAPE_HELP, model_from_cli
 from trtforge.core.batch import parse_batch
+from trtforge.core.config import FLOAT_PRECISIONS
+from trtforge.core.errors import InvalidArgument
 
 
 @app.command("coverage")
@@ -25,15 +27,19 @@ def coverage_command(
     input_shape: Annotated[list[str] | None, typer.Option(help=SHAPE_HELP)] = None,
     batch: Annotated[str, typer.Option(help="N, min:opt:max, or several: 1:1:1,1:8:32 (dim 0 of every input)")] = "1",
     min_block_size: Annotated[int, typer.Option(help="fewest compute ops in an engine partition")] = 3,
+    precision: Annotated[str, typer.Option(help=f"the precision the converters judge: {' | '.join(FLOAT_PRECISIONS)}")
+                         ] = "fp32",
 ) -> None:
     """Print the direct path's op table (converted / folded / refused with reason / unsupported) and partitions."""
+    if precision not in FLOAT_PRECISIONS:
+        raise InvalidArgument(f"--precision {precision}: the direct path converts at {', '.join(FLOAT_PRECISIONS)}")
     profiles = parse_batch(batch)
     module, inputs = model_from_cli(model, input_shape)
     from trtforge.convert.api import export_inputs
     from trtforge.convert.coverage import coverage
 
     inputs, export_batch = export_inputs(inputs, profiles)
-    report = coverage(module, inputs, batch=export_batch, min_block_size=min_block_size)
+    report = coverage(module, inputs, batch=export_batch, min_block_size=min_block_size, precision=precision)
     table = Table(title=f"direct-path coverage of {escape(model)}")
     for column in ("op", "status", "count / reason"):
         table.add_column(column)

@@ -17,7 +17,7 @@ import torch
 
 from trtforge.convert.lower import export_program
 from trtforge.convert.partition import node_status, propose
-from trtforge.convert.registry import target_name
+from trtforge.convert.registry import Settings, target_name
 
 
 @dataclass(frozen=True)
@@ -57,14 +57,18 @@ class CoverageReport:
 
 
 def coverage(model: torch.nn.Module, example_inputs: tuple, *, batch: tuple[int, int, int] | None = None,
-             min_block_size: int = 3) -> CoverageReport:
-    """Export ``model`` and classify every op; nothing is built."""
+             min_block_size: int = 3, precision: str = "fp32") -> CoverageReport:
+    """Export ``model`` and classify every op as a ``precision`` conversion would (validators may refuse by
+    precision); nothing is built."""
+    from trtforge.convert.api import precision_dtype
+
+    settings = Settings(compute=precision_dtype(precision))
     module = export_program(model, example_inputs, batch).module()
-    partitions = propose(module, min_block_size)
+    partitions = propose(module, min_block_size, settings)
     counts: dict[str, Counter] = {"converted": Counter(), "folded": Counter(), "unsupported": Counter()}
     refused: dict[str, str] = {}
     for node in (n for n in module.graph.nodes if n.op == "call_function"):
-        status, reason = node_status(node)
+        status, reason = node_status(node, settings)
         if status == "refused":
             refused[f"{target_name(node)} ({node.name})"] = reason
         else:

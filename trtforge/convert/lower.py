@@ -20,7 +20,7 @@ from trtforge.convert.context import Context, ConversionRefused, SymDim, is_cons
 from trtforge.convert.converters import all_converters
 from trtforge.convert.int8 import Int8Scales
 from trtforge.convert.network import Network
-from trtforge.convert.registry import REGISTRY, target_name
+from trtforge.convert.registry import REGISTRY, Settings, target_name
 from trtforge.core.errors import InvalidArgument, Unsupported
 
 #: Ops TensorRT-RTX must not see fused at FP32: kept whole so our converter decomposes them.
@@ -178,7 +178,7 @@ def _call(ctx: Context, node: torch.fx.Node, env: dict, lowered: Lowered):
         raise UnsupportedOp(f"no converter for {name} (node {node.name}); keep it in PyTorch with partition(...), "
                             f"or register one in your module with @trtforge.convert.converter({name!r}) "
                             "(docs/direct-path.md, \"Converters\")")
-    reason = entry.refusal(node)
+    reason = entry.refusal(node, Settings(compute=ctx.compute))
     if reason is not None:
         raise ConversionRefused(f"{name} (node {node.name}) refused: {reason}")
     lowered.converted[node.name] = name

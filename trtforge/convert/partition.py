@@ -28,28 +28,33 @@ from trtforge.convert.converters import all_converters
 from trtforge.convert.evaluator import evaluate
 from trtforge.convert.lower import export_program, lower_graph, mark_constants
 from trtforge.convert.network import Record
-from trtforge.convert.registry import target_name
+from trtforge.convert.registry import DEFAULT_SETTINGS, Settings, target_name
 from trtforge.core.batch import example_batch
 from trtforge.core.errors import InvalidArgument
 
 Runner = Callable[["EngineModule", dict], list]
 
 
-def node_status(node: torch.fx.Node) -> tuple[str, str]:
-    """("folded" | "converted" | "refused" | "unsupported", reason) for one call_function node."""
+def node_status(node: torch.fx.Node, settings: Settings = DEFAULT_SETTINGS) -> tuple[str, str]:
+    """("folded" | "converted" | "refused" | "unsupported", reason) for one call_function node under
+    ``settings`` (validators may refuse by precision)."""
     name = target_name(node)
     if node.meta.get("trtforge_const"):
         return "folded", ""
     entry = all_converters().get(name)
     if entry is None:
         return "unsupported", f"no converter for {name}"
-    reason = entry.refusal(node)
+    reason = entry.refusal(node, settings)
     return ("refused", reason) if reason else ("converted", "")
 
 
 class _Supported(OperatorSupportBase):
+    def __init__(self, settings: Settings = DEFAULT_SETTINGS) -> None:
+        super().__init__()
+        self.settings = settings
+
     def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
-        return node.op == "call_function" and node_status(node)[0] in ("converted", "folded")
+        return node.op == "call_function" and node_status(node, self.settings)[0] in ("converted", "folded")
 
 
 def reference_runner(engine: EngineModule, feeds: dict) -> list:
@@ -89,10 +94,11 @@ class PartitionReport:
     precision: str = "fp32"
 
 
-def propose(graph_module: torch.fx.GraphModule, min_block_size: int = 1) -> list[list[torch.fx.Node]]:
+def propose(graph_module: torch.fx.GraphModule, min_block_size: int = 1,
+            settings: Settings = DEFAULT_SETTINGS) -> list[list[torch.fx.Node]]:
     """The supported runs (as node lists, in graph order) the partitioner would make engines of."""
     mark_constants(graph_module.graph, {})
-    partitioner = CapabilityBasedPartitioner(graph_module, _Supported(), allows_single_node_partition=True)
+    partitioner = CapabilityBasedPartitioner(graph_module, _Supported(settings), allows_single_node_partition=True)
     order = _order(graph_module)
     runs = sorted((sorted(p.nodes, key=order) for p in partitioner.propose_partitions()), key=lambda r: order(r[-1]))
     return [r for r in runs if _compute_nodes(r) >= min_block_size]
@@ -158,7 +164,8 @@ def split(program, report: PartitionReport, make: Callable[[torch.fx.GraphModule
     into the ``EngineModule`` that ``make(parent, call_node)`` returns; fills ``report``."""
     module = program.module()
     mark_constants(module.graph, {})
-    partitioner = CapabilityBasedPartitioner(module, _Supported(), allows_single_node_partition=True)
+    settings = Settings(compute=precision_dtype(report.precision))
+    partitioner = CapabilityBasedPartitioner(module, _Supported(settings), allows_single_node_partition=True)
     fused = partitioner.fuse_partitions(partitioner.propose_partitions())
     for node in [n for n in fused.graph.nodes if n.op == "call_module"]:
         sub = getattr(fused, node.target)

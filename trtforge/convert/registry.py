@@ -1,9 +1,10 @@
 """The converter registry, as data: ATen target name → ``Converter`` (function, validator, family).
 
 A converter is ``fn(ctx, node, args) -> output(s)``; ``args`` are the op's schema arguments in order,
-defaults filled in, FX nodes replaced by their converted values. A validator ``fn(node) -> str | None``
-looks at the node's example values (``node.meta["val"]``) before anything is built and returns the
-reason it refuses (dtype, rank, dynamic dim, unsupported attribute), or None.
+defaults filled in, FX nodes replaced by their converted values. A validator ``fn(node, settings) -> str |
+None`` (``fn(node)`` when the settings do not matter) looks at the node's example values
+(``node.meta["val"]``) and the conversion's ``Settings`` (the compute precision) before anything is built,
+and returns the reason it refuses (dtype, rank, dynamic dim, unsupported attribute, precision), or None.
 
 Example:
     >>> @converter("aten.relu.default")
@@ -15,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,7 +25,26 @@ import torch
 
 from trtforge.core.errors import InternalError
 
-Validator = Callable[[torch.fx.Node], "str | None"]
+#: ``(node, settings) -> reason | None``, or ``(node) -> reason | None`` when the settings do not matter.
+Validator = Callable[..., "str | None"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a validator may consult besides the node (as Torch-TensorRT's ``capability_validator(node,
+    settings)``): the dtype the network computes its float tensors in."""
+
+    compute: torch.dtype = torch.float32
+
+
+DEFAULT_SETTINGS = Settings()
+
+
+@functools.cache
+def takes_settings(validator: Callable) -> bool:
+    """Whether ``validator`` takes ``(node, settings)`` rather than ``(node)``."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return len([p for p in inspect.signature(validator).parameters.values() if p.kind in kinds]) >= 2
 
 
 @dataclass(frozen=True)
@@ -34,9 +56,11 @@ class Converter:
     validator: Validator | None
     family: str
 
-    def refusal(self, node: torch.fx.Node) -> str | None:
-        """The validator's reason to refuse ``node``, or None when the converter takes it."""
-        return None if self.validator is None else self.validator(node)
+    def refusal(self, node: torch.fx.Node, settings: Settings = DEFAULT_SETTINGS) -> str | None:
+        """The validator's reason to refuse ``node`` under ``settings``, or None when the converter takes it."""
+        if self.validator is None:
+            return None
+        return self.validator(node, settings) if takes_settings(self.validator) else self.validator(node)
 
 
 #: Every converter, by ATen target name ("aten.convolution.default", "_operator.getitem", ...).

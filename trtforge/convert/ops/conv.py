@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from trtforge.convert.context import Context, ConversionRefused, example, is_const
+from trtforge.convert.context import Context, example, is_const
 from trtforge.convert.int8 import activation_qdq, weight_qdq
 from trtforge.convert.network import Tensor
-from trtforge.convert.registry import converter
+from trtforge.convert.registry import Settings, converter
 
 
-def _conv_ok(node) -> str | None:
+def _conv_ok(node, settings: Settings) -> str | None:
     x, weight = example(node.args[0]), node.args[1]
     if not is_const(weight) or (node.args[2] is not None and not is_const(node.args[2])):
         return "the weight and bias must be constants (parameters), not computed tensors"
@@ -21,6 +21,9 @@ def _conv_ok(node) -> str | None:
     transposed, output_padding, padding = node.args[6], node.args[7], node.args[4]
     if transposed and any(o > p for o, p in zip(output_padding, padding, strict=True)):
         return "output_padding larger than padding needs negative post-padding"
+    if transposed and settings.compute == torch.bfloat16:
+        return ("TensorRT-RTX cannot build a BF16 transposed convolution (its weights must be tensors in BF16); "
+                "convert with precision='fp16' or 'fp32'")
     return None
 
 
@@ -32,9 +35,6 @@ def _as_2d(ctx: Context, x: Tensor) -> Tensor:
 def convolution(ctx: Context, node, args):
     x, weight, bias, stride, padding, dilation, transposed, output_padding, groups = args
     dtype = ctx.out_dtype(node)
-    if transposed and dtype == torch.bfloat16:
-        raise ConversionRefused("TensorRT-RTX cannot build a BF16 transposed convolution (its weights must be "
-                                "tensors in BF16); convert with precision='fp16' or 'fp32'")
     x = ctx.tensor(x, dtype=dtype)
     one_d = x.rank == 3
     if one_d:
