@@ -76,3 +76,15 @@ def test_an_artifact_built_elsewhere_is_checked_instead_of_building(lite0_sideca
     assert [r["route"] for r in engine["routes"]] == expected and all(r["passed"] for r in engine["routes"])
     missing = CliRunner().invoke(app, ["selftest", "--artifact", str(tmp_path / "nope.json")])
     assert missing.exit_code == 2 and "nope.json" in missing.output and "Traceback" not in missing.output
+
+
+def test_cuda_graph_asked_on_a_cpu_is_one_line_not_a_failure(tmp_path):
+    """On a CPU the cuda_graph route would run plain FP16 torch and be judged as if it were the GPU route."""
+    import torch
+
+    from trtforge.debug.selftest import check_route
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU machine runs the route")
+    result = check_route(tmp_path / "never_read.json", "cuda_graph", samples=4, repeats=1)
+    assert not result.ran and "CUDA graphs need a CUDA GPU" in result.line and "--route fp16" in result.line

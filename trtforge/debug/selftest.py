@@ -93,8 +93,13 @@ def _worst(judgement: Any) -> float:
 
 def check_route(sidecar: Path, route: str, samples: int, repeats: int) -> RouteResult:
     """``check`` on one route; a route that cannot run here (a user error) is one line."""
+    import torch
+
     from trtforge.debug.check import check_artifact
 
+    if route == BASELINE and not torch.cuda.is_available():  # on a CPU it would be plain FP16 torch
+        return RouteResult(route, False, f"--route {route}: cannot run here: CUDA graphs need a CUDA GPU and torch "
+                                         "sees none; the same module runs on the CPU with --route fp16")
     try:
         report = check_artifact(sidecar, route=route, samples=samples, repeats=repeats)
     except UserError as exc:
