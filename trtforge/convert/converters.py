@@ -98,6 +98,9 @@ def converter_table() -> str:
         "A validator refuses nodes it cannot lower (the reason shows in `coverage`); such nodes stay in PyTorch "
         "when partitioning.",
         "",
+        "Your own converter (a `torch.library` op converted, built and checked against the evaluator) is "
+        "registered the same way: see the worked example in [the direct path](direct-path.md#converters).",
+        "",
         "| target | family | core ATen | validator |",
         "|---|---|---|---|",
     ]
