@@ -122,11 +122,13 @@ def _engine(parent: torch.fx.GraphModule, node: torch.fx.Node, *, batch, precisi
                  if isinstance(arg, torch.fx.Node) and arg.op == "get_attr"}
     lowered = lower_graph(sub.graph, constants, precision=precision, attrs=lambda t: _attr(sub, t),
                           name=node.target)
-    plan = build_lowered(lowered.net, batch, optimization_level=0).plan if build else None
+    built = build_lowered(lowered.net, batch, optimization_level=0) if build else None
     (out,) = sub.graph.find_nodes(op="output")
     values = [n.meta["val"] for n in (out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]])]
     outputs = [(name, v.dtype, static_shape(v)) for name, v in zip(lowered.net.record.outputs, values, strict=True)]
-    return EngineModule(plan, lowered.net.record, placeholders, runner, _profile(lowered.net, batch), outputs)
+    profile = built.profiles[0] if built is not None and built.profiles else _profile(lowered.net, batch)
+    return EngineModule(None if built is None else built.plan, lowered.net.record, placeholders, runner, profile,
+                        outputs)
 
 
 def _profile(net, batch) -> dict[str, dict[str, list[int]]]:
