@@ -10,8 +10,16 @@ from torch import nn
 
 from trtforge.convert.api import build_lowered, lower_module
 from trtforge.convert.evaluator import evaluate
-from trtforge.convert.int8 import Int8Scales, LayerScales, qdq
+from trtforge.convert.int8 import qdq
 from trtforge.convert.network import Network
+from trtforge.core.quant_plan import QuantInput, QuantLayer, QuantPlan
+
+
+def int8_plan(layers: dict[str, tuple[float, tuple[float, ...]]], op_type: str = "Conv") -> QuantPlan:
+    """The one quantization plan of the direct path: module path → (input scale, per-channel weight scales)."""
+    return QuantPlan(tuple(QuantLayer(path, op_type, path, (QuantInput(0, path, (act,)),
+                                                            QuantInput(1, f"{path}.weight", w, axis=0, is_weight=True)))
+                           for path, (act, w) in layers.items()))
 
 
 def _qdq_network(scale: torch.Tensor, axis: int, shape=(-1, 4, 3, 5)) -> Network:
@@ -54,22 +62,20 @@ def _fake_weight(w, scales):
                                                   0, -128, 127)
 
 
-def _reference(model: QuantNet, x: torch.Tensor, scales: dict[str, LayerScales]) -> torch.Tensor:
+def _reference(model: QuantNet, x: torch.Tensor, scales: dict[str, tuple]) -> torch.Tensor:
     """The PyTorch fake-quant reference: each quantized layer sees Q/DQ'd input and weight."""
     s = scales
-    x = torch.relu(nn.functional.conv2d(_fake(x, s["stem"].input_scale), _fake_weight(model.stem.weight, s["stem"]
-                                        .weight_scales), model.stem.bias, padding=1))
-    x = torch.relu(model.dw(x)).mean((2, 3))  # "dw" and "head" are not in the mapping: they stay float
-    x = nn.functional.linear(_fake(x, s["fc"].input_scale), _fake_weight(model.fc.weight, s["fc"].weight_scales),
-                             model.fc.bias)
+    x = torch.relu(nn.functional.conv2d(_fake(x, s["stem"][0]), _fake_weight(model.stem.weight, s["stem"][1]),
+                                        model.stem.bias, padding=1))
+    x = torch.relu(model.dw(x)).mean((2, 3))  # "dw" and "head" are not in the plan: they stay float
+    x = nn.functional.linear(_fake(x, s["fc"][0]), _fake_weight(model.fc.weight, s["fc"][1]), model.fc.bias)
     return model.head(torch.relu(x))
 
 
-def _scales(model: QuantNet) -> dict[str, LayerScales]:
+def _scales(model: QuantNet) -> dict[str, tuple[float, tuple[float, ...]]]:
     def per_channel(w):
         return tuple((w.detach().abs().flatten(1).amax(1) / 127).tolist())
-    return {"stem": LayerScales(0.02, per_channel(model.stem.weight)),
-            "fc": LayerScales(0.004, per_channel(model.fc.weight))}
+    return {"stem": (0.02, per_channel(model.stem.weight)), "fc": (0.004, per_channel(model.fc.weight))}
 
 
 def _lower_and_run(precision: str):
@@ -78,7 +84,7 @@ def _lower_and_run(precision: str):
     model = QuantNet().eval()
     scales = _scales(model)
     lowered = lower_module(model, (torch.randn(2, 3, 8, 8),), batch=(1, 2, 4), precision=precision,
-                           int8=Int8Scales.of(scales))
+                           int8=int8_plan(scales))
     x = torch.randn(3, 3, 8, 8)
     with torch.no_grad():
         return lowered, evaluate(lowered.net.record, {"x": x})[0], _reference(model, x, scales), model(x)
@@ -102,7 +108,7 @@ def test_int8_under_fp16_builds_and_stays_close_to_the_reference():
 
 def test_no_scales_means_no_qdq():
     lowered = lower_module(QuantNet().eval(), (torch.randn(2, 3, 8, 8),), precision="fp32",
-                           int8=Int8Scales.of({}))
+                           int8=QuantPlan(()))
     assert "quantize" not in lowered.net.record.kinds() and lowered.int8_layers == {}
 
 
@@ -115,9 +121,8 @@ def test_efficientnet_lite0_int8_builds_with_tensorrt(lite0):
     pp = lite0.preprocessing
     crops = normalize(photo_crops(16, seed=12), pp)
     plan = calibrate_module(lite0, ["x"], [{"x": crops[i:i + 1]} for i in range(16)], QuantConfig(batch_size=8))
-    scales = Int8Scales.of({p: LayerScales(a, w) for p, (a, w) in plan.int8_modules().items()})
-    lowered = lower_module(lite0, (torch.zeros(2, 3, 224, 224),), batch=(1, 2, 4), precision="fp16", int8=scales)
-    assert set(lowered.int8_layers) == set(plan.int8_modules()) and len(lowered.int8_layers) > 20
+    lowered = lower_module(lite0, (torch.zeros(2, 3, 224, 224),), batch=(1, 2, 4), precision="fp16", int8=plan)
+    assert set(lowered.int8_layers) == {layer.output for layer in plan.layers} and len(lowered.int8_layers) > 20
     assert build_lowered(lowered.net, (1, 2, 4), optimization_level=0).plan
 
 
@@ -133,7 +138,7 @@ class ExpandedLinear(nn.Module):
 
 
 def test_a_weight_expanded_over_a_dynamic_batch_stays_float_and_is_not_claimed():
-    scales = Int8Scales.of({"proj": LayerScales(0.01, (0.01,) * 4)})
+    scales = int8_plan({"proj": (0.01, (0.01,) * 4)}, "MatMul")
     dynamic = lower_module(ExpandedLinear().eval(), (torch.randn(2, 8),), batch=(1, 2, 4), int8=scales)
     assert dynamic.int8_layers == {} and "quantize" not in dynamic.net.record.kinds()
     static = lower_module(ExpandedLinear().eval(), (torch.randn(2, 8),), int8=scales)  # the weight folds

@@ -9,6 +9,7 @@ import torch
 from tiny_model import QuantNet as Net
 
 from trtforge.core.config import QuantConfig
+from trtforge.core.quant_plan import QuantPlan
 from trtforge.passes.qdq import fp16_scales
 from trtforge.quantize.module_calibration import calibrate_module
 
@@ -22,24 +23,32 @@ def test_max_calibrator_gives_each_layer_its_input_absmax_and_per_channel_weight
     torch.manual_seed(0)
     model = Net().eval()
     samples = _samples()
-    plan = calibrate_module(model, ["x"], samples, QuantConfig(calibrator="max", batch_size=5))
+    # include= places the 3-channel stem in INT8 too, so the plan holds its scales
+    plan = calibrate_module(model, ["x"], samples, QuantConfig(calibrator="max", batch_size=5, include=("stem",)))
+    assert isinstance(plan, QuantPlan) and plan.precision == "int8"
     x = torch.from_numpy(np.concatenate([s["x"] for s in samples]))
     with torch.no_grad():
         a_stem = torch.relu(model.stem(x))
         a_fc = torch.relu(model.dw(a_stem)).mean((2, 3))
     for path, seen in (("stem", x), ("dw", a_stem), ("fc", a_fc)):
-        assert plan.input_scales[path] == fp16_scales([seen.abs().max().item() / 127])[0]
+        assert plan.layer(path).activation.scales == fp16_scales([seen.abs().max().item() / 127])
+        assert plan.layer(path).activation.dtype == "int8" and plan.layer(path).activation.axis is None
     w = model.dw.weight.detach().abs().flatten(1).amax(1) / 127
-    assert plan.weight_scales["dw"] == fp16_scales(w.numpy())
-    assert plan.samples == 12 and plan.calibrator == "max"
+    weight = plan.layer("dw").weight
+    assert weight.scales == fp16_scales(w.numpy()) and weight.axis == 0 and weight.tensor == "dw.weight"
+    assert plan.calibrator == "max"
+    # MACs as the ONNX path counts them (per sample): conv 3x3 over 8x8, depthwise 3x3, then 32 → 16
+    assert [(layer.label, layer.macs) for layer in plan.layers] == [
+        ("stem", 32 * 64 * 27), ("dw", 32 * 64 * 9), ("fc", 16 * 32)]
 
 
 def test_default_rules_keep_the_3_channel_stem_and_the_head_in_fp16():
     plan = calibrate_module(Net().eval(), ["x"], _samples(), QuantConfig())
-    assert plan.decisions["stem"].startswith("input channels 3 not a multiple of 32")
-    assert plan.decisions["head"].startswith("final head")
-    assert set(plan.int8_modules()) == {"dw", "fc"}
-    assert {e["layer"] for e in plan.excluded()} == {"stem", "head"}
+    reasons = dict(plan.excluded)
+    assert reasons["stem"].startswith("input channels 3 not a multiple of 32")
+    assert reasons["head"].startswith("final head")
+    assert {layer.label for layer in plan.layers} == {"dw", "fc"}
+    assert set(reasons) == {"stem", "head"}
 
 
 @pytest.mark.parametrize(("include", "exclude", "int8"), [
@@ -50,4 +59,4 @@ def test_default_rules_keep_the_3_channel_stem_and_the_head_in_fp16():
 ])
 def test_include_and_exclude_mean_what_they_mean_on_the_onnx_path(include, exclude, int8):
     plan = calibrate_module(Net().eval(), ["x"], _samples(), QuantConfig(include=include, exclude=exclude))
-    assert set(plan.int8_modules()) == int8
+    assert {layer.label for layer in plan.layers} == int8

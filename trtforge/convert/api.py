@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 import torch
 
 from trtforge.convert.converters import source_hash
-from trtforge.convert.int8 import Int8Scales
 from trtforge.convert.lower import Lowered, export_program, lower_graph, program_constants
 from trtforge.convert.network import Network, Record
 from trtforge.core.batch import BatchProfile
 from trtforge.core.config import FLOAT_OF_PRECISION, FLOAT_PRECISIONS
 from trtforge.core.errors import InvalidArgument
+from trtforge.core.quant_plan import QuantPlan
 
 #: The direct path's precisions (``core.config``'s float ones) → the torch dtype its network computes in.
 PRECISION_DTYPES: dict[str, torch.dtype] = {p: getattr(torch, FLOAT_OF_PRECISION[p] or "float32")
@@ -84,7 +84,7 @@ def precision_dtype(precision: str) -> torch.dtype:
 
 def lower_module(model: torch.nn.Module, example_inputs: tuple, *, batch: tuple[int, int, int] | None = None,
                  precision: str = "fp32", output_names: list[str] | None = None,
-                 input_names: list[str] | None = None, int8: Int8Scales | None = None) -> Lowered:
+                 input_names: list[str] | None = None, int8: QuantPlan | None = None) -> Lowered:
     """Export ``model`` and lower all of it into a TensorRT network (raises on any unconverted op);
     ``int8``: Q/DQ around the layers of the modules it names, the rest in ``precision``."""
     program = export_program(model, example_inputs, batch)
@@ -123,7 +123,7 @@ def examples_at(example_inputs: tuple, size: int) -> tuple:
 
 def lower_for_profiles(model: torch.nn.Module, example_inputs: tuple, profiles: Sequence[BatchProfile], *,
                        precision: str = "fp32", input_names: list[str] | None = None,
-                       output_names: list[str] | None = None, int8: Int8Scales | None = None) -> Lowered:
+                       output_names: list[str] | None = None, int8: QuantPlan | None = None) -> Lowered:
     """Lower ``model`` for ``trtforge.compile``'s batch profiles (exported as ``export_inputs`` says).
 
     Example:

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trtforge.convert.int8 import Int8Scales, LayerScales
+from trtforge.convert.int8 import layer_for
 from trtforge.convert.network import Network, Tensor
 from trtforge.core.errors import Unsupported
+from trtforge.core.quant_plan import QuantLayer, QuantPlan
 
 #: Ops whose arithmetic stays in FP32 under FP16/BF16 (the float pass's normalisation/softmax rule).
 FP32_FAMILIES_REASON = "normalisation and softmax accumulate in FP32 (same rule as the ONNX float pass)"
@@ -60,15 +61,16 @@ class Context:
     net: Network
     compute: torch.dtype = torch.float32
     fp32_reasons: dict[str, str] = field(default_factory=dict)
-    #: INT8 scales by module path (None: no INT8), and the module paths quantized so far → their node
-    int8: Int8Scales | None = None
+    #: The quantization plan, its layers addressed by module path (None: no INT8), and the module paths
+    #: quantized so far → their node
+    int8: QuantPlan | None = None
     int8_layers: dict[str, str] = field(default_factory=dict)
     _sizes: dict = field(default_factory=dict)
 
-    def int8_scales(self, node: torch.fx.Node) -> tuple[str, LayerScales] | None:
-        """The (module path, scales) when ``node`` is to be quantized: its module has scales and no other
-        node of that module was quantized (one Q/DQ'd product per Conv/Linear module)."""
-        found = self.int8.for_node(node) if self.int8 is not None else None
+    def int8_scales(self, node: torch.fx.Node) -> tuple[str, QuantLayer] | None:
+        """The (module path, plan layer) when ``node`` is to be quantized: its module is a layer of the plan
+        and no other node of that module was quantized (one Q/DQ'd product per Conv/Linear module)."""
+        found = layer_for(self.int8, node) if self.int8 is not None else None
         return None if found is None or found[0] in self.int8_layers else found
 
     def dtype(self, dtype: torch.dtype) -> torch.dtype:

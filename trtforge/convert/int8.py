@@ -1,54 +1,36 @@
-"""INT8 on the direct path: the scales a lowering is handed, and the Q/DQ pairs the converters emit.
+"""INT8 on the direct path: the Q/DQ pairs the converters emit for the layers of a ``QuantPlan``.
 
-Scales come from outside ``convert`` (trtforge.pipeline.direct_int8 calibrates the PyTorch module with
-``trtforge.quantize``) as a frozen mapping: module path (``"features.0.conv"``, as
-``named_modules`` spells it) → ``LayerScales``. A convolution or matrix-product node is quantized when
-the innermost module of its ``nn_module_stack`` (torch.export's metadata) is in the mapping: its input
-goes through quantize → dequantize with the per-tensor activation scale, its constant weight through
-quantize → dequantize with per-output-channel scales, and the layer itself stays in the float type
+The plan is the one quantization plan (``trtforge.core.quant_plan``), computed outside ``convert``
+(``trtforge.quantize.module_calibration`` calibrates the PyTorch module): each ``QuantLayer`` is addressed
+by a module path (``"features.0.conv"``, as ``named_modules`` spells it) and holds the per-tensor
+activation scale and the per-output-channel weight scales. A convolution or matrix-product node is
+quantized when the innermost module of its ``nn_module_stack`` (torch.export's metadata) is a layer of
+the plan: its input goes through quantize → dequantize with the activation scale, its constant weight
+through quantize → dequantize with the per-channel scales, and the layer itself stays in the float type
 (TensorRT fuses Q/DQ into INT8 kernels, as for the ONNX path's Q/DQ graphs).
 
 Example:
-    >>> scales = Int8Scales.of({"conv": LayerScales(0.02, (0.001, 0.002))})
-    >>> lowered = lower_module(model, (x,), precision="fp16", int8=scales)
+    >>> plan = QuantPlan((QuantLayer("conv", "Conv", "conv", (QuantInput(0, "conv", (0.02,)),
+    ...     QuantInput(1, "conv.weight", (0.001, 0.002), axis=0, is_weight=True))),))
+    >>> lowered = lower_module(model, (x,), precision="fp16", int8=plan)
     >>> lowered.int8_layers
     {'conv': 'convolution'}
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-
 import torch
 
 from trtforge.convert.network import Tensor
 from trtforge.core.errors import InternalError
+from trtforge.core.quant_plan import QuantInput, QuantLayer, QuantPlan
 
 
-@dataclass(frozen=True)
-class LayerScales:
-    """One layer's INT8 scales: its input activation (per tensor) and its weight (per output channel)."""
-
-    input_scale: float
-    weight_scales: tuple[float, ...]
-
-
-@dataclass(frozen=True)
-class Int8Scales:
-    """Module path → ``LayerScales``, read-only; the layers not named stay in the float type."""
-
-    layers: Mapping[str, LayerScales] = field(default_factory=lambda: MappingProxyType({}))
-
-    @classmethod
-    def of(cls, layers: Mapping[str, LayerScales]) -> Int8Scales:
-        return cls(MappingProxyType(dict(layers)))
-
-    def for_node(self, node: torch.fx.Node) -> tuple[str, LayerScales] | None:
-        """The (module path, scales) of the innermost module that ``node`` was traced in, if quantized."""
-        path = module_path(node)
-        return None if path is None or path not in self.layers else (path, self.layers[path])
+def layer_for(plan: QuantPlan, node: torch.fx.Node) -> tuple[str, QuantLayer] | None:
+    """The (module path, plan layer) of the innermost module that ``node`` was traced in, if quantized."""
+    path = module_path(node)
+    layer = None if path is None else plan.layer(path)
+    return None if layer is None else (path, layer)
 
 
 def module_path(node: torch.fx.Node) -> str | None:
@@ -70,14 +52,22 @@ def qdq(net, x: Tensor, scale: torch.Tensor, axis: int = 0) -> Tensor:
     return net.dequantize(net.quantize(x, scale, axis), scale, x.dtype, axis)
 
 
-def activation_qdq(net, x: Tensor, scales: LayerScales) -> Tensor:
-    """A layer input through a per-tensor Q/DQ pair."""
-    return qdq(net, x, torch.tensor(scales.input_scale, dtype=torch.float32))
+def _int8(q: QuantInput | None, layer: QuantLayer, what: str) -> QuantInput:
+    """``q`` when the converters can emit it: INT8, per tensor or per channel (no blocks)."""
+    if q is None or q.dtype != "int8" or q.block_size:
+        raise InternalError(f"the direct path emits INT8 {what} Q/DQ; plan layer {layer.label!r} has "
+                            f"{'no ' + what if q is None else q.dtype + (' blocked' if q.block_size else '')} input")
+    return q
 
 
-def weight_qdq(net, weight: torch.Tensor, scales: LayerScales, axis: int, dtype: torch.dtype) -> Tensor:
+def activation_qdq(net, x: Tensor, layer: QuantLayer) -> Tensor:
+    """A layer input through a per-tensor Q/DQ pair (the plan layer's activation scale)."""
+    return qdq(net, x, torch.tensor(_int8(layer.activation, layer, "activation").scales[0], dtype=torch.float32))
+
+
+def weight_qdq(net, weight: torch.Tensor, layer: QuantLayer, axis: int, dtype: torch.dtype) -> Tensor:
     """A constant weight (in ``dtype``) through a per-channel Q/DQ pair along its output-channel ``axis``."""
-    per_channel = torch.tensor(scales.weight_scales, dtype=torch.float32)
+    per_channel = torch.tensor(_int8(layer.weight, layer, "weight").scales, dtype=torch.float32)
     if weight.shape[axis] != per_channel.numel():
         raise InternalError(f"{per_channel.numel()} weight scales for a weight of shape {tuple(weight.shape)} "
                             f"along axis {axis}")

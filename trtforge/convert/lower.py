@@ -18,10 +18,10 @@ import torch
 
 from trtforge.convert.context import Context, ConversionRefused, SymDim, is_const, static_shape
 from trtforge.convert.converters import all_converters
-from trtforge.convert.int8 import Int8Scales
 from trtforge.convert.network import Network
 from trtforge.convert.registry import REGISTRY, Settings, target_name
 from trtforge.core.errors import InvalidArgument, Unsupported
+from trtforge.core.quant_plan import QuantPlan
 
 #: Ops TensorRT-RTX must not see fused at FP32: kept whole so our converter decomposes them.
 KEEP_WHOLE = ("scaled_dot_product_attention",)
@@ -201,7 +201,7 @@ def _outputs(ctx: Context, node: torch.fx.Node, env: dict, names: list[str] | No
 def lower_graph(graph: torch.fx.Graph, constants: dict[str, torch.Tensor], *, precision: torch.dtype = torch.float32,
                 output_names: list[str] | None = None, attrs: Callable[[str], torch.Tensor] | None = None,
                 name: str = "trtforge", input_names: list[str] | None = None,
-                int8: Int8Scales | None = None) -> Lowered:
+                int8: QuantPlan | None = None) -> Lowered:
     """Lower ``graph`` into a new strongly typed network; every call must convert (else raises).
     ``input_names`` rename the tensor inputs in order (default: the placeholders' names); ``int8`` puts
     Q/DQ pairs around the convolutions and products of the modules it names (``convert/int8.py``)."""

@@ -32,11 +32,9 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common
 
 from trtforge.core.errors import InvalidArgument
+from trtforge.core.quant_plan import QDQ_OPSET  # noqa: F401  (the Q/DQ graphs' opset, named with the plan)
 from trtforge.core.specs import ONNX_TO_DTYPE
 from trtforge.passes.ops import MAC_OPS, QDQ_OPS
-
-#: Opset the Q/DQ graphs need (FP16 scales).
-QDQ_OPSET = 19
 
 
 def load_ir(source: Path | onnx.ModelProto | ir.Model) -> ir.Model:

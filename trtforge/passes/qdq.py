@@ -1,4 +1,4 @@
-"""The frozen ``QuantPlan`` (which layers run quantized, in which dtype, with which scales) and ``apply_plan``.
+"""``apply_plan``: the frozen ``QuantPlan`` (``trtforge.core.quant_plan``) written into an ONNX graph as Q/DQ.
 
 The plan is policy-free data: ``trtforge.quantize`` computes it (calibration, placement,
 sensitivity); this module only writes it into a graph, so ``passes.process`` can apply a frozen
@@ -25,16 +25,22 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
-import ml_dtypes
 import numpy as np
 import onnx
 import onnx_ir as ir
 
 from trtforge.core.errors import InvalidArgument
+from trtforge.core.quant_plan import (  # the plan is defined in core (shared with quantize and convert)
+    BLOCKED_OPSET,
+    MIN_SCALE,
+    QUANT_DTYPES,
+    QuantDtype,
+    QuantInput,
+    QuantLayer,
+    QuantPlan,
+    fp16_scales,
+)
 from trtforge.passes.graph import (
-    QDQ_OPSET,
     constant_value,
     copy_model,
     ensure_opset,
@@ -42,139 +48,9 @@ from trtforge.passes.graph import (
     to_proto,
 )
 
-#: Smallest scale kept (FP16 can represent it, ORT and TensorRT handle it).
-MIN_SCALE = 2.0**-20
-#: Opset that allows INT4 and ``block_size`` on DequantizeLinear.
-BLOCKED_OPSET = 21
-
-
-@dataclass(frozen=True)
-class QuantDtype:
-    """A quantized ONNX type: its numpy (ml_dtypes) type, the largest magnitude kept, and whether values round
-    to integers (INT8/INT4) or to the nearest representable float (FP8)."""
-
-    name: str
-    numpy: type
-    qmax: float
-    integer: bool
-    opset: int
-
-
-#: The quantized dtypes a plan may use, by name (the names ONNX gives them, lower case).
-QUANT_DTYPES: dict[str, QuantDtype] = {
-    "int8": QuantDtype("int8", np.int8, 127.0, True, QDQ_OPSET),
-    "float8e4m3fn": QuantDtype("float8e4m3fn", ml_dtypes.float8_e4m3fn, 448.0, False, QDQ_OPSET),
-    "int4": QuantDtype("int4", ml_dtypes.int4, 7.0, True, BLOCKED_OPSET),
-}
-
-
-def fp16_scales(values) -> tuple[float, ...]:
-    """Scales clamped to [MIN_SCALE, 65504] and rounded to FP16-representable floats."""
-    arr = np.clip(np.asarray(values, dtype=np.float32), MIN_SCALE, 65504.0)
-    return tuple(float(v) for v in arr.astype(np.float16).astype(np.float32))
-
-
-@dataclass(frozen=True)
-class QuantInput:
-    """One quantized input of a layer: per-tensor (axis None), per-channel (``axis``) or blocked scales.
-
-    Blocked (``block_size`` set): ``scales`` hold the scale tensor flattened, shaped ``scale_shape`` (the
-    weight's shape with ``axis``, the blocked reduction axis, divided by ``block_size``).
-    """
-
-    index: int
-    tensor: str
-    scales: tuple[float, ...]
-    axis: int | None = None
-    is_weight: bool = False
-    dtype: str = "int8"
-    block_size: int | None = None
-    scale_shape: tuple[int, ...] | None = None
-
-    @property
-    def qtype(self) -> QuantDtype:
-        return QUANT_DTYPES[self.dtype]
-
-    @property
-    def opset(self) -> int:
-        return max(self.qtype.opset, BLOCKED_OPSET if self.block_size else QDQ_OPSET)
-
-    def scale_array(self, dtype=np.float32) -> np.ndarray:
-        """The scales shaped as DequantizeLinear reads them (0-d, 1-D, or blocked)."""
-        arr = np.asarray(self.scales, dtype=dtype)
-        if self.block_size:
-            return arr.reshape(self.scale_shape)
-        return arr.reshape((len(self.scales),) if self.axis is not None else ())
-
-
-@dataclass(frozen=True)
-class QuantLayer:
-    """A Conv/ConvTranspose/MatMul/Gemm layer that runs quantized (weight-only: its weight alone)."""
-
-    output: str
-    op_type: str
-    label: str
-    inputs: tuple[QuantInput, ...]
-    macs: int = 0
-
-
-@dataclass(frozen=True)
-class QuantPlan:
-    """Everything the Q/DQ pass needs, and what the report says about it.
-
-    ``precision`` is the build precision the plan is for (``int8``, ``fp8``, ``int8-wo``, ``int4-wo``);
-    each input carries its own quantized dtype.
-    """
-
-    layers: tuple[QuantLayer, ...]
-    excluded: tuple[tuple[str, str], ...] = ()  # (label, reason)
-    calibrator: str = "entropy"
-    total_macs: int = 0
-    precision: str = "int8"
-
-    @property
-    def quantized_macs(self) -> int:
-        return sum(layer.macs for layer in self.layers)
-
-    @property
-    def coverage(self) -> float:
-        """Share of Conv/ConvTranspose/MatMul/Gemm multiply-accumulates that run quantized."""
-        return self.quantized_macs / self.total_macs if self.total_macs else 0.0
-
-    @property
-    def opset(self) -> int:
-        """The lowest opset that holds every Q/DQ node of the plan (19; 21 for INT4 or blocks)."""
-        return max((q.opset for layer in self.layers for q in layer.inputs), default=QDQ_OPSET)
-
-    def only(self, outputs) -> QuantPlan:
-        """A plan restricted to the layers whose outputs are in ``outputs`` (sensitivity runs)."""
-        keep = set(outputs)
-        return replace(self, layers=tuple(layer for layer in self.layers if layer.output in keep))
-
-    def without(self, outputs, reason: str) -> QuantPlan:
-        """A plan with the layers whose outputs are in ``outputs`` moved back to FP16."""
-        drop = set(outputs)
-        moved = tuple((layer.label, reason) for layer in self.layers if layer.output in drop)
-        return replace(
-            self, layers=tuple(layer for layer in self.layers if layer.output not in drop),
-            excluded=self.excluded + moved,
-        )
-
-    def to_dict(self) -> dict:
-        return {
-            "precision": self.precision,
-            "calibrator": self.calibrator,
-            "coverage": self.coverage,
-            "layers": [
-                {"output": layer.output, "op": layer.op_type, "label": layer.label, "macs": layer.macs,
-                 "inputs": [{"index": q.index, "tensor": q.tensor, "axis": q.axis, "weight": q.is_weight,
-                             "dtype": q.dtype, "block_size": q.block_size,
-                             "scales": list(q.scales) if q.axis is None or len(q.scales) <= 8 else len(q.scales)}
-                            for q in layer.inputs]}
-                for layer in self.layers
-            ],
-            "excluded": [list(e) for e in self.excluded],
-        }
+__all__ = ["BLOCKED_OPSET", "MIN_SCALE", "QUANT_DTYPES", "PlanMismatchError", "QuantDtype", "QuantInput",
+           "QuantLayer", "QuantPlan", "apply_plan", "apply_plan_in_place", "broadcast_scales", "dequantized_weight",
+           "fp16_scales", "quantize_values", "quantize_weight"]
 
 
 class PlanMismatchError(InvalidArgument):

@@ -38,13 +38,14 @@ def convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *,
         build_config = replace(config, batch=(example_batch(args),))
     input_names = config.input_names or getattr(model, "trtforge_input_names", None)
     output_names = config.output_names or getattr(model, "trtforge_output_names", None)
-    int8_plan, int8 = None, None
+    quantized = None  # INT8: the plan and the (bias-corrected) module the lowering reads
     if config.precision == "int8":
-        int8_plan, int8 = direct_int8(model, args, config, calibration_data, input_names)
-    lowered = lower_for_profiles(model, args, build_config.batch,
-                                 precision="fp16" if int8 is not None else config.precision,
+        quantized = direct_int8(model, args, config, calibration_data, input_names)
+    lowered = lower_for_profiles(model if quantized is None else quantized.model, args, build_config.batch,
+                                 precision="fp16" if quantized is not None else config.precision,
                                  input_names=None if input_names is None else list(input_names),
-                                 output_names=None if output_names is None else list(output_names), int8=int8)
+                                 output_names=None if output_names is None else list(output_names),
+                                 int8=None if quantized is None else quantized.plan)
     network_name = f"{config.name}_{config.precision}"
     converter_hash = direct_converter_hash(config)
     key = engine_key(lowered.net.record.canonical(), config, network_name=network_name, converter_hash=converter_hash)
@@ -61,12 +62,12 @@ def convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *,
         if lowered.fp32_nodes:
             notes.append(f"{len(lowered.fp32_nodes)} node(s) kept in FP32 by the direct path's float rules")
         quantization = target_plan = None
-        if int8_plan is not None:
+        if quantized is not None:
             target_plan = plan_direct(lowered.int8_layers, config)  # each INT8 layer on each target GPU
             notes += plan_notes(target_plan)
-            quantization = QuantizationRecord(**int8_report(int8_plan, config, lowered.int8_layers))
+            quantization = QuantizationRecord(**int8_report(quantized, lowered.int8_layers))
             notes.append(f"direct-path INT8: {len(lowered.int8_layers)} layer(s) with Q/DQ from forward-hook "
-                         "calibration, the rest FP16; no bias correction and no held-back accuracy report")
+                         "calibration, the rest FP16")
         record = build_record(result, config, precision, notes, source=SourceRecord(path="direct"),
                               quantization=quantization, converter_hash=converter_hash,
                               target_plan=target_plan.record(config.allow_unaccelerated)

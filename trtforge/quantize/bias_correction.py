@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 
+from trtforge.core.budget import ErrorBudget
 from trtforge.passes.graph import (
     consumers,
     copy_model,
@@ -28,6 +29,7 @@ from trtforge.passes.graph import (
     values_by_name,
 )
 from trtforge.passes.qdq import QuantPlan, apply_plan
+from trtforge.quantize.report import compare_outputs
 
 
 def find_bias(layer: ir.Node) -> tuple[str, int] | None:
@@ -139,3 +141,15 @@ def correct_biases(
         inits[bias_name].const_value = ir.tensor(bias - shift, name=bias_name)
         info.append({"layer": labels[output], "mean_abs_shift": float(np.abs(shift).mean())})
     return out, info
+
+
+def verdict(reference_out: list[np.ndarray], sim_out: list[np.ndarray], corrected_out: list[np.ndarray],
+            budget: ErrorBudget, layers: int) -> tuple[bool, dict]:
+    """Keep the corrected biases? (and the report's record): only when they help on the held-back samples
+    (they can hurt, e.g. where padding tokens dominate a channel mean) and do not break an error budget
+    that held without them. Both paths decide here."""
+    before = compare_outputs(reference_out, sim_out)["rel_l2_mean"]
+    after = compare_outputs(reference_out, corrected_out)["rel_l2_mean"]
+    keep = after < before and (budget.holds(budget.measure(reference_out, corrected_out))
+                               or not budget.holds(budget.measure(reference_out, sim_out)))
+    return keep, {"applied": keep, "rel_l2_before": before, "rel_l2_after": after, "layers": layers}

@@ -56,7 +56,11 @@ def split_samples(model: ir.Model, calibration_data, config: QuantConfig, prepro
     specs = input_specs(model)
     samples = load_calibration(calibration_data, specs, preprocessing, config.max_images)
     check_index_ranges(model, samples)
-    batch = batch_size(specs, config)
+    return split_loaded(samples, batch_size(specs, config), config)
+
+
+def split_loaded(samples: list[dict[str, np.ndarray]], batch: int, config: QuantConfig) -> CalibrationSet:
+    """Loaded samples split: the last ``config.holdout`` share (at least one) held back; enough for a batch?"""
     held = max(1, int(round(len(samples) * config.holdout)))
     check_count(samples, batch, held)
     return CalibrationSet(samples[: len(samples) - held], samples[len(samples) - held :], batch)

@@ -46,7 +46,7 @@ from trtforge.quantize.calibration import (
 from trtforge.quantize.data import CalibrationDataError, data_hash
 from trtforge.quantize.precision import PrecisionSpec, spec_of
 from trtforge.quantize.progress import progress_bar
-from trtforge.quantize.report import compare_outputs, print_report, run_model
+from trtforge.quantize.report import finish_report, print_report, run_model, settings_report
 from trtforge.quantize.task import detect_task, output_dims
 
 
@@ -88,17 +88,7 @@ class QuantResult:
 
 
 def _settings(config: QuantConfig, task: str, data: CalibrationSet, spec: PrecisionSpec) -> dict[str, Any]:
-    return {
-        "precision": spec.precision,
-        "calibrator": config.calibrator,
-        "percentile": config.percentile if config.calibrator == "percentile" else None,
-        "smoothquant_alpha": config.smoothquant,
-        "bias_correction": config.bias_correction,
-        "placement": config.placement,
-        "block_size": spec.block_size,
-        "task": task,
-        "samples": {"calibration": len(data.calib), "held_back": len(data.holdout)},
-    }
+    return settings_report(config, task, (len(data.calib), len(data.holdout)), spec.precision, spec.block_size)
 
 
 def _calibrate_cached(model: ir.Model, analysis: placement.Analysis, data: CalibrationSet, config: QuantConfig,
@@ -152,33 +142,14 @@ def _correct(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationS
     corrected, bc_info = bias_correction.correct_biases(model, plan, data.calib_batches, progress=bar)
     corrected_sim = apply_plan(corrected, plan)
     corrected_out = run_model(corrected_sim, held)
-    before = compare_outputs(reference_out, sim_out)["rel_l2_mean"]
-    after = compare_outputs(reference_out, corrected_out)["rel_l2_mean"]
-    # Kept only when it helps on the held-back samples (it can hurt, e.g. where padding
-    # tokens dominate a channel mean) and does not break an error budget that held without it.
-    keep = after < before and (budget.holds(budget.measure(reference_out, corrected_out))
-                               or not budget.holds(budget.measure(reference_out, sim_out)))
-    report["bias_correction"] = {"applied": keep, "rel_l2_before": before, "rel_l2_after": after,
-                                 "layers": len(bc_info)}
+    keep, report["bias_correction"] = bias_correction.verdict(reference_out, sim_out, corrected_out, budget,
+                                                              len(bc_info))
     return (corrected, corrected_sim, corrected_out) if keep else (model, sim, sim_out)
 
 
 def _finish_report(report: dict, config: QuantConfig, budget: ErrorBudget, plan: QuantPlan, layers_total: int,
                    ref_out, sim_out, model: ir.Model, data_sha: str) -> None:
-    task = report["task"]
-    report["measured"] = compare_outputs(ref_out, sim_out, classification=task == "classification")
-    final = budget.measure(ref_out, sim_out)
-    report["error_budget"] = {
-        "source": "default" if config.error_budget is None else "error_budget=",
-        "task": task, "description": budget.describe(), "holds": budget.holds(final),
-        "used_by_placement": config.placement == "auto",
-        "limits": budget.record(final),  # measured on the held-back samples, the final graph
-    }
-    report["coverage"] = plan.coverage
-    report["quantized_layers"] = len(plan.layers)
-    report["int8_layers"] = len(plan.layers)  # the INT8-era name of quantized_layers
-    report["layers_total"] = layers_total
-    report["excluded_layers"] = [{"layer": label, "reason": reason} for label, reason in plan.excluded]
+    finish_report(report, config, budget, plan, layers_total, ref_out, sim_out)
     report["graph_sha256"] = CalibrationCache.graph_hash(to_proto(model))
     report["data_sha256"] = data_sha
 

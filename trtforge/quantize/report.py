@@ -9,12 +9,16 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
+from trtforge.core.budget import ErrorBudget
+from trtforge.core.config import QuantConfig
 from trtforge.core.metrics import per_sample_errors, softmax
+from trtforge.core.quant_plan import QuantPlan
 from trtforge.passes.graph import ort_session
 from trtforge.quantize.precision import spec_of
 
@@ -52,6 +56,45 @@ def compare_outputs(ref: list[np.ndarray], test: list[np.ndarray], classificatio
     if classification and ref[0].ndim == 2:
         out.update(classification_metrics(ref[0], test[0]))
     return out
+
+
+def settings_report(config: QuantConfig, task: str, samples: tuple[int, int], precision: str,
+                    block_size: int | None = None) -> dict[str, Any]:
+    """The report's settings: what was asked for (``samples``: calibration, held back). Both paths start here."""
+    return {
+        "precision": precision,
+        "calibrator": config.calibrator,
+        "percentile": config.percentile if config.calibrator == "percentile" else None,
+        "smoothquant_alpha": config.smoothquant,
+        "bias_correction": config.bias_correction,
+        "placement": config.placement,
+        "block_size": block_size,
+        "task": task,
+        "samples": {"calibration": samples[0], "held_back": samples[1]},
+    }
+
+
+def plan_summary(plan: QuantPlan, layers_total: int) -> dict[str, Any]:
+    """What the report says of a plan: coverage, layer counts, and each layer kept in the float type."""
+    return {"coverage": plan.coverage, "quantized_layers": len(plan.layers),
+            "int8_layers": len(plan.layers),  # the INT8-era name of quantized_layers
+            "layers_total": layers_total,
+            "excluded_layers": [{"layer": label, "reason": reason} for label, reason in plan.excluded]}
+
+
+def finish_report(report: dict, config: QuantConfig, budget: ErrorBudget, plan: QuantPlan, layers_total: int,
+                  ref_out: list[np.ndarray], sim_out: list[np.ndarray]) -> None:
+    """The measured part of the report (held-back samples, the final plan), shared by the ONNX and direct paths."""
+    task = report["task"]
+    report["measured"] = compare_outputs(ref_out, sim_out, classification=task == "classification")
+    final = budget.measure(ref_out, sim_out)
+    report["error_budget"] = {
+        "source": "default" if config.error_budget is None else "error_budget=",
+        "task": task, "description": budget.describe(), "holds": budget.holds(final),
+        "used_by_placement": config.placement == "auto",
+        "limits": budget.record(final),  # measured on the held-back samples, the final graph
+    }
+    report.update(plan_summary(plan, layers_total))
 
 
 def _bias_text(info) -> str:

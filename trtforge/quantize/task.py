@@ -7,6 +7,7 @@ Example:
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -61,5 +62,24 @@ def detect_task(model: ir.Model | onnx.ModelProto, task: str = "auto") -> str:
     if image_input and len(out) == 2 and isinstance(out[1], int) and out[1] >= 5:
         return "classification"
     if len(model.graph.outputs) == 1 and len(out) == 2 and _l2_normalised(model.graph.outputs[0]):
+        return "embedding"
+    return "other"
+
+
+def task_of_outputs(inputs: list[np.ndarray], outputs: list[np.ndarray], task: str = "auto") -> str:
+    """``detect_task`` where there is no graph (the direct path): from one batch of inputs and the FP32
+    outputs; an embedding is a single N×D output whose rows have unit L2 norm.
+
+    Example:
+        >>> task_of_outputs([np.zeros((2, 3, 224, 224), np.float32)], [np.zeros((2, 1000), np.float32)])
+        'classification'
+    """
+    if task != "auto":
+        return task
+    out = outputs[0].shape if outputs else ()
+    image_input = len(inputs) == 1 and inputs[0].ndim == 4 and inputs[0].dtype.kind == "f"
+    if image_input and len(out) == 2 and out[1] >= 5:
+        return "classification"
+    if len(outputs) == 1 and len(out) == 2 and np.allclose(np.linalg.norm(outputs[0], axis=-1), 1.0, atol=1e-3):
         return "embedding"
     return "other"
