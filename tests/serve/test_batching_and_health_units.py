@@ -195,11 +195,11 @@ def test_batches_join_into_one_reused_host_buffer_per_input_with_the_same_rows()
     assert len(set(outputs)) == 1  # every batch went through the same two buffers
 
 
-def test_copy_rows_on_threads_equals_concatenation_and_zeroes_the_rest():
+def test_copy_rows_equals_concatenation_and_zeroes_the_rest():
     from trtforge.runtime.staging import copy_rows
 
     rng = np.random.default_rng(0)
-    parts = [rng.normal(size=(n, 3, 64, 64)).astype(np.float32) for n in (1, 4, 2, 1)]  # > 1 MiB: threaded
+    parts = [rng.normal(size=(n, 3, 64, 64)).astype(np.float32) for n in (1, 4, 2, 1)]  # the 4-row part (> 1 MiB) on threads
     dst = np.full((12, 3, 64, 64), 7.0, np.float32)
     assert copy_rows(dst, parts) == 8
     np.testing.assert_array_equal(dst[:8], np.concatenate(parts))

@@ -65,8 +65,8 @@ def host_copy(dst: np.ndarray, src: Any) -> None:
 
 def copy_rows(dst: np.ndarray, parts: Sequence[Any]) -> int:
     """The parts' rows one after another into ``dst``, the rows after them zeroed; returns the rows
-    written. Parts are copied side by side on the copy threads when the batch is large (a request of
-    one 224² float32 frame is 602 KB, below one copy's threshold, and a batch holds dozens).
+    written. One part after another, each through ``host_copy`` (threads only for a part of 1 MiB or
+    more): in a server, 4 instances' stubs and the clients already share the cores.
 
     Example:
         >>> copy_rows(batch, [np.ones((2, 4)), np.ones((1, 4))])
@@ -78,12 +78,8 @@ def copy_rows(dst: np.ndarray, parts: Sequence[Any]) -> int:
         start += len(part)
     if start > len(dst):
         raise ValueError(f"{start} rows do not fit a buffer of {len(dst)}")
-    if len(parts) > 1 and dst[:start].nbytes >= _PARALLEL_COPY_BYTES:
-        list(_copy_pool().map(lambda i: np.copyto(dst[starts[i]:starts[i] + len(parts[i])], parts[i]),
-                              range(len(parts))))
-    else:
-        for at, part in zip(starts, parts, strict=True):
-            host_copy(dst[at:at + len(part)], part)
+    for at, part in zip(starts, parts, strict=True):
+        host_copy(dst[at:at + len(part)], part)
     dst[start:] = 0
     return start
 
