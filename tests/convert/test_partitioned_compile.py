@@ -175,3 +175,13 @@ def test_a_route_partitions_do_not_run_on_is_one_line(compiled):
         art.load(route="onnxruntime")
     with pytest.raises(InvalidArgument, match="takes no device= or options"):
         art.load(route=EVALUATOR_ROUTE, device="cuda:0")
+
+
+def test_the_tensorrt_route_refuses_engine_parts_that_were_never_built(tmp_path, fake_trt):
+    from trtforge.convert.saved import save_partitioned
+
+    module, report = partition(conv_jiggle_head(), (_x(2),), batch=(1, 2, 4), min_block_size=2, build=False)
+    save_partitioned(tmp_path / "unbuilt", module, report)
+    with pytest.raises(InvalidArgument, match="has no built engine.*route='evaluator'"):
+        load_partitioned_module(tmp_path / "unbuilt", route="tensorrt", bindings=fake_trt.bindings, devices=FAKE_CUDA)
+    assert load_partitioned_module(tmp_path / "unbuilt", route=EVALUATOR_ROUTE).trtforge_route == EVALUATOR_ROUTE
