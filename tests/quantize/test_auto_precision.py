@@ -173,9 +173,15 @@ def test_cli_refuses_auto_without_calibration_data_or_a_budget(net, tmp_path, fl
     assert not out.exists() or not any(out.iterdir())
 
 
-def test_python_refuses_auto_without_a_budget_and_direct_path():
+def test_python_refuses_auto_without_a_budget_and_on_the_direct_path(tmp_path):
+    import trtforge
+
     with pytest.raises(ConfigError, match="precision='auto'.*error_budget="):
         CompileConfig(precision="auto")
+    with pytest.raises(ConfigError, match="precision='auto' is on the ONNX path only"):
+        trtforge.compile(torch.nn.Linear(8, 8), (torch.zeros(1, 8),), path="direct", precision="auto",
+                         calibration_data=np.zeros((8, 8), np.float32), output_dir=tmp_path,
+                         quant=QuantConfig(error_budget=0.1))
     with pytest.raises(ConfigError, match="smoothquant="):
         CompileConfig(precision="auto", quant=QuantConfig(error_budget=0.1, smoothquant=0.5))
     config = CompileConfig(precision="auto", quant=QuantConfig(error_budget=0.1))
