@@ -285,8 +285,8 @@ class QuantConfig:
     # None: the task's default (budget.TASK_BUDGETS); a float: the limit of the task's metric; an ErrorBudget.
     error_budget: float | ErrorBudget | None = option(
         None, affects=GRAPH, cli=CliFlag(float | None),
-        help="int8 auto placement: limit in the task's metric (classifier: softmax KL, e.g. 0.01; embedding: "
-             "mean cosine, e.g. 0.99; other: relative L2, e.g. 0.1); default: the task's")
+        help="auto placement, --precision auto (required there): limit in the task's metric (classifier: softmax "
+             "KL, e.g. 0.01; embedding: mean cosine, e.g. 0.99; other: relative L2, e.g. 0.1); default: the task's")
     exclude: tuple[str, ...] = option((), help="int8: keep layers matching this regex/op type in FP16",
                                       affects=GRAPH, cli=CliFlag(list[str] | None, None, to_field=_tuple))
     include: tuple[str, ...] = option((), help="int8: force layers matching this regex/op type to INT8",
