@@ -6,9 +6,10 @@ its probe builds), cheapest first; FP16 is every layer's top rung. A layer's run
 quantizer can give it (weight-only: MatMul/Gemm with a constant 2-D weight), minus ``exclude`` patterns.
 
 One W8A8 type per graph: the first of FP8/INT8 the ladder names. ``QuantPlan`` could carry both (each input
-has its own dtype), but by the capability table no target set accelerates INT8 for a class where it also
-accelerates FP8 for another, and each W8A8 type costs a calibration pass. So a graph mixes FP8 or INT8
-layers, weight-only INT8 GEMMs and FP16.
+has its own dtype), but by the capability table nothing is lost: wherever every target accelerates FP8 for
+an op class, FP8 covers every class INT8 would (full TensorRT on sm89 and newer: both, for convolutions and
+GEMMs; TensorRT-RTX: no W8A8 INT8), and each W8A8 type costs a calibration pass. So a graph mixes FP8 or
+INT8 layers, weight-only INT8 GEMMs and FP16.
 
 Placement reuses ``sensitivity.auto_place`` (its ranking, bisection and re-admission) in two steps, so that
 moving every ranked group is known to hold, the premise of its bisection:
@@ -36,7 +37,7 @@ from dataclasses import replace
 import onnx
 import onnx_ir as ir
 
-from trtforge.core.config import AUTO_LADDER, AUTO_PRECISION, QuantConfig, check_quant_options
+from trtforge.core.config import AUTO_LADDER, AUTO_PRECISION, QuantConfig
 from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.passes.qdq import QDQ_OPSET, QuantLayer, QuantPlan
 from trtforge.quantize import placement, sensitivity
@@ -156,7 +157,6 @@ def quantize_auto(
     used = [p for p in RUNG if any(p in rungs for rungs in ladder.values())]
     specs = {p: spec_of(p, config) for p in used}
     opset = max((spec.opset for spec in specs.values()), default=QDQ_OPSET)
-    check_quant_options(config, AUTO_PRECISION)
     model, task, budget, data = _checked_start(fp32, calibration_data, config, preprocessing, AUTO_PRECISION, opset)
     report = {**_settings(config, task, data, spec_of(AUTO_LADDER[-1][0], config)), "placement": "auto (precision)"}
     data_sha = data_hash(data.calib)
