@@ -47,13 +47,17 @@ def net(tmp_path_factory):
     return path, x
 
 
-def _run(model, x: np.ndarray) -> np.ndarray:
-    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
+def _session(proto: onnx.ModelProto) -> ort.InferenceSession:
+    """A plain ONNX Runtime session, every graph rewrite off (the reference, independent of trtforge's own)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _run(model, x: np.ndarray) -> np.ndarray:
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
     feed = x.astype(np.float16) if proto.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 else x
-    return np.asarray(sess.run(None, {"x": feed})[0], np.float32)
+    return np.asarray(_session(proto).run(None, {"x": feed})[0], np.float32)
 
 
 def _rel_l2(ref: np.ndarray, test: np.ndarray) -> float:
@@ -186,3 +190,35 @@ def test_python_refuses_auto_without_a_budget_and_on_the_direct_path(tmp_path):
         CompileConfig(precision="auto", quant=QuantConfig(error_budget=0.1, smoothquant=0.5))
     config = CompileConfig(precision="auto", quant=QuantConfig(error_budget=0.1))
     assert config.float_dtype == "float16" and "fp8" in config.possible_precisions
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not trt.info().is_rtx, reason="TensorRT-RTX builds")
+def test_minilm_mixes_fp8_weight_only_and_fp16_within_a_tight_budget_and_builds(minilm_onnx, minilm, tmp_path):
+    """A real encoder for sm89+sm120 at cosine >= 0.9995: FP8, int8-wo and FP16 layers in one graph (attention
+    blocks whose QKᵀ cannot be weight-only go to FP16 together), the held-back cosine as ONNX Runtime measures
+    it, and TensorRT-RTX builds the graph for both targets."""
+    from test_precisions import _rtx_build
+
+    from trtforge.zoo.texts import sentences
+
+    _, tokenize = minilm
+    feeds = [{k: v.numpy() for k, v in tokenize(sentences(8, offset=i), seq_len=32).items()} for i in range(0, 40, 8)]
+    proto = onnx.load(str(minilm_onnx))
+    result = quantize_auto(proto, feeds, QuantConfig(error_budget=0.9995, bias_correction=False),
+                           _ladder(FP8_TARGETS), progress=False)
+    counts = result.report["auto_precision"]["counts"]
+    assert result.report["task"] == "embedding" and set(counts) == {"fp8", "int8-wo", "fp16"}, counts
+
+    def outputs(model) -> np.ndarray:
+        return np.concatenate([np.asarray(o, np.float64).reshape(8, -1) for o in _session(model).run(None, feeds[-1])],
+                              axis=1)
+
+    ref, sim = outputs(proto), outputs(result.sim_model)
+    cosine = float(np.mean(np.sum(ref * sim, 1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(sim, axis=1)))
+    limit = result.report["error_budget"]["limits"][0]
+    assert limit["holds"] and cosine >= 0.9995 and limit["measured"] == pytest.approx(cosine, abs=1e-6)
+    path = tmp_path / "minilm_auto.onnx"
+    onnx.save(result.model, str(path))
+    ok, errors = _rtx_build(path, FP8_TARGETS)
+    assert ok, errors
