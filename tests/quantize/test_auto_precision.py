@@ -195,9 +195,8 @@ def test_python_refuses_auto_without_a_budget_and_on_the_direct_path(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not trt.info().is_rtx, reason="TensorRT-RTX builds")
 def test_minilm_mixes_fp8_weight_only_and_fp16_within_a_tight_budget_and_builds(minilm_onnx, minilm, tmp_path):
-    """A real encoder for sm89+sm120 at cosine >= 0.9995: FP8, int8-wo and FP16 layers in one graph (attention
-    blocks whose QKᵀ cannot be weight-only go to FP16 together), the held-back cosine as ONNX Runtime measures
-    it, and TensorRT-RTX builds the graph for both targets."""
+    """A real encoder for sm89+sm120 at cosine >= 0.9995: FP8, int8-wo and FP16 layers in one graph, the
+    held-back cosine as ONNX Runtime measures it, and TensorRT-RTX builds the graph for both targets."""
     from test_precisions import _rtx_build
 
     from trtforge.zoo.texts import sentences
