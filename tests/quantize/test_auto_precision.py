@@ -90,6 +90,20 @@ def test_the_ladder_follows_the_capability_table():
     assert graph_ladder({"Conv": ("int8",), "MatMul": ("int8-wo", "int8", "fp8")}) == {"Conv": (), "MatMul": ("fp8", "int8-wo")}
 
 
+def test_a_probe_build_that_refuses_takes_the_precision_off_the_ladder():
+    """A build tells more than the table: a probe refusing FP8 on one target leaves FP8 off every op's ladder."""
+    config = CompileConfig(precision="auto", targets=FP8_TARGETS, quant=QuantConfig(error_budget=0.1))
+    asked = []
+
+    def probe(op_class: str, scheme: str, target: str) -> str | None:
+        asked.append((op_class, scheme, target))
+        return "Cannot compile for target(s) sm120" if (scheme, target) == ("fp8", "sm120") else None
+
+    ladder = auto_ladder(config, probe)
+    assert all("fp8" not in rungs for rungs in ladder.values()) and ladder["MatMul"] == ("int8-wo",), ladder
+    assert ("gemm", "fp8", "sm120") in asked
+
+
 @pytest.mark.parametrize("targets", [(), FP8_TARGETS], ids=["rtx-default", "sm89-sm120"])
 def test_a_loose_budget_gives_every_layer_its_cheapest_accelerated_precision(net, targets):
     """(a) Each layer gets the first precision of its op's ladder that the quantizer can give it, else FP16."""
