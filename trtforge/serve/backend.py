@@ -152,16 +152,6 @@ def _tensor(pb: Any, name: str, value: Any) -> Any:
     return pb.Tensor(name, value) if isinstance(value, np.ndarray) else pb.Tensor.from_dlpack(name, value)
 
 
-def _join_buffers(engine: Any) -> tuple[Any, ...]:
-    """One reused host buffer per input to join a batch's requests into: pinned for an engine on a GPU
-    (the upload is then one DMA), plain on the CPU; no fresh 19 MB array per float32 224² batch."""
-    from trtforge.runtime.placement import default_device
-    from trtforge.runtime.staging import HostBuffer
-
-    device = default_device(engine.device)
-    return tuple(HostBuffer(device) for _ in engine.inputs)
-
-
 class TritonPythonModel:
     """Triton's Python-backend entry points: initialize, execute, finalize."""
 
@@ -184,7 +174,6 @@ class TritonPythonModel:
         device = instance_device(args.get("model_instance_kind", ""), args.get("model_instance_device_id", 0))
         self.buckets: dict[int, tuple[int, ...]] = {}
         self.locks: dict[int, threading.Lock] = {}  # engines reuse output buffers: one call at a time per engine
-        self.buffers: dict[int, tuple[Any, ...]] = {}  # per engine, the reused host buffers batches are joined into
         self.primary = self._open(sidecar, params.get("route", "onnxruntime"), params, device)
         self.fallback = None
         if params.get("fallback_route"):
@@ -213,7 +202,6 @@ class TritonPythonModel:
         buckets = graph_buckets(self.max_batch, self.preferred) if getattr(engine, "cuda_graph", False) else ()
         self.buckets[id(engine)] = buckets
         self.locks[id(engine)] = threading.Lock()
-        self.buffers[id(engine)] = _join_buffers(engine) if self.max_batch > 0 else ()
         for rows in sorted(buckets or (1,), reverse=True):  # largest first: buffers sized once
             engine(*(np.repeat(a, rows, axis=0) if self.max_batch > 0 else a for a in warm_input(engine)))
         return engine
@@ -265,8 +253,7 @@ class TritonPythonModel:
         try:
             with self.locks[id(engine)]:  # engines reuse output buffers: one call at a time per engine
                 results, padded = run_together(engine, checked, output_names, self.max_batch > 0,
-                                               self.buckets[id(engine)], with_padding=True,
-                                               buffers=self.buffers[id(engine)])
+                                               self.buckets[id(engine)], with_padding=True)
             self.metrics.calls.increment(1)
             self.metrics.rows.increment(sum(c.rows for c in checked))
             if padded:

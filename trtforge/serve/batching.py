@@ -110,11 +110,11 @@ def padded_rows(rows: int, buckets: Sequence[int]) -> int:
     return next((b for b in buckets if b >= rows), rows)
 
 
-def _join(parts: Sequence[Any], rows: int, buffer: Any = None) -> Any:
+def _join(parts: Sequence[Any], rows: int) -> Any:
     """The requests' rows in one array of ``rows`` rows (zeros after them): one copy, padding included.
 
-    Into ``buffer`` (a ``trtforge.runtime.staging.HostBuffer``: reused, pinned for a GPU engine) when
-    given, else into a new array."""
+    A new array per batch: joining a float32 batch into one reused pinned buffer instead measured no
+    faster on the H200 (docs/benchmark-history.md, issue 26)."""
     if len(parts) == 1 and parts[0].shape[0] == rows:
         return parts[0]
     if not all(isinstance(p, np.ndarray) for p in parts):  # torch tensors (DLPack): joined on their device
@@ -124,8 +124,7 @@ def _join(parts: Sequence[Any], rows: int, buffer: Any = None) -> Any:
         joined = torch.cat([torch.as_tensor(p).to(device) for p in parts])
         pad = rows - len(joined)
         return torch.cat([joined, joined.new_zeros((pad, *joined.shape[1:]))]) if pad else joined
-    shape = (rows, *parts[0].shape[1:])
-    joined = np.empty(shape, dtype=parts[0].dtype) if buffer is None else buffer.array(shape, parts[0].dtype)
+    joined = np.empty((rows, *parts[0].shape[1:]), dtype=parts[0].dtype)
     from trtforge.runtime.staging import copy_rows
 
     copy_rows(joined, parts)
@@ -134,14 +133,12 @@ def _join(parts: Sequence[Any], rows: int, buffer: Any = None) -> Any:
 
 def run_together(engine_call: Callable[..., Mapping[str, Any]], checked: Sequence[Checked],
                  output_names: Sequence[str], batched: bool,
-                 buckets: Sequence[int] = (), *, with_padding: bool = False,
-                 buffers: Sequence[Any] = ()) -> Any:
+                 buckets: Sequence[int] = (), *, with_padding: bool = False) -> Any:
     """One engine call for all ``checked`` requests (padded to a bucket size when ``buckets`` are
     given); each gets its own rows of every output. ``with_padding``: also the padded row count.
 
     An engine with a ``join(parts, rows)`` method (``FrameEngine``) joins its one input itself (into
-    its pinned buffer: one copy); the others are joined into ``buffers`` (one ``HostBuffer`` per input,
-    reused from batch to batch) when given. Outputs are NumPy, except when the inputs came on the GPU: then
+    its pinned buffer: one copy). Outputs are NumPy, except when the inputs came on the GPU: then
     outputs the engine leaves on the GPU stay there (for DLPack).
     """
     if not batched:
@@ -152,10 +149,7 @@ def run_together(engine_call: Callable[..., Mapping[str, Any]], checked: Sequenc
     columns = list(zip(*(c.arrays for c in checked), strict=True))
     join = getattr(engine_call, "join", None)
     joined = join(columns[0], rows) if join is not None and len(columns) == 1 else None
-    if joined is not None:
-        joined = [joined]
-    else:  # one reused host buffer per input when given (``buffers``), else new arrays
-        joined = [_join(parts, rows, buffers[i] if i < len(buffers) else None) for i, parts in enumerate(columns)]
+    joined = [joined] if joined is not None else [_join(parts, rows) for parts in columns]
     device = any(_on_device(a) for a in joined)
     outputs = _outputs(engine_call(*joined), output_names, device)
     for name, value in outputs.items():

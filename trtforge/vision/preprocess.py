@@ -23,9 +23,9 @@ import torch
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig, transform, transform_tensor
 from trtforge.runtime.placement import Placement, default_device, on_device, placement, refusal
-from trtforge.runtime.staging import HOST_COPY_THREADS, HostBuffer, host_copy
+from trtforge.runtime.staging import HostBuffer, host_copy
 
-__all__ = ["HOST_COPY_THREADS", "Preprocessor", "fused_transform", "host_copy", "is_pageable"]
+__all__ = ["Preprocessor", "fused_transform", "host_copy", "is_pageable"]
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +129,7 @@ class Preprocessor:
     def stage(self, images: Sequence[np.ndarray | torch.Tensor] | np.ndarray) -> torch.Tensor:
         """Same-size host images (or one (B, H, W, 3) array) → our pinned (B, H, W, 3) buffer.
 
-        One copy for a batch array, one per frame for a list, each on at most ``HOST_COPY_THREADS``
-        threads (``host_copy``); frames that already are the buffer (``staged``) are not copied. The
+        One copy for a batch array, one per frame for a list (``host_copy``); frames that already are the buffer (``staged``) are not copied. The
         buffer is reused: synchronize before the next call overwrites it (the predictor does).
         """
         shape = (len(images), *tuple(images[0].shape))
