@@ -33,6 +33,7 @@ from trtforge.core.errors import InvalidArgument
 from trtforge.core.quant_plan import (  # the plan is defined in core (shared with quantize and convert)
     BLOCKED_OPSET,
     MIN_SCALE,
+    QDQ_OPSET,
     QUANT_DTYPES,
     QuantDtype,
     QuantInput,
@@ -48,7 +49,7 @@ from trtforge.passes.graph import (
     to_proto,
 )
 
-__all__ = ["BLOCKED_OPSET", "MIN_SCALE", "QUANT_DTYPES", "PlanMismatchError", "QuantDtype", "QuantInput",
+__all__ = ["BLOCKED_OPSET", "MIN_SCALE", "QDQ_OPSET", "QUANT_DTYPES", "PlanMismatchError", "QuantDtype", "QuantInput",
            "QuantLayer", "QuantPlan", "apply_plan", "apply_plan_in_place", "broadcast_scales", "dequantized_weight",
            "fp16_scales", "quantize_values", "quantize_weight"]
 
