@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -35,7 +36,7 @@ from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.passes.graph import ensure_node_names, ensure_opset, fresh_ir, to_proto
 from trtforge.passes.process import Processed, process
 from trtforge.passes.qdq import QuantPlan, apply_plan
-from trtforge.quantize import awq, bias_correction, placement, sensitivity, smoothquant
+from trtforge.quantize import adaround, awq, bias_correction, placement, sensitivity, smoothquant
 from trtforge.quantize.calibration import (
     CalibrationSet,
     build_full_plan,
@@ -95,6 +96,7 @@ def _settings(config: QuantConfig, task: str, data: CalibrationSet, spec: Precis
         "smoothquant_alpha": config.smoothquant,
         "bias_correction": config.bias_correction,
         "placement": config.placement,
+        "rounding": config.rounding,
         "block_size": spec.block_size,
         "task": task,
         "samples": {"calibration": len(data.calib), "held_back": len(data.holdout)},
@@ -141,6 +143,30 @@ def _place(model: ir.Model, analysis: placement.Analysis, full: QuantPlan, data:
     return plan
 
 
+def _learn_rounding(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationSet, config: QuantConfig,
+                    report: dict, bar) -> ir.Model:
+    """``model`` with learned INT8 rounding of the plan's weights (``trtforge.quantize.adaround``)."""
+    start = time.perf_counter()
+    rounded, layers = adaround.learn_rounding(model, plan, data.calib_batches, config.rounding_seconds, progress=bar)
+    before = compare_outputs(reference_out, run_model(apply_plan(model, plan), data.held_batches))["rel_l2_mean"]
+    rounded_out = run_model(apply_plan(rounded, plan), data.held_batches)
+    after = compare_outputs(reference_out, rounded_out)["rel_l2_mean"]
+    keep = after <= before  # per layer it lowered the output MSE; kept when the whole graph agrees
+    report["learned_rounding"] = {"applied": keep, "rel_l2_before": before, "rel_l2_after": after,
+                                  "layers": layers}
+    _method(report, "learned_rounding", start, keep, reference_out, rounded_out)
+    return rounded if keep else model
+
+
+def _method(report: dict, name: str, start: float, applied: bool, reference_out, out) -> None:
+    """One entry of ``report["methods"]``: a method that ran, its time, and the held-back metrics of the
+    graph it produced (whether kept or not)."""
+    task = report["task"]
+    report.setdefault("methods", []).append({
+        "method": name, "applied": bool(applied), "seconds": round(time.perf_counter() - start, 3),
+        "held_back": compare_outputs(reference_out, out, classification=task == "classification")})
+
+
 def _correct(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationSet, config: QuantConfig,
              budget: ErrorBudget, report: dict, bar) -> tuple[ir.Model, ir.Model, list]:
     """(FP32 graph, its Q/DQ simulation, the simulation's held-back outputs), bias-corrected when that helps."""
@@ -149,6 +175,7 @@ def _correct(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationS
     sim_out = run_model(sim, held)
     if not (config.bias_correction and plan.layers):
         return model, sim, sim_out
+    start = time.perf_counter()
     corrected, bc_info = bias_correction.correct_biases(model, plan, data.calib_batches, progress=bar)
     corrected_sim = apply_plan(corrected, plan)
     corrected_out = run_model(corrected_sim, held)
@@ -160,6 +187,7 @@ def _correct(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationS
                                or not budget.holds(budget.measure(reference_out, sim_out)))
     report["bias_correction"] = {"applied": keep, "rel_l2_before": before, "rel_l2_after": after,
                                  "layers": len(bc_info)}
+    _method(report, "bias_correction", start, keep, reference_out, corrected_out)
     return (corrected, corrected_sim, corrected_out) if keep else (model, sim, sim_out)
 
 
@@ -236,6 +264,8 @@ def quantize_model(
         ref_out = run_model(reference, data.held_batches)
         if config.awq:
             model, plan = awq.awq_if_better(ref_out, model, plan, spec, data, report, bar)
+        if config.rounding == "learned":
+            model = _learn_rounding(ref_out, model, plan, data, config, report, bar)
         model, sim, sim_out = _correct(ref_out, model, plan, data, config, budget, report, bar)
     _finish_report(report, config, budget, plan, len(spec.candidates(analysis).candidates), ref_out, sim_out, model,
                    data_sha)
