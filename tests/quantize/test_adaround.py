@@ -76,7 +76,7 @@ def test_rounding_options_are_checked():
         QuantConfig(rounding="up")
     with pytest.raises(ConfigError, match="rounding_seconds=0"):
         QuantConfig(rounding_seconds=0)
-    with pytest.raises(ConfigError, match=r"rounding='learned' \(--rounding learned\).*not fp8"):
+    with pytest.raises(ConfigError, match=r"rounding=.learned. \(--rounding learned\) is for int8/int8-wo.*not fp8"):
         check_quant_options(QuantConfig(rounding="learned"), "fp8")
     assert QuantConfig().rounding == "nearest"
 

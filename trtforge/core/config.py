@@ -65,10 +65,7 @@ OPTIMIZATION_LEVELS = range(0, 6)
 LAYER_PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS
 CALIBRATORS: tuple[str, ...] = ("max", "percentile", "entropy", "mse")
 PLACEMENTS: tuple[str, ...] = ("default", "auto")
-#: How INT8 weights round: to nearest, or learned per layer (AdaRound, ``trtforge.quantize.adaround``).
-ROUNDINGS: tuple[str, ...] = ("nearest", "learned")
-#: The precisions whose weights are per-channel integers that learned rounding can choose.
-LEARNED_ROUNDING_PRECISIONS: tuple[str, ...] = ("int8", "int8-wo")
+ROUNDINGS: tuple[str, ...] = ("nearest", "learned")  # INT8 weights: to nearest, or learned (quantize.adaround)
 TASKS: tuple[str, ...] = ("auto", "classification", "embedding", "other")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: Longest name: the files add up to ~60 characters (precision, targets, ``.tmp`` prefixes) to it,
@@ -211,9 +208,8 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
     if quant.smoothquant is not None and weight_only:
         raise ConfigError(f"smoothquant= (--smoothquant) moves activation outliers into the weights; {precision} "
                           "keeps activations in FP16. Drop it, or use awq=True (--awq)")
-    if quant.rounding == "learned" and precision not in LEARNED_ROUNDING_PRECISIONS:
-        raise ConfigError(f"rounding='learned' (--rounding learned) learns per-channel integer weights "
-                          f"({', '.join(LEARNED_ROUNDING_PRECISIONS)}), not {precision}; drop it")
+    if quant.rounding == "learned" and precision not in ("int8", "int8-wo"):  # per-channel integer weights
+        raise ConfigError(f"rounding='learned' (--rounding learned) is for int8/int8-wo weights, not {precision}")
     if quant.block_size is not None and not weight_only:
         raise ConfigError(f"block_size= (--block-size) is for int8-wo/int4-wo weights; {precision} quantizes "
                           "weights per output channel. Drop it")
@@ -303,18 +299,16 @@ class QuantConfig:
              "for int4-wo, one scale per output channel for int8-wo")
     awq: bool = option(False, affects=GRAPH, cli=CliFlag(bool),
                        help="int8-wo/int4-wo: AWQ-lite activation-aware weight scaling (kept only when it helps)")
-    rounding: str = option("nearest", affects=GRAPH, cli=CliFlag(str),
-                           help="int8: weight rounding: nearest | learned (AdaRound on the CPU, per layer)")
-    rounding_seconds: float = option(120.0, affects=GRAPH, cli=CliFlag(float),
-                                     help="int8 learned rounding: the time budget in seconds, spread over layers")
+    rounding: str = option("nearest", help="int8: weights round to nearest | learned (AdaRound, CPU)", affects=GRAPH,
+                           cli=CliFlag(str))
+    rounding_seconds: float = option(120.0, help="int8 learned rounding: time budget (s)", affects=GRAPH,
+                                     cli=CliFlag(float))
 
     def __post_init__(self) -> None:
         if self.rounding not in ROUNDINGS:
             raise ConfigError(f"rounding={self.rounding!r}; choose one of {', '.join(ROUNDINGS)}")
-        if isinstance(self.rounding_seconds, bool) or not isinstance(self.rounding_seconds, (int, float)) \
-                or not self.rounding_seconds > 0:
-            raise ConfigError(f"rounding_seconds={self.rounding_seconds!r}: give a positive number of seconds, "
-                              "e.g. 120")
+        if not (isinstance(self.rounding_seconds, (int, float)) and self.rounding_seconds > 0):
+            raise ConfigError(f"rounding_seconds={self.rounding_seconds!r}: give a positive number of seconds, e.g. 120")
         if self.calibrator not in CALIBRATORS:
             raise ConfigError(f"calibrator={self.calibrator!r}; choose one of {', '.join(CALIBRATORS)}")
         if self.placement not in PLACEMENTS:
