@@ -100,3 +100,28 @@ def test_learned_rounding_report_is_in_the_sidecar(net, tmp_path):
         assert method["seconds"] > 0 and 0 < method["held_back"]["rel_l2_mean"] < 0.1
     saved = (tmp_path / "out").rglob("*.json")
     assert any('"learned_rounding"' in p.read_text() for p in saved)
+
+
+@pytest.mark.slow
+def test_auto_placement_measures_learned_weights_and_restores_the_float_ones(net):
+    """placement='auto' with learned rounding: the rounding is learned on every candidate first, placement
+    measures those weights, and a layer given back to FP16 keeps its original FP32 weight."""
+    model, x = net
+    config = QuantConfig(placement="auto", rounding="learned", rounding_seconds=15, task="other", error_budget=0.0015,
+                         bias_correction=False)
+    result = quantize_model(model, x, config, progress=False)
+    report = result.report
+    assert [m["method"] for m in report["methods"]] == ["learned_rounding"]
+    learned = report["learned_rounding"]
+    assert {layer["layer"] for layer in learned["layers"]} == {"c1", "c2", "c3"}
+    assert learned["applied"] and learned["rel_l2_after"] < learned["rel_l2_before"], learned
+    kept = {layer.label for layer in result.plan.layers}
+    assert kept and kept != {"c1", "c2", "c3"}, kept  # the tight budget sends some layer back to FP16
+    original = {name: v.const_value.numpy() for name, v in model.graph.initializers.items()}
+    for label in ("c1", "c2", "c3"):
+        now = result.fp32.graph.initializers[f"{label}.weight"].const_value.numpy()
+        changed = next(r["changed"] for r in report["learned_rounding"]["layers"] if r["layer"] == label)
+        if label in kept:
+            assert (now != original[f"{label}.weight"]).mean() == pytest.approx(changed, abs=1e-9)
+        else:
+            np.testing.assert_array_equal(now, original[f"{label}.weight"])

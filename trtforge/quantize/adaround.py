@@ -53,7 +53,7 @@ class RoundingOptions:
     max_iters: int = 1000
     max_samples: int = 32
     seed: int = 0
-    threads: int | None = None  # torch's CPU threads while optimising (None: torch's own setting)
+    threads: int | None = 1  # torch CPU threads while optimising (None: torch default; small layers: 1 is fastest)
 
 
 @dataclass
@@ -292,7 +292,25 @@ def learn_rounding(model: ir.Model, plan: QuantPlan, batches: Sequence[dict[str,
     return out, info
 
 
-def _round_groups(model, out, layers, batches, deadline, options, progress, task, info) -> None:
+def restore_weights(model: ir.Model, original: ir.Model, learned: QuantPlan, final: QuantPlan) -> ir.Model:
+    """``model`` with the original weights back in the layers of ``learned`` that ``final`` leaves in float
+    (placement gave them back to FP16: their learned rounding would only perturb them)."""
+    if model is original:
+        return model
+    kept = {layer.output for layer in final.layers}
+    nodes, before = nodes_by_output(model.graph), nodes_by_output(original.graph)
+    for layer in learned.layers:
+        node = nodes.get(layer.output)
+        if layer.output in kept or node is None or len(node.inputs) < 2 or not node.inputs[1].is_initializer():
+            continue
+        name = node.inputs[1].name
+        model.graph.initializers[name].const_value = before[layer.output].inputs[1].const_value
+    return model
+
+
+def _round_groups(model: ir.Model, out: ir.Model, layers: list[_Layer], batches, deadline: float,
+                  options: RoundingOptions, progress, task, info: list[dict]) -> None:
+    """Round ``layers`` (a group's inputs collected at a time), writing the new weights into ``out``."""
     nodes = nodes_by_output(model.graph)
     inputs = {item.layer.output: nodes[item.layer.output].inputs[0].name for item in layers}
     for group in _groups(layers):

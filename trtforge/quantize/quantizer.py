@@ -122,15 +122,18 @@ def _calibrate_cached(model: ir.Model, analysis: placement.Analysis, data: Calib
 
 
 def _place(model: ir.Model, analysis: placement.Analysis, full: QuantPlan, data: CalibrationSet,
-           config: QuantConfig, budget: ErrorBudget, report: dict, bar) -> QuantPlan:
+           config: QuantConfig, budget: ErrorBudget, report: dict, bar, reference_out) -> tuple[QuantPlan, ir.Model]:
     """The plan: the rules' decisions, or measured placement against ``budget`` (placement="auto").
 
     ``analysis`` holds the candidates of the plan's precision (``PrecisionSpec.candidates``).
     """
     rules = spec_of(full.precision).rules
     if config.placement != "auto":
-        return plan_from_decisions(full, placement.decide(analysis, config.exclude, config.include, rules=rules))
+        return plan_from_decisions(full, placement.decide(analysis, config.exclude, config.include, rules=rules)), model
     base = plan_from_decisions(full, placement.decide(analysis, config.exclude, config.include, rules=False))
+    original = model
+    if config.rounding == "learned":  # placement measures the learned weights, so fewer layers go back to FP16
+        model = _learn_rounding(reference_out, model, base, data, config, report, bar)
     # Ranked on the held-back samples; the budget is checked on every sample (calibration and held
     # back: more samples, a tighter confidence bound), before bias correction.
     held = data.held_batches
@@ -140,7 +143,7 @@ def _place(model: ir.Model, analysis: placement.Analysis, full: QuantPlan, data:
     report["auto_placement"] = {"budget_at_placement": budget.record(placed["measured"], placed["bounds"]),
                                 "samples": placed["samples"], "checks": placed["checks"],
                                 "readmitted": placed["readmitted"]}
-    return plan
+    return plan, adaround.restore_weights(model, original, base, plan)
 
 
 def _learn_rounding(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationSet, config: QuantConfig,
@@ -260,11 +263,11 @@ def quantize_model(
                                   "instead")
         amax, shapes, data_sha = _calibrate_cached(model, analysis, data, config, spec, report, bar)
         full = build_full_plan(model, analysis, amax, shapes, config.calibrator, spec)
-        plan = _place(model, spec.candidates(analysis), full, data, config, budget, report, bar)
         ref_out = run_model(reference, data.held_batches)
+        plan, model = _place(model, spec.candidates(analysis), full, data, config, budget, report, bar, ref_out)
         if config.awq:
             model, plan = awq.awq_if_better(ref_out, model, plan, spec, data, report, bar)
-        if config.rounding == "learned":
+        if config.rounding == "learned" and config.placement != "auto":  # auto: learned before placement
             model = _learn_rounding(ref_out, model, plan, data, config, report, bar)
         model, sim, sim_out = _correct(ref_out, model, plan, data, config, budget, report, bar)
     _finish_report(report, config, budget, plan, len(spec.candidates(analysis).candidates), ref_out, sim_out, model,
