@@ -49,7 +49,7 @@ class RoundingOptions:
     beta: tuple[float, float] = (20.0, 2.0)
     warmup: float = 0.2
     batch: int = 8
-    min_iters: int = 20
+    min_iters: int = 10
     max_iters: int = 1000
     max_samples: int = 32
     seed: int = 0
@@ -223,7 +223,8 @@ def _optimise(item: _Layer, p: _Problem, seconds: float, options: RoundingOption
     batch = min(options.batch, n)
     norm = max(_mse(item, p.x, p.target, torch.from_numpy(p.nearest) * p.scale), 1e-30)
     iters, i, start = options.max_iters, 0, time.perf_counter()
-    while i < iters:
+    stop = start + seconds  # a hard stop too: the rounding so far is still a valid choice (guarded below)
+    while i < iters and (i < options.min_iters or time.perf_counter() < stop):
         pick = torch.randperm(n, generator=generator)[:batch]
         weight, h = _soft(v, p.floor, p.scale, p.qmax)
         rec = torch.mean((item.forward(p.x[pick], weight) - p.target[pick]) ** 2) / norm
@@ -246,7 +247,7 @@ def _optimise(item: _Layer, p: _Problem, seconds: float, options: RoundingOption
     with torch.no_grad():
         h = torch.clamp(torch.sigmoid(v) * (ZETA - GAMMA) + GAMMA, 0, 1)
         learned = torch.clamp(p.floor + (h >= 0.5).float(), -p.qmax, p.qmax)
-    return learned.numpy(), iters
+    return learned.numpy(), i
 
 
 def _round_layer(item: _Layer, fp32_input: np.ndarray, seconds: float, options: RoundingOptions) -> tuple[np.ndarray, dict]:
