@@ -40,6 +40,7 @@ from trtforge.core.options import (  # noqa: F401  (re-exported: the option decl
     option,
     options_of,
 )
+from trtforge.core.partition_options import DEFAULT_MIN_BLOCK_SIZE, check_min_block_size, op_names
 from trtforge.core.preprocessing import PreprocessConfig
 
 #: Every precision trtforge builds, named here once: import it, never re-list it.
@@ -422,6 +423,13 @@ class CompileConfig:
                                    help="int8: fail (exit 1) when the error budget is missed, instead of a warning")
     allow_unaccelerated: bool = option(False, affects=ENGINE, cli=CliFlag(bool), help=(
         "build quantized layers that no target GPU accelerates (they run in the float type; sidecar note)"))
+    min_block_size: int | None = option(
+        None, affects=GRAPH, cli=CliFlag(int | None),
+        help="direct path: partition, keeping ops with no converter in PyTorch; runs of at least this many compute "
+             "ops become engines (None: the whole module converts, or the op is refused)")
+    torch_executed_ops: tuple[str, ...] = option(
+        (), affects=GRAPH, cli=CliFlag(list[str] | None, None, ("--torch-executed-op",), "torch_executed_op", _tuple),
+        help="direct path: ops kept in PyTorch, e.g. aten.softmax.int (repeatable; partitions the module)")
     input_names: tuple[str, ...] | None = option(None, help="names of the exported inputs", affects=GRAPH)
     output_names: tuple[str, ...] | None = option(None, help="names of the exported outputs", affects=GRAPH)
     notes: tuple[str, ...] = option((), help="free-text notes for the sidecar", affects=OUTPUT)
@@ -448,7 +456,7 @@ class CompileConfig:
             raise WrongType(f"preprocessing= takes a dict such as {{'resize': [224, 224]}} or a PreprocessConfig, "
                             f"not {type(self.preprocessing).__name__}")
         normalised = {
-            "precision": precision, "path": path, "batch": None if self.batch is None else parse_batch(self.batch), "targets": _targets(self.targets),
+            "precision": precision, "path": path, "batch": None if self.batch is None else parse_batch(self.batch), "targets": machine.normalise_targets(self.targets),
             "shapes": _shapes(self.shapes), "hardware_compatibility": hardware, "quant": quant,
             "name": None if self.name is None else validate_name(self.name),
             "output_dir": Path(self.output_dir), "cache_dir": _path(self.cache_dir),
@@ -457,6 +465,8 @@ class CompileConfig:
             "notes": (self.notes,) if isinstance(self.notes, str) else tuple(self.notes or ()),
             "keep_fp32": _tuple((self.keep_fp32,) if isinstance(self.keep_fp32, str) else self.keep_fp32),
             "layer_precision": layer_precisions(self.layer_precision),
+            "min_block_size": check_min_block_size(self.min_block_size),
+            "torch_executed_ops": op_names(self.torch_executed_ops),
             "preprocessing": None if self.preprocessing is None else PreprocessConfig.of(self.preprocessing),
         }
         validate_patterns(normalised["keep_fp32"], "keep_fp32")
@@ -492,6 +502,16 @@ class CompileConfig:
         return tuple(dict.fromkeys((*self.keep_fp32, *(p for p, want in self.layer_precision if want == "fp32"))))
 
     @property
+    def partitions(self) -> bool:
+        """Whether the direct path partitions: ``min_block_size`` or ``torch_executed_ops`` is set."""
+        return self.min_block_size is not None or bool(self.torch_executed_ops)
+
+    @property
+    def block_size(self) -> int:
+        """The fewest compute ops in an engine partition (``DEFAULT_MIN_BLOCK_SIZE`` when only ops are named)."""
+        return DEFAULT_MIN_BLOCK_SIZE if self.min_block_size is None else self.min_block_size
+
+    @property
     def shapes_map(self) -> dict[str, tuple[tuple[int, ...], ...]]:
         return dict(self.shapes)
 
@@ -518,6 +538,8 @@ class CompileConfig:
             data["quant"] = {k: v for k, v in self.quant.as_dict().items() if k != "cache_dir"}
         if self.dynamic_batch:
             data["dynamic_batch"] = True
+        if self.partitions:  # only when set: the keys of builds without partitioning stay as they were
+            data["partition"] = {"min_block_size": self.block_size, "torch_executed_ops": list(self.torch_executed_ops)}
         if self.fp32_patterns:  # --keep-fp32 X and --layer-precision X:fp32 make one graph, one key
             data["keep_fp32"] = list(self.fp32_patterns)
         return data
@@ -525,19 +547,6 @@ class CompileConfig:
 
 #: The options that do not change the engine (no key reads them).
 NOT_IN_KEY: tuple[str, ...] = tuple(name for name, opt in options_of(CompileConfig) if opt.affects == OUTPUT)
-
-
-def _targets(targets: Any) -> tuple[str, ...]:
-    """``"sm89,sm86"``, a list (``["sm80,sm86", "sm89"]`` too) → sorted unique lower-case names; ``sm80`` first."""
-    if isinstance(targets, str):
-        targets = [targets]
-    names = {t.strip().lower() for item in (targets or ()) for t in str(item).split(",") if t.strip()}
-    return tuple(sorted(names, key=_target_order))
-
-
-def _target_order(target: str) -> tuple[int, str]:
-    digits = target[2:]
-    return (int(digits) if digits.isdigit() else 0, target)
 
 
 def _shapes(shapes: Any) -> tuple[tuple[str, tuple[tuple[int, ...], ...]], ...]:

@@ -147,7 +147,13 @@ def _choose_another() -> str:
 def _check_direct(model_or_onnx: Any, config: CompileConfig) -> None:
     """What the direct path cannot take: an ONNX file; at INT8, auto placement and SmoothQuant."""
     if config.path != "direct":
+        if config.partitions:
+            raise ConfigError(f"{_partition_option(config)} partitions the direct path's conversion; add "
+                              f"{spelled(cli='--path direct', python='path=' + repr('direct'))}, or drop it")
         return
+    if config.partitions and config.precision in QUANTIZED_PRECISIONS:
+        raise ConfigError(f"{_partition_option(config)}: a partitioned module builds float engines (fp32, fp16, bf16), "
+                          f"not {config.precision}; drop it, or build a float precision")
     if isinstance(model_or_onnx, (str, Path)):
         raise ConfigError(f"path='direct' converts a PyTorch module, and {model_or_onnx} is a file; pass the "
                           "nn.Module with example inputs, or build the .onnx with path='onnx'")
@@ -161,6 +167,13 @@ def _check_direct(model_or_onnx: Any, config: CompileConfig) -> None:
     if config.precision == "int8" and quant.smoothquant is not None:
         raise ConfigError("smoothquant= rewrites the ONNX graph and is not on the direct path; drop it, "
                           "or use path='onnx'")
+
+
+def _partition_option(config: CompileConfig) -> str:
+    """How the reader wrote the option that asked for partitioning."""
+    if config.min_block_size is not None:
+        return option_spelling("min_block_size", str(config.min_block_size))
+    return option_spelling("torch_executed_ops", config.torch_executed_ops[0])
 
 
 def _check_model(model_or_onnx: Any, example_inputs: Any) -> None:
