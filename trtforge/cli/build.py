@@ -21,7 +21,7 @@ from rich.markup import escape
 from trtforge.cli.app import app, console, guarded
 from trtforge.cli.models import SHAPE_HELP, model_from_cli
 from trtforge.core.config import (
-    QUANTIZED_PRECISIONS,
+    QUANTIZED_REQUESTS,
     CliFlag,
     CompileConfig,
     ConfigError,
@@ -69,7 +69,7 @@ OWN_PARAMETERS = (
         help="an .onnx file; with --path direct a PyTorch model factory package.module:function")]),
     inspect.Parameter("calib", inspect.Parameter.KEYWORD_ONLY, default=None,
                       annotation=Annotated[Path | None, typer.Option(
-                          help=f"{'/'.join(QUANTIZED_PRECISIONS)}: calibration images folder or .npy")]),
+                          help=f"{'/'.join(QUANTIZED_REQUESTS)}: calibration images folder or .npy")]),
     inspect.Parameter("input_shape", inspect.Parameter.KEYWORD_ONLY, default=None,
                       annotation=Annotated[list[str] | None, typer.Option(help=f"--path direct: {SHAPE_HELP}")]),
     inspect.Parameter("matrix", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=Annotated[bool, typer.Option(
@@ -91,8 +91,8 @@ def config_from_cli(values: dict[str, Any]) -> CompileConfig:
 def build(model: str, calib: Path | None = None, input_shape: list[str] | None = None, matrix: bool = False,
           **values: Any) -> None:
     """Build an engine + sidecar from an ONNX file (or, with --path direct, a PyTorch model factory)."""
-    if calib is not None and values["precision"].lower() not in QUANTIZED_PRECISIONS:
-        raise ConfigError(f"--calib is used only by --precision {'/'.join(QUANTIZED_PRECISIONS)} (this build is "
+    if calib is not None and values["precision"].lower() not in QUANTIZED_REQUESTS:
+        raise ConfigError(f"--calib is used only by --precision {'/'.join(QUANTIZED_REQUESTS)} (this build is "
                           f"{values['precision']}); drop --calib, or add --precision int8")
     config = config_from_cli(values)  # bad options are refused before torch and onnx load
     if matrix and config.partitions:

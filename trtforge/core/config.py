@@ -54,13 +54,17 @@ QUANTIZED_PRECISIONS: tuple[str, ...] = ("int8", "fp8", "int8-wo", "int4-wo")
 #: Quantized precisions that leave activations in the float type (DequantizeLinear-only weights).
 WEIGHT_ONLY_PRECISIONS: tuple[str, ...] = ("int8-wo", "int4-wo")
 PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS + QUANTIZED_PRECISIONS
+#: ``precision="auto"``: per layer the cheapest ``AUTO_LADDER`` rung (cheapest first; one W8A8 type a graph) that
+#: every target accelerates, moved up the ladder, then to FP16, where the error budget needs it.
+AUTO_PRECISION = "auto"
+AUTO_LADDER: tuple[tuple[str, ...], ...] = (("fp8", "int8"), ("int8-wo",))
+QUANTIZED_REQUESTS: tuple[str, ...] = QUANTIZED_PRECISIONS + (AUTO_PRECISION,)  # the requests that calibrate
 #: How a model becomes a TensorRT network: through ONNX and TensorRT's parser, or converted directly
 #: from PyTorch (``trtforge.convert``, docs/direct-path.md).
 PATHS: tuple[str, ...] = ("onnx", "direct")
 #: Precision → the float dtype the graph computes in (quantized graphs are FP16 outside Q/DQ).
-FLOAT_OF_PRECISION: dict[str, str | None] = {
-    "fp32": None, "fp16": "float16", "bf16": "bfloat16", **dict.fromkeys(QUANTIZED_PRECISIONS, "float16"),
-}
+FLOAT_OF_PRECISION: dict[str, str | None] = {"fp32": None, "fp16": "float16", "bf16": "bfloat16",
+                                             **dict.fromkeys(QUANTIZED_PRECISIONS, "float16")}
 OPTIMIZATION_LEVELS = range(0, 6)
 #: What ``layer_precision`` may give a layer: FP32 (kept out of the float pass) or the build's own type.
 LAYER_PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS
@@ -186,7 +190,7 @@ def check_layer_precision(pairs: tuple[tuple[str, str], ...], precision: str) ->
     Example:
         >>> check_layer_precision((("^/head/", "fp32"), ("conv", "fp16")), "fp16")   # fine
     """
-    if pairs and precision in QUANTIZED_PRECISIONS:
+    if pairs and precision in QUANTIZED_REQUESTS:
         raise ConfigError(f"layer_precision {pairs[0][0]}:{pairs[0][1]} is for fp16/bf16 builds; an {precision} build "
                           f"keeps layers out of {precision.upper()} with quant exclude (--exclude PATTERN)")
     for pattern, wanted in pairs:
@@ -202,6 +206,12 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
     Example:
         >>> check_quant_options(QuantConfig(awq=True), "int4-wo")   # fine
     """
+    if precision == AUTO_PRECISION and quant.error_budget is None:
+        raise ConfigError("precision='auto' (--precision auto) keeps per layer the cheapest precision within an error "
+                          "budget: give error_budget= (--error-budget), e.g. 0.1 (relative L2), 0.99 (an embedding's "
+                          "cosine) or 0.01 (a classifier's softmax KL)")
+    if precision == AUTO_PRECISION and quant.smoothquant is not None:
+        raise ConfigError("smoothquant= (--smoothquant) is for one W8A8 precision (int8, fp8), not auto; drop it")
     weight_only = precision in WEIGHT_ONLY_PRECISIONS
     if quant.awq and not weight_only:
         raise ConfigError(f"awq=True (--awq) scales weights for the weight-only precisions (int8-wo, int4-wo), not "
@@ -211,7 +221,7 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
                           "keeps activations in FP16. Drop it, or use awq=True (--awq)")
     if quant.rounding == "learned" and precision not in ("int8", "int8-wo"):  # per-channel integer weights
         raise ConfigError(f"rounding='learned' (--rounding learned) is for int8/int8-wo weights, not {precision}")
-    if quant.block_size is not None and not weight_only:
+    if quant.block_size is not None and not weight_only and precision != AUTO_PRECISION:
         raise ConfigError(f"block_size= (--block-size) is for int8-wo/int4-wo weights; {precision} quantizes "
                           "weights per output channel. Drop it")
 
@@ -279,8 +289,8 @@ class QuantConfig:
     # None: the task's default (budget.TASK_BUDGETS); a float: the limit of the task's metric; an ErrorBudget.
     error_budget: float | ErrorBudget | None = option(
         None, affects=GRAPH, cli=CliFlag(float | None),
-        help="int8 auto placement: limit in the task's metric (classifier: softmax KL, e.g. 0.01; embedding: "
-             "mean cosine, e.g. 0.99; other: relative L2, e.g. 0.1); default: the task's")
+        help="auto placement, --precision auto (required there): limit in the task's metric (classifier: softmax "
+             "KL, e.g. 0.01; embedding: mean cosine, e.g. 0.99; other: relative L2, e.g. 0.1); default: the task's")
     exclude: tuple[str, ...] = option((), help="int8: keep layers matching this regex/op type in FP16",
                                       affects=GRAPH, cli=CliFlag(list[str] | None, None, to_field=_tuple))
     include: tuple[str, ...] = option((), help="int8: force layers matching this regex/op type to INT8",
@@ -358,7 +368,7 @@ class CompileConfig:
         'float16'
     """
 
-    precision: str = option("fp16", help=" | ".join(PRECISIONS), affects=ENGINE, cli=CliFlag(str))
+    precision: str = option("fp16", help=" | ".join((*PRECISIONS, AUTO_PRECISION)), affects=ENGINE, cli=CliFlag(str))
     batch: tuple[BatchProfile, ...] | None = option(
         None, affects=ENGINE, cli=CliFlag(str | None),
         help="N, min:opt:max, or several: 1:1:1,1:8:32; for dynamic dim 0s only (default: the model's own "
@@ -436,8 +446,8 @@ class CompileConfig:
 
     def __post_init__(self) -> None:
         precision = str(self.precision).lower()
-        if precision not in PRECISIONS:
-            raise ConfigError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+        if precision not in PRECISIONS and precision != AUTO_PRECISION:
+            raise ConfigError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}, {AUTO_PRECISION}")
         path = str(self.path).lower()
         if path not in PATHS:
             raise ConfigError(f"unknown path {path!r}; choose one of {', '.join(PATHS)}")
@@ -489,7 +499,7 @@ class CompileConfig:
 
     @property
     def float_dtype(self) -> str | None:
-        return FLOAT_OF_PRECISION[self.precision]
+        return FLOAT_OF_PRECISION.get(self.precision, "float16")  # auto: quantized layers in an FP16 graph
 
     @property
     def fp32_patterns(self) -> tuple[str, ...]:
@@ -519,7 +529,8 @@ class CompileConfig:
     def possible_precisions(self) -> tuple[str, ...]:
         """The precisions the engine's file name may carry: a quantized precision is built as FP16 when
         placement keeps every layer in FP16."""
-        return (self.precision, "fp16") if self.precision in QUANTIZED_PRECISIONS else (self.precision,)
+        asked = sum(AUTO_LADDER, ()) if self.precision == AUTO_PRECISION else (self.precision,)  # auto: its rungs
+        return (*asked, "fp16") if self.precision in QUANTIZED_REQUESTS else asked
 
     def key_fields(self) -> dict[str, Any]:
         """JSON-able values of the options that change the engine's bytes (cache keys, sidecars)."""
@@ -534,7 +545,7 @@ class CompileConfig:
         """JSON-able values of the options that change the processed graph (the request key's part)."""
         data: dict[str, Any] = {"input_names": list(self.input_names or []),
                                 "output_names": list(self.output_names or [])}
-        if self.precision in QUANTIZED_PRECISIONS:
+        if self.precision in QUANTIZED_REQUESTS:
             data["quant"] = {k: v for k, v in self.quant.as_dict().items() if k != "cache_dir"}
         if self.dynamic_batch:
             data["dynamic_batch"] = True
@@ -600,7 +611,7 @@ def unused_quant_options(config: CompileConfig) -> list[str]:
         >>> unused_quant_options(CompileConfig(precision="fp16", quant=QuantConfig(placement="auto")))
         ["quant.placement='auto'"]
     """
-    if config.precision in QUANTIZED_PRECISIONS or config.quant is None:
+    if config.precision in QUANTIZED_REQUESTS or config.quant is None:
         return []
     default = QuantConfig()
     changed = [f.name for f in fields(QuantConfig) if f.name != "cache_dir"

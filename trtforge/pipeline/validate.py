@@ -16,6 +16,7 @@ from trtforge.capture.export import normalize_example_inputs
 from trtforge.capture.onnx_file import check_onnx_path
 from trtforge.core.config import (
     QUANTIZED_PRECISIONS,
+    QUANTIZED_REQUESTS,
     CompileConfig,
     ConfigError,
     QuantConfig,
@@ -44,7 +45,7 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
     check_precision(config)  # a precision no target GPU accelerates: refused before capture and calibration
     if config.timing_cache is not None:
         config = replace(config, timing_cache=check_timing_cache_path(config.timing_cache))
-    quantized = config.precision in QUANTIZED_PRECISIONS
+    quantized = config.precision in QUANTIZED_REQUESTS
     if not quantized and calibration_data is not None:
         raise ConfigError(spelled(
             cli=f"--calib is used only by the quantized precisions ({', '.join(QUANTIZED_PRECISIONS)}; this build is "
@@ -157,7 +158,7 @@ def _check_direct(model_or_onnx: Any, config: CompileConfig) -> None:
     if isinstance(model_or_onnx, (str, Path)):
         raise ConfigError(f"path='direct' converts a PyTorch module, and {model_or_onnx} is a file; pass the "
                           "nn.Module with example inputs, or build the .onnx with path='onnx'")
-    if config.precision in QUANTIZED_PRECISIONS and config.precision != "int8":
+    if config.precision in QUANTIZED_REQUESTS and config.precision != "int8":
         raise ConfigError(f"precision={config.precision!r} is on the ONNX path only; use path='onnx' "
                           "(--path onnx), or precision='int8' on the direct path")
     quant = config.quant if config.quant is not None else QuantConfig()
