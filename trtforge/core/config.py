@@ -18,7 +18,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
@@ -28,7 +27,7 @@ from typing import Any
 from trtforge.core import machine
 from trtforge.core.batch import DEFAULT_BATCH, BatchProfile, parse_batch
 from trtforge.core.budget import ErrorBudget, check_override, resolve_budget
-from trtforge.core.errors import InvalidArgument, MissingFile, WrongType, spelled
+from trtforge.core.errors import InvalidArgument, WrongType, spelled
 from trtforge.core.options import (  # noqa: F401  (re-exported: the option declarations are this module's API)
     ENGINE,
     FIELD_DEFAULT,
@@ -41,7 +40,7 @@ from trtforge.core.options import (  # noqa: F401  (re-exported: the option decl
     options_of,
 )
 from trtforge.core.partition_options import DEFAULT_MIN_BLOCK_SIZE, check_min_block_size, op_names
-from trtforge.core.preprocessing import PreprocessConfig
+from trtforge.core.preprocessing import PreprocessConfig, read_preprocessing_json
 
 #: Every precision trtforge builds, named here once: import it, never re-list it.
 #: The precisions with no quantization: the whole graph computes in one float type.
@@ -224,22 +223,6 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
     if quant.block_size is not None and not weight_only and precision != AUTO_PRECISION:
         raise ConfigError(f"block_size= (--block-size) is for int8-wo/int4-wo weights; {precision} quantizes "
                           "weights per output channel. Drop it")
-
-
-def read_preprocessing_json(path: Path | None) -> dict | None:
-    """A preprocessing dict from a JSON file: a plain dict or a sidecar's ``preprocessing`` block."""
-    if path is None:
-        return None
-    if not Path(path).is_file():
-        raise MissingFile(f"preprocessing file {path} does not exist; pass a JSON file (or a sidecar)")
-    try:
-        data = json.loads(Path(path).read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"preprocessing file {path} is not valid JSON ({exc}); pass a JSON object such as "
-                          "{\"resize\": [224, 224], \"mean\": [...]} or a trtforge sidecar") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold a JSON object such as {{\"resize\": [224, 224], \"mean\": [...]}}")
-    return data.get("preprocessing", data)
 
 
 def validate_patterns(patterns: tuple[str, ...], what: str) -> None:
