@@ -293,16 +293,13 @@ class QuantConfig:
              "for int4-wo, one scale per output channel for int8-wo")
     awq: bool = option(False, affects=GRAPH, cli=CliFlag(bool),
                        help="int8-wo/int4-wo: AWQ-lite activation-aware weight scaling (kept only when it helps)")
-    rounding: str = option("nearest", help="int8: weights round to nearest | learned (AdaRound, CPU)", affects=GRAPH,
-                           cli=CliFlag(str))
-    rounding_seconds: float = option(120.0, help="int8 learned rounding: time budget (s)", affects=GRAPH,
-                                     cli=CliFlag(float))
+    rounding: str = option("nearest", help="int8 weights: nearest | learned", affects=GRAPH, cli=CliFlag(str))
+    rounding_seconds: float = option(120.0, help="learned rounding: seconds", affects=GRAPH, cli=CliFlag(float))
 
     def __post_init__(self) -> None:
-        if self.rounding not in ROUNDINGS:
-            raise ConfigError(f"rounding={self.rounding!r}; choose one of {', '.join(ROUNDINGS)}")
-        if not (isinstance(self.rounding_seconds, (int, float)) and self.rounding_seconds > 0):
-            raise ConfigError(f"rounding_seconds={self.rounding_seconds!r}: give a positive number of seconds, e.g. 120")
+        if self.rounding not in ROUNDINGS or not (isinstance(self.rounding_seconds, (int, float)) and self.rounding_seconds > 0):
+            raise ConfigError(f"rounding={self.rounding!r}, rounding_seconds={self.rounding_seconds!r}: choose one of "
+                              f"{', '.join(ROUNDINGS)}, and a positive number of seconds (e.g. 120)")
         if self.calibrator not in CALIBRATORS:
             raise ConfigError(f"calibrator={self.calibrator!r}; choose one of {', '.join(CALIBRATORS)}")
         if self.placement not in PLACEMENTS:
