@@ -7,6 +7,9 @@ chosen from numbers:
 * ``numpy``      one ``np.copyto`` into the pinned buffer (one thread);
 * ``torch``      one ``Tensor.copy_`` (intra-op threads: ``torch.get_num_threads()``);
 * ``threads_N``  ``np.copyto`` of N row bands on a pool of N threads (numpy drops the GIL);
+* ``host_copy``  ``trtforge.runtime.staging.host_copy`` as shipped;
+* ``memmove_N``  ``ctypes.memmove`` of N byte bands on a pool of N threads (ctypes drops the GIL);
+* ``torch_4``    ``Tensor.copy_`` with ``torch.set_num_threads(4)`` around it;
 * ``upload``     ``Preprocessor.upload`` as shipped (chunked memcpy + DMA, then synchronize);
 * ``copy_dma``   the torch copy, then one DMA and a synchronize.
 
@@ -20,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import sys
 import time
@@ -33,7 +37,7 @@ from rich.table import Table
 
 from trtforge.bench.routes import machine_info
 from trtforge.core.preprocessing import PreprocessConfig
-from trtforge.vision.preprocess import Preprocessor
+from trtforge.vision.preprocess import Preprocessor, host_copy
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 
 console = Console()
@@ -72,8 +76,24 @@ def main() -> int:
         if cuda:
             torch.cuda.synchronize()
 
+    def memmove(n: int, frame: np.ndarray) -> None:  # ctypes drops the GIL for the foreign call
+        step = -(-frame.nbytes // n)
+        dst, src = pinned_np.ctypes.data, frame.ctypes.data
+        list(pools[n].map(lambda i: ctypes.memmove(dst + i * step, src + i * step, min(step, frame.nbytes - i * step)),
+                          range(n)))
+
+    def torch_threads(n: int, frame: np.ndarray) -> None:
+        before = torch.get_num_threads()
+        torch.set_num_threads(n)
+        pinned.copy_(torch.from_numpy(frame))
+        torch.set_num_threads(before)
+
     cases = {
         "numpy": lambda f: np.copyto(pinned_np, f),
+        "host_copy": lambda f: host_copy(pinned_np, f),
+        "memmove_4": lambda f: memmove(4, f),
+        "memmove_8": lambda f: memmove(8, f),
+        "torch_4": lambda f: torch_threads(4, f),
         "torch": lambda f: pinned.copy_(torch.from_numpy(f)),
         **{f"threads_{n}": (lambda f, n=n: banded(n, f)) for n in pools},
         "upload": upload,

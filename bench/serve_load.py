@@ -180,6 +180,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--input-format", default="native", type=words, help="native and/or uint8 (configurations)")
     p.add_argument("--transport", default="grpc", type=words, help="grpc and/or shm (per configuration)")
     p.add_argument("--devices", default="", help="GPU indices for the instances, e.g. 0 or 0,1")
+    p.add_argument("--servers", default="served,null", type=words,
+                   help="served and/or null (the null model is the serving path's ceiling)")
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--max-delay-ms", type=float, default=2.0)
     p.add_argument("--offline-repeats", type=int, default=20)
@@ -201,6 +203,8 @@ def main(argv: list[str]) -> dict:
             base = dict(route=args.route, instances=instances, devices=devices, max_delay_ms=args.max_delay_ms,
                         input_format=input_format)
             for model, factory in (("served", None), ("null", NULL_FACTORY)):
+                if model not in args.servers:
+                    continue
                 label = {"server": model, "instances": instances, "input_format": input_format}
                 if time.perf_counter() - clock > args.budget_s:
                     skipped.append(label)

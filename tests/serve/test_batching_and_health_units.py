@@ -164,3 +164,30 @@ def test_torch_inputs_are_checked_and_joined_like_arrays():
         check_request(specs, {"a": torch.zeros((1, 2), dtype=torch.int64)}, max_batch=8)
     results = run_together(lambda a: {"y": a * 2}, checked, ["y"], batched=True, buckets=(4,))
     np.testing.assert_array_equal(results[1]["y"], np.full((2, 2), 4.0, np.float32))
+
+
+def test_copy_rows_equals_concatenation_and_zeroes_the_rest():
+    from trtforge.runtime.staging import copy_rows
+
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(size=(n, 3, 64, 64)).astype(np.float32) for n in (1, 4, 2, 1)]  # the 4-row part (> 1 MiB) on threads
+    dst = np.full((12, 3, 64, 64), 7.0, np.float32)
+    assert copy_rows(dst, parts) == 8
+    np.testing.assert_array_equal(dst[:8], np.concatenate(parts))
+    assert not dst[8:].any()
+    with pytest.raises(ValueError, match="do not fit"):
+        copy_rows(dst[:4], parts)
+
+
+def test_host_buffer_grows_only_and_views_any_dtype():
+    import torch
+
+    from trtforge.runtime.staging import HostBuffer
+
+    buf = HostBuffer(torch.device("cpu"))
+    big = buf.view((4, 8), torch.float32).numpy()
+    small = buf.view((3,), torch.float16).numpy()
+    assert buf.holds(big) and buf.holds(small) and small.dtype == np.float16
+    assert small.__array_interface__["data"][0] == big.__array_interface__["data"][0]  # reused, not new
+    grown = buf.view((64, 8), torch.float32)
+    assert grown.shape == (64, 8) and not buf.holds(big)

@@ -93,14 +93,10 @@ class FrameEngine:
 
         if self.preprocessor is None or not all(isinstance(p, np.ndarray) for p in parts):
             return None
-        host = self.preprocessor.staged((rows, *parts[0].shape[1:])).numpy()
-        from trtforge.vision.preprocess import host_copy
+        from trtforge.runtime.staging import copy_rows
 
-        start = 0
-        for part in parts:
-            host_copy(host[start:start + len(part)], part)
-            start += len(part)
-        host[start:] = 0
+        host = self.preprocessor.staged((rows, *parts[0].shape[1:])).numpy()
+        copy_rows(host, parts)
         return host
 
     def upload(self, frames: Any) -> Any:

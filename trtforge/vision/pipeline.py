@@ -11,7 +11,7 @@ frames, model input, captured engine graph, pinned results) and alternates betwe
 Events order each slot's uses (the upload of batch i+2 waits until batch i's graph has read its
 model input; the host copy into a slot waits until its previous DMA finished), so results are
 exactly the unpipelined predictor's. Frames may be pageable arrays (copied into the slot's pinned
-buffer on ``HOST_COPY_THREADS`` threads), views of ``frame_buffer()`` (no host copy; the call
+buffer by ``host_copy``), views of ``frame_buffer()`` (no host copy; the call
 returns once their DMA is done, so the buffer can be refilled), or tensors on the GPU. On a CPU the
 same slots run in series (what the tests check).
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,46 +23,11 @@ import torch
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig, transform, transform_tensor
 from trtforge.runtime.placement import Placement, default_device, on_device, placement, refusal
+from trtforge.runtime.staging import HostBuffer, host_copy
 
-__all__ = ["HOST_COPY_THREADS", "Preprocessor", "fused_transform", "host_copy", "is_pageable"]
+__all__ = ["Preprocessor", "fused_transform", "host_copy", "is_pageable"]
 
 log = logging.getLogger(__name__)
-
-#: Threads of one host copy into a pinned buffer. torch's own copy takes every intra-op thread (16
-#: on the H200's host), and stalls for milliseconds when one core is busy (Inductor's compile pool
-#: starting, another stub process, the clients); 4 threads measured 0.026 ms against 0.019 ms for 16.
-HOST_COPY_THREADS = 4
-#: Below this many bytes one thread copies (handing chunks to threads would cost more).
-_PARALLEL_COPY_BYTES = 1 << 20
-_POOL: list[Any] = []
-_POOL_LOCK = threading.Lock()
-
-
-def _copy_pool() -> Any:
-    from concurrent.futures import ThreadPoolExecutor
-
-    with _POOL_LOCK:
-        if not _POOL:
-            _POOL.append(ThreadPoolExecutor(HOST_COPY_THREADS, thread_name_prefix="trtforge-host-copy"))
-        return _POOL[0]
-
-
-def host_copy(dst: np.ndarray, src: Any) -> None:
-    """``dst[...] = src`` for host arrays, on at most ``HOST_COPY_THREADS`` threads (NumPy copies
-    without the GIL); no OpenMP team, so no spinning threads left behind to compete for cores.
-
-    Example:
-        >>> host_copy(pinned.numpy(), frame)
-    """
-    src = np.asarray(src)
-    if dst.nbytes < _PARALLEL_COPY_BYTES or not (dst.flags.c_contiguous and src.flags.c_contiguous) \
-            or dst.shape != src.shape:
-        np.copyto(dst, src)
-        return
-    d, s = dst.reshape(-1), src.reshape(-1)
-    step = math.ceil(len(d) / HOST_COPY_THREADS)
-    list(_copy_pool().map(lambda i: np.copyto(d[i:i + step], s[i:i + step]), range(0, len(d), step)))
-
 
 def is_pageable(image: Any) -> bool:
     """A host image that is not in pinned memory (numpy, or a CPU tensor that is not pinned)."""
@@ -138,7 +101,7 @@ class Preprocessor:
         self._staging: dict[tuple[int, ...], tuple[torch.Tensor, tuple[int, ...]]] = {}
         # Our own pinned bytes for pageable frames (grow-only: batch sizes vary, and pinning costs more
         # than the copy); the caller's frame_buffer() is never written.
-        self._pageable: torch.Tensor | None = None
+        self._pageable = HostBuffer(self.device)
 
     def _pinned(self, shape: tuple[int, ...]) -> torch.Tensor:
         entry = self._staging.get(shape)
@@ -157,22 +120,16 @@ class Preprocessor:
     def staged(self, shape: tuple[int, ...]) -> torch.Tensor:
         """Our pinned uint8 buffer viewed as ``shape``: one allocation that only grows, so a batch of
         another size reuses it (its address changes only when it grows)."""
-        nbytes = math.prod(shape)
-        if self._pageable is None or self._pageable.numel() < nbytes:
-            with on_device(self.device):  # pinning needs a CUDA context: this device's, never GPU 0's
-                self._pageable = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
-        return self._pageable[:nbytes].view(shape)
+        return self._pageable.view(shape)
 
     def is_staged(self, frames: Any) -> bool:
         """Whether ``frames`` (a (B, H, W, 3) array or tensor) already is ``staged(frames.shape)``."""
-        return self._pageable is not None and _address(frames) == self._pageable.data_ptr() and \
-            math.prod(frames.shape) <= self._pageable.numel()
+        return _address(frames) != -1 and self._pageable.holds(frames)
 
     def stage(self, images: Sequence[np.ndarray | torch.Tensor] | np.ndarray) -> torch.Tensor:
         """Same-size host images (or one (B, H, W, 3) array) → our pinned (B, H, W, 3) buffer.
 
-        One copy for a batch array, one per frame for a list, each on at most ``HOST_COPY_THREADS``
-        threads (``host_copy``); frames that already are the buffer (``staged``) are not copied. The
+        One copy for a batch array, one per frame for a list (``host_copy``); frames that already are the buffer (``staged``) are not copied. The
         buffer is reused: synchronize before the next call overwrites it (the predictor does).
         """
         shape = (len(images), *tuple(images[0].shape))
