@@ -88,6 +88,8 @@ GRAPH_CHANGES: dict[str, object] = {
     "keep_fp32": ("conv",),
     "layer_precision": {"conv": "fp32"},
     "dynamic_batch": True,
+    "min_block_size": 2,
+    "torch_executed_ops": ("aten.softmax",),
 }
 #: Options that do not affect the engine: no key may read them.
 NOT_AFFECTING: dict[str, object] = {

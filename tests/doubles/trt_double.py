@@ -16,7 +16,11 @@ Three models (see ``MODELS``):
 - ``channel_mean``: ``logits = images.mean(axis=(2, 3))`` (shape ``[batch, channels]``), a global
   average pool that an image predictor can run end to end;
 - ``reshape``: ``y = x.reshape(shape)`` (ONNX Reshape: ``0`` copies a dim, ``-1`` is inferred), where
-  ``shape`` is an int64 shape tensor.
+  ``shape`` is an int64 shape tensor;
+- ``network``: an engine part of a partitioned module (``mirror_partitioned``): its I/O are the ones the
+  description names (``"outputs"``: {name: dims}, ``-1`` for the batch), and its kernel runs the part's
+  recorded network (``"record"``: the saved ``.record.pt``) with trtforge's reference evaluator, on the
+  memory bound at the route's addresses. Every such run is appended to ``NETWORK_RUNS``.
 
 Shape tensors, as TensorRT documents them: an input whose values set shapes is shape-inference I/O
 (``is_shape_inference_io``), and its address (``set_tensor_address``) is HOST memory holding the
@@ -97,6 +101,30 @@ MODELS: dict[str, FakeModel] = {
     "channel_mean": FakeModel(("images",), ("logits",)),
     "reshape": FakeModel(("x", "shape"), ("y",), shape_inputs=("shape",)),
 }
+
+
+#: The record files of the ``network`` engines run so far, one entry per run (tests clear it).
+NETWORK_RUNS: list[str] = []
+
+
+def _spec(description: dict) -> FakeModel:
+    """The I/O of the engine ``description`` holds: its model's, or a ``network`` engine's own names."""
+    if description.get("model") == "network":
+        return FakeModel(tuple(description["inputs"]), tuple(description["outputs"]))
+    return MODELS[description.get("model", "affine")]
+
+
+def _run_network(description: dict, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A ``network`` engine's kernel: the recorded network through the reference evaluator."""
+    import torch
+
+    from trtforge.convert.evaluator import evaluate
+    from trtforge.convert.saved import read_record
+
+    record = read_record(Path(description["record"]))
+    outputs = evaluate(record, {name: torch.from_numpy(value.copy()) for name, value in feeds.items()})
+    NETWORK_RUNS.append(description["record"])
+    return {name: out.numpy() for name, out in zip(record.outputs, outputs, strict=True)}
 
 
 def _reshaped(x: tuple[int, ...], shape: list[int]) -> tuple[int, ...]:
@@ -311,6 +339,8 @@ class FakeTrtContext:
         if name in engine.spec.inputs:
             return self.input_shapes.get(name, engine.get_tensor_shape(name))
         x = self.get_tensor_shape(engine.spec.tensor_input)
+        if engine.model == "network":  # the description's dims, the batch (-1) taken from the input
+            return tuple(x[0] if d == -1 else d for d in engine.description["outputs"][name])
         values = self._shape_values()
         return _output_shapes(engine.model, x, values, len(engine.get_tensor_shape(name)))[name]
 
@@ -367,7 +397,7 @@ class FakeTrtContext:
             return ("IExecutionContext::enqueueV3: Error Code 1: Cuda Runtime (operation not permitted when stream is "
                     "capturing: CUDA graph capture on the legacy default stream)")
         spec = self.engine.spec
-        if spec.tensor_input not in self.input_shapes or any(
+        if any(n not in self.input_shapes for n in spec.inputs if n not in spec.shape_inputs) or any(
                 n not in self.addresses for n in (*spec.inputs, *spec.outputs)):
             return "IExecutionContext::enqueueV3: Error Code 3: API Usage Error (an I/O tensor has no address)"
         return self.engine.description.get("enqueue_error")
@@ -405,7 +435,12 @@ class FakeTrtContext:
         self._jit(f"{self.engine.model}:{'x'.join(map(str, shape))}")
         x = self._view(self.addresses[spec.tensor_input], shape)
         time.sleep(self.engine.description.get("latency_ms", 0) / 1000.0)  # the engine's recorded run time
-        for name, value in _run(self.engine.model, x, values).items():
+        if self.engine.model == "network":
+            feeds = {n: self._view(self.addresses[n], self.input_shapes[n]) for n in spec.inputs}
+            results = _run_network(self.engine.description, feeds)
+        else:
+            results = _run(self.engine.model, x, values)
+        for name, value in results.items():
             self._view(self.addresses[name], self.get_tensor_shape(name))[...] = value
         return True
 
@@ -417,7 +452,7 @@ class FakeTrtEngine:
         self.description = description
         self.runtime = runtime
         self.model = description.get("model", "affine")
-        self.spec = MODELS[self.model]
+        self.spec = _spec(description)
         self.contexts: list[FakeTrtContext] = []
         self.num_optimization_profiles = len(description["profiles"])
         self.num_io_tensors = len(self.spec.inputs) + len(self.spec.outputs)
@@ -441,6 +476,8 @@ class FakeTrtEngine:
         if name in self.spec.inputs:
             return tuple(self.description["inputs"][name])
         x = tuple(self.description["inputs"][self.spec.tensor_input])
+        if self.model == "network":
+            return tuple(self.description["outputs"][name])
         rank = self.description["inputs"][self.spec.shape_inputs[0]][0] if self.spec.shape_inputs else 0
         return _output_shapes(self.model, x, None, rank)[name]
 
@@ -632,3 +669,30 @@ def mirror_engine(folder: Path, sidecar: Sidecar, model: str) -> Path:
                                engine_sha256=sha256_file(engine))
     write_sidecar(engine.with_suffix(".json"), copy)
     return engine
+
+
+def mirror_partitioned(folder: Path) -> list[Path]:
+    """Replace each engine part of the partitioned-module folder ``folder`` (``trtforge.convert.saved``) by a
+    double's ``network`` engine that runs the part's recorded network, with its sidecar rewritten to name
+    the new bytes (I/O and profiles as the build's sidecar records them); returns the engine paths.
+
+    Example:
+        >>> mirror_partitioned(art.folder)
+        [PosixPath('.../fused_0.engine'), PosixPath('.../fused_2.engine')]
+    """
+    from trtforge.core.sidecar import read_sidecar
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    engines = []
+    for entry in manifest["engines"].values():
+        sidecar = read_sidecar(folder / entry["sidecar"])
+        engine = sidecar.engine_path
+        engine.write_text(json.dumps({
+            "model": "network", "record": str(folder / entry["record"]),
+            "inputs": {s.name: list(s.shape) for s in sidecar.inputs},
+            "outputs": {s.name: list(s.shape) for s in sidecar.outputs},
+            "profiles": [{k: [r["min"], r["opt"], r["max"]] for k, r in p.items()} for p in sidecar.profiles]}))
+        copy = dataclasses.replace(sidecar, engine_size=engine.stat().st_size, engine_sha256=sha256_file(engine))
+        write_sidecar(folder / entry["sidecar"], copy)
+        engines.append(engine)
+    return engines

@@ -21,16 +21,19 @@ from collections.abc import Mapping
 import onnx_ir as ir
 
 from trtforge.builder.capability import (
+    OP_CLASS_OF,
+    SCHEME_OF_PRECISION,
     Probe,
     QuantizedLayer,
     TargetPlan,
+    cell,
     default_targets,
     plan_layers,
     plan_precision,
 )
 from trtforge.builder.quantized_layers import quantized_layers
 from trtforge.core import machine, trt
-from trtforge.core.config import CompileConfig, ConfigError
+from trtforge.core.config import AUTO_LADDER, CompileConfig, ConfigError
 
 #: The graph's float dtype (``CompileConfig.float_dtype``) → what an unaccelerated layer runs as.
 FLOAT_RUNS_AS: dict[str | None, str] = {None: "fp32", "float16": "fp16", "bfloat16": "bf16"}
@@ -77,6 +80,29 @@ def _checked(layers: list[QuantizedLayer], config: CompileConfig, probe: Probe |
     if reason is not None:
         raise Unaccelerated(reason)
     return plan
+
+
+def auto_ladder(config: CompileConfig, probe: Probe | None = None) -> dict[str, tuple[str, ...]]:
+    """``precision="auto"``'s ladder: op type → the ``AUTO_LADDER`` precisions that every target accelerates for
+    its op class (the capability table; ``probe`` may refuse a cell), cheapest first. No targets: none.
+
+    Example:
+        >>> auto_ladder(CompileConfig(precision="auto", quant=QuantConfig(error_budget=0.1)))  # TensorRT-RTX
+        {'Conv': (), 'ConvTranspose': (), 'Gemm': ('int8-wo',), 'MatMul': ('int8-wo',)}
+    """
+    info, targets = trt.info(), targets_of(config)
+    runs = FLOAT_RUNS_AS.get(config.float_dtype, "fp16")
+    memo: dict[tuple[str, str], bool] = {}
+
+    def everywhere(op_class: str, precision: str) -> bool:
+        if (op_class, precision) not in memo:
+            scheme = SCHEME_OF_PRECISION[precision]
+            memo[op_class, precision] = bool(targets) and all(
+                cell(info.flavour, info.version, t, op_class, scheme, runs, probe).state == "accelerated" for t in targets)
+        return memo[op_class, precision]
+
+    return {op: tuple(p for rung in AUTO_LADDER for p in rung if everywhere(op_class, p))
+            for op, op_class in OP_CLASS_OF.items()}
 
 
 #: The direct path's quantized node kinds (``convert`` records ``module path → aten op``) → an ONNX op type.

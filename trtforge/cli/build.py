@@ -21,7 +21,7 @@ from rich.markup import escape
 from trtforge.cli.app import app, console, guarded
 from trtforge.cli.models import SHAPE_HELP, model_from_cli
 from trtforge.core.config import (
-    QUANTIZED_PRECISIONS,
+    QUANTIZED_REQUESTS,
     CliFlag,
     CompileConfig,
     ConfigError,
@@ -69,7 +69,7 @@ OWN_PARAMETERS = (
         help="an .onnx file; with --path direct a PyTorch model factory package.module:function")]),
     inspect.Parameter("calib", inspect.Parameter.KEYWORD_ONLY, default=None,
                       annotation=Annotated[Path | None, typer.Option(
-                          help=f"{'/'.join(QUANTIZED_PRECISIONS)}: calibration images folder or .npy")]),
+                          help=f"{'/'.join(QUANTIZED_REQUESTS)}: calibration images folder or .npy")]),
     inspect.Parameter("input_shape", inspect.Parameter.KEYWORD_ONLY, default=None,
                       annotation=Annotated[list[str] | None, typer.Option(help=f"--path direct: {SHAPE_HELP}")]),
     inspect.Parameter("matrix", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=Annotated[bool, typer.Option(
@@ -91,10 +91,13 @@ def config_from_cli(values: dict[str, Any]) -> CompileConfig:
 def build(model: str, calib: Path | None = None, input_shape: list[str] | None = None, matrix: bool = False,
           **values: Any) -> None:
     """Build an engine + sidecar from an ONNX file (or, with --path direct, a PyTorch model factory)."""
-    if calib is not None and values["precision"].lower() not in QUANTIZED_PRECISIONS:
-        raise ConfigError(f"--calib is used only by --precision {'/'.join(QUANTIZED_PRECISIONS)} (this build is "
+    if calib is not None and values["precision"].lower() not in QUANTIZED_REQUESTS:
+        raise ConfigError(f"--calib is used only by --precision {'/'.join(QUANTIZED_REQUESTS)} (this build is "
                           f"{values['precision']}); drop --calib, or add --precision int8")
     config = config_from_cli(values)  # bad options are refused before torch and onnx load
+    if matrix and config.partitions:
+        raise ConfigError("--matrix builds one engine per --target; a partitioned module (--min-block-size, "
+                          "--torch-executed-op) is built once: drop --matrix, or those flags")
     if matrix and not config.targets:
         raise ConfigError("--matrix builds one engine per --target; name them, e.g. --target sm80 --target sm86")
     from trtforge.pipeline import build_matrix
@@ -129,6 +132,11 @@ def matrix_table(artifacts: Any) -> Any:
 
 def built_line(art: Any) -> str:
     """What one build wrote: ``built`` with its build time, or ``cache hit`` (no build ran)."""
+    from trtforge.artifact import PartitionedArtifact
+
+    if isinstance(art, PartitionedArtifact):  # a folder of engine parts and PyTorch parts
+        return (f"[green]built[/] a partitioned module: {escape(str(art.folder))} ({len(art.engines)} engine part(s), "
+                f"{len(art.pytorch)} part(s) kept in PyTorch)")
     size = f"{art.sidecar.engine_size / 1e6:.1f} MB"
     files = f"{escape(str(art.engine_path))} ({size}) + {escape(art.sidecar_path.name)}"
     if (art.sidecar.builder.cache or {}).get("hit"):

@@ -18,6 +18,7 @@ from trtforge.cli.models import SHAPE_HELP, model_from_cli
 from trtforge.core.batch import parse_batch
 from trtforge.core.config import FLOAT_PRECISIONS
 from trtforge.core.errors import InvalidArgument
+from trtforge.core.partition_options import DEFAULT_MIN_BLOCK_SIZE
 
 
 @app.command("coverage")
@@ -26,7 +27,8 @@ def coverage_command(
     model: Annotated[str, typer.Argument(help="a PyTorch model factory package.module:function")],
     input_shape: Annotated[list[str] | None, typer.Option(help=SHAPE_HELP)] = None,
     batch: Annotated[str, typer.Option(help="N, min:opt:max, or several: 1:1:1,1:8:32 (dim 0 of every input)")] = "1",
-    min_block_size: Annotated[int, typer.Option(help="fewest compute ops in an engine partition")] = 3,
+    min_block_size: Annotated[int, typer.Option(help="fewest compute ops in an engine partition")
+                              ] = DEFAULT_MIN_BLOCK_SIZE,
     precision: Annotated[str, typer.Option(help=f"the precision the converters judge: {' | '.join(FLOAT_PRECISIONS)}")
                          ] = "fp32",
 ) -> None:

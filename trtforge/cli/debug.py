@@ -44,8 +44,9 @@ def debug_precision(
 
     Prints the layer list and the trtforge build flags that reproduce it; exit 1 when the target is not met.
     """
-    from trtforge.core.config import QuantConfig, read_preprocessing_json
+    from trtforge.core.config import QuantConfig
     from trtforge.core.errors import InvalidArgument, MissingFile
+    from trtforge.core.preprocessing import read_preprocessing_json
     from trtforge.debug.bisect import Limits, SearchTimeout, bisect_float, bisect_int8, bisection_inputs
 
     if model.suffix == ".onnx" and not model.is_file():

@@ -81,6 +81,9 @@ def _rows(summary: Table, sc: Any) -> None:
     if sc.quantization:
         q = sc.quantization.to_dict()
         row("quantization", ", ".join(f"{k}={v}" for k, v in q.items() if not isinstance(v, (dict, list))))
+        if q.get("auto_precision"):  # precision="auto": how many layers took each precision
+            row("precision auto", ", ".join(f"{p}: {n}" for p, n in q["auto_precision"]["counts"].items())
+                + " layer(s); per layer: the sidecar's quantization.auto_precision")
     for note in sc.notes:
         row("note", str(note))
 

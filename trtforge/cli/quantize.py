@@ -12,7 +12,8 @@ from typing import Annotated
 import typer
 
 from trtforge.cli.app import app, guarded
-from trtforge.core.config import QUANTIZED_PRECISIONS, ConfigError, QuantConfig, read_preprocessing_json
+from trtforge.core.config import QUANTIZED_PRECISIONS, ConfigError, QuantConfig
+from trtforge.core.preprocessing import read_preprocessing_json
 
 quantize_app = typer.Typer(no_args_is_help=True, help="Quantization analysis (INT8, FP8, weight-only): sensitivity.")
 app.add_typer(quantize_app, name="quantize")

@@ -18,6 +18,7 @@ import torch
 from trtforge.convert.lower import export_program
 from trtforge.convert.partition import node_status, propose
 from trtforge.convert.registry import Settings, target_name
+from trtforge.core.partition_options import DEFAULT_MIN_BLOCK_SIZE
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class CoverageReport:
 
 
 def coverage(model: torch.nn.Module, example_inputs: tuple, *, batch: tuple[int, int, int] | None = None,
-             min_block_size: int = 3, precision: str = "fp32") -> CoverageReport:
+             min_block_size: int = DEFAULT_MIN_BLOCK_SIZE, precision: str = "fp32") -> CoverageReport:
     """Export ``model`` and classify every op as a ``precision`` conversion would (validators may refuse by
     precision); nothing is built."""
     from trtforge.convert.api import precision_dtype

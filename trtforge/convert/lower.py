@@ -21,7 +21,7 @@ from trtforge.convert.converters import all_converters
 from trtforge.convert.int8 import Int8Scales
 from trtforge.convert.network import Network
 from trtforge.convert.registry import REGISTRY, Settings, target_name
-from trtforge.core.errors import InvalidArgument, Unsupported
+from trtforge.core.errors import InvalidArgument, Unsupported, spelled
 
 #: Ops TensorRT-RTX must not see fused at FP32: kept whole so our converter decomposes them.
 KEEP_WHOLE = ("scaled_dot_product_attention",)
@@ -168,6 +168,11 @@ def _size_input(ctx: Context, node: torch.fx.Node, env: dict, renamed: dict[str,
     raise ConversionRefused(f"size input {node.name} ({expr}) matches no dim of a tensor input")
 
 
+def _partition_fix() -> str:
+    """How the reader asks for partitioning: the CLI flag or the Python argument."""
+    return spelled(cli="--min-block-size 3", python="min_block_size=3") + " (partitions the module)"
+
+
 def _call(ctx: Context, node: torch.fx.Node, env: dict, lowered: Lowered):
     name = target_name(node)
     if node.meta.get("trtforge_const"):
@@ -175,12 +180,13 @@ def _call(ctx: Context, node: torch.fx.Node, env: dict, lowered: Lowered):
         return _fold(node, env)
     entry = REGISTRY.get(name)
     if entry is None:
-        raise UnsupportedOp(f"no converter for {name} (node {node.name}); keep it in PyTorch with partition(...), "
+        raise UnsupportedOp(f"no converter for {name} (node {node.name}); keep it in PyTorch with {_partition_fix()}, "
                             f"or register one in your module with @trtforge.convert.converter({name!r}) "
                             "(docs/direct-path.md, \"Converters\")")
     reason = entry.refusal(node, Settings(compute=ctx.compute))
     if reason is not None:
-        raise ConversionRefused(f"{name} (node {node.name}) refused: {reason}")
+        raise ConversionRefused(f"{name} (node {node.name}) refused: {reason}; keep it in PyTorch with "
+                                f"{_partition_fix()}")
     lowered.converted[node.name] = name
     return entry.fn(ctx, node, schema_args(node, env))
 

@@ -1,10 +1,12 @@
-"""Partitioning with PyTorch fallback: nodes with no converter, or whose validator refuses, stay in
-PyTorch; supported runs of at least ``min_block_size`` compute nodes become engines.
+"""Partitioning with PyTorch fallback: nodes with no converter, whose validator refuses, or that
+``torch_executed_ops`` names stay in PyTorch; supported runs of at least ``min_block_size`` compute
+nodes become engines, built by the one builder with the ``CompileConfig`` that ``trtforge.compile``
+uses (``compile(model, inputs, path="direct", min_block_size=3)`` runs this code).
 
 The result is an ``nn.Module`` (the exported program's module) whose fused submodules are
 ``EngineModule``s (a TensorRT plan + its recorded network) or plain PyTorch graph modules. An engine
-runs through ``runner``; the default runner is the reference evaluator, which runs the recorded
-network on the CPU (the lead wires a TensorRT route in on a GPU).
+runs through ``runner``: the default is the reference evaluator, which runs the recorded network on
+the CPU; ``trtforge.runtime.partitioned`` runs the plans through the TensorRT route.
 
 Example:
     >>> module, report = partition(model, (x,), batch=(1, 2, 4), min_block_size=3)
@@ -15,14 +17,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from trtforge.convert.api import build_lowered, precision_dtype, symbolic_shapes
+from trtforge.convert.api import export_batch, precision_dtype, symbolic_shapes
 from trtforge.convert.context import ConversionRefused, static_shape
 from trtforge.convert.converters import all_converters
 from trtforge.convert.evaluator import evaluate
@@ -30,7 +32,9 @@ from trtforge.convert.lower import export_program, lower_graph, mark_constants
 from trtforge.convert.network import Record
 from trtforge.convert.registry import DEFAULT_SETTINGS, Settings, target_name
 from trtforge.core.batch import example_batch
-from trtforge.core.errors import InvalidArgument
+from trtforge.core.config import CompileConfig
+from trtforge.core.partition_options import DEFAULT_MIN_BLOCK_SIZE, is_torch_executed
+from trtforge.core.routes import EVALUATOR_ROUTE
 
 Runner = Callable[["EngineModule", dict], list]
 
@@ -49,17 +53,31 @@ def node_status(node: torch.fx.Node, settings: Settings = DEFAULT_SETTINGS) -> t
 
 
 class _Supported(OperatorSupportBase):
-    def __init__(self, settings: Settings = DEFAULT_SETTINGS) -> None:
+    def __init__(self, settings: Settings = DEFAULT_SETTINGS, torch_ops: tuple[str, ...] = ()) -> None:
         super().__init__()
-        self.settings = settings
+        self.settings, self.torch_ops = settings, torch_ops
 
     def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
-        return node.op == "call_function" and node_status(node, self.settings)[0] in ("converted", "folded")
+        if node.op != "call_function" or is_torch_executed(target_name(node), self.torch_ops):
+            return False
+        return node_status(node, self.settings)[0] in ("converted", "folded")
 
 
-def reference_runner(engine: EngineModule, feeds: dict) -> list:
+class ReferenceRunner:
     """Run an engine's recorded network with the reference evaluator (CPU, TensorRT semantics)."""
-    return evaluate(engine.record, feeds)
+
+    route = EVALUATOR_ROUTE
+
+    def __call__(self, engine: EngineModule, feeds: dict) -> list:
+        return evaluate(engine.record, feeds)
+
+
+reference_runner = ReferenceRunner()
+
+
+def runner_route(runner: Runner) -> str:
+    """The route a runner runs engine parts on (``route`` attribute; a plain callable is named by its type)."""
+    return getattr(runner, "route", None) or getattr(runner, "__name__", type(runner).__name__)
 
 
 class EngineModule(torch.nn.Module):
@@ -75,6 +93,13 @@ class EngineModule(torch.nn.Module):
         #: (name, dtype, shape with -1 for the dynamic batch) per output, as the sidecar writes them
         self.outputs = outputs or []
         self.input_names = [name for name, _d, _s in record.inputs]
+        #: The engine's sidecar on disk, when it was loaded from a saved folder (the TensorRT runner reads it).
+        self.sidecar_path = None
+
+    @property
+    def route(self) -> str:
+        """Where this engine part runs: the runner's route (``tensorrt``, ``evaluator``, ...)."""
+        return runner_route(self.runner)
 
     def forward(self, *args):
         feeds = {n: a for n, a in zip(self.arg_names, args, strict=True) if n in self.input_names}
@@ -90,8 +115,10 @@ class PartitionReport:
     engines: dict[str, int] = field(default_factory=dict)
     pytorch: dict[str, str] = field(default_factory=dict)
     program: Any = None  # the decomposed torch.export ExportedProgram
-    min_block_size: int = 3
+    min_block_size: int = DEFAULT_MIN_BLOCK_SIZE
     precision: str = "fp32"
+    torch_executed_ops: tuple[str, ...] = ()
+    optimization_level: int = 3
 
 
 def propose(graph_module: torch.fx.GraphModule, min_block_size: int = 1,
@@ -113,22 +140,29 @@ def _compute_nodes(nodes) -> int:
     return sum(1 for n in nodes if node_status(n)[0] == "converted" and target_name(n) != "_operator.getitem")
 
 
-def _engine(parent: torch.fx.GraphModule, node: torch.fx.Node, *, batch, precision: torch.dtype, runner: Runner,
+def _engine(parent: torch.fx.GraphModule, node: torch.fx.Node, *, batch, config: CompileConfig, runner: Runner,
             build: bool):
-    """Lower one fused submodule; its arguments that are the parent's parameters become constants."""
+    """Lower one fused submodule and build it with ``config`` (its shapes the partition's own); its
+    arguments that are the parent's parameters become constants."""
+    from trtforge.builder.build import build_network
+
     sub = getattr(parent, node.target)
     placeholders = [n.name for n in sub.graph.find_nodes(op="placeholder")]
     constants = {name: _attr(parent, arg.target) for name, arg in zip(placeholders, node.args, strict=True)
                  if isinstance(arg, torch.fx.Node) and arg.op == "get_attr"}
-    lowered = lower_graph(sub.graph, constants, precision=precision, attrs=lambda t: _attr(sub, t),
-                          name=node.target)
-    built = build_lowered(lowered.net, batch, optimization_level=0) if build else None
+    lowered = lower_graph(sub.graph, constants, precision=precision_dtype(config.precision),
+                          attrs=lambda t: _attr(sub, t), name=node.target)
+    net = lowered.net
+    built = None
+    if build:
+        engine_config = replace(config, shapes=symbolic_shapes(net, batch), batch=None, batched_inputs=None,
+                                progress=False)
+        built = build_network(net.builder, net.net, net.logger, engine_config, name=node.target, progress=False)
     (out,) = sub.graph.find_nodes(op="output")
     values = [n.meta["val"] for n in (out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]])]
-    outputs = [(name, v.dtype, static_shape(v)) for name, v in zip(lowered.net.record.outputs, values, strict=True)]
-    profile = built.profiles[0] if built is not None and built.profiles else _profile(lowered.net, batch)
-    return EngineModule(None if built is None else built.plan, lowered.net.record, placeholders, runner, profile,
-                        outputs)
+    outputs = [(name, v.dtype, static_shape(v)) for name, v in zip(net.record.outputs, values, strict=True)]
+    profile = built.profiles[0] if built is not None and built.profiles else _profile(net, batch)
+    return EngineModule(None if built is None else built.plan, net.record, placeholders, runner, profile, outputs)
 
 
 def _profile(net, batch) -> dict[str, dict[str, list[int]]]:
@@ -147,16 +181,35 @@ def _attr(module: torch.nn.Module, target: str) -> torch.Tensor:
     return module.detach() if isinstance(module, torch.Tensor) else module
 
 
-def partition(model: torch.nn.Module, example_inputs: tuple, *, batch: tuple[int, int, int] | None = None,
-              min_block_size: int = 3, precision: str = "fp32", runner: Runner = reference_runner,
-              build: bool = True) -> tuple[torch.nn.Module, PartitionReport]:
-    """Export ``model`` and split it: supported runs become ``EngineModule``s, the rest stays PyTorch."""
-    if min_block_size < 1:
-        raise InvalidArgument(f"min_block_size={min_block_size}; pass 1 or more")
-    program = export_program(model, example_inputs, batch)
-    sizes = batch or example_batch(example_inputs)
-    report = PartitionReport(program=program, min_block_size=min_block_size, precision=precision)
-    make = functools.partial(_engine, batch=sizes, precision=precision_dtype(precision), runner=runner, build=build)
+#: What ``partition()`` builds when no config is given: FP32 engine parts, no progress bars.
+PARTITION_DEFAULTS: dict[str, Any] = {"precision": "fp32", "progress": False}
+
+
+def partition(model: torch.nn.Module, example_inputs: tuple, config: CompileConfig | None = None, *,
+              runner: Runner = reference_runner, build: bool = True, **overrides: Any
+              ) -> tuple[torch.nn.Module, PartitionReport]:
+    """Export ``model`` and split it: supported runs become ``EngineModule``s, the rest stays PyTorch.
+
+    ``config`` and ``overrides`` are ``CompileConfig``'s (``batch``, ``precision``, ``min_block_size``,
+    ``torch_executed_ops``, ``optimization_level``, ...); without a config, FP32 engine parts.
+    """
+    base = config if config is not None else CompileConfig(**PARTITION_DEFAULTS)
+    return partition_module(model, tuple(example_inputs), base.with_overrides(**overrides), runner=runner,
+                            build=build)
+
+
+def partition_module(model: torch.nn.Module, args: tuple, config: CompileConfig, *,
+                     runner: Runner = reference_runner, build: bool = True
+                     ) -> tuple[torch.fx.GraphModule, PartitionReport]:
+    """The one partitioning code: ``trtforge.compile(path="direct")`` with ``min_block_size`` or
+    ``torch_executed_ops`` set, and ``partition()``, run this."""
+    batch = export_batch(config.batch) if config.batch is not None else None
+    program = export_program(model, args, batch)
+    sizes = batch or example_batch(args)
+    report = PartitionReport(program=program, min_block_size=config.block_size, precision=config.precision,
+                             torch_executed_ops=config.torch_executed_ops,
+                             optimization_level=config.optimization_level)
+    make = functools.partial(_engine, batch=sizes, config=config, runner=runner, build=build)
     return split(program, report, make), report
 
 
@@ -167,7 +220,8 @@ def split(program, report: PartitionReport, make: Callable[[torch.fx.GraphModule
     module = program.module()
     mark_constants(module.graph, {})
     settings = Settings(compute=precision_dtype(report.precision))
-    partitioner = CapabilityBasedPartitioner(module, _Supported(settings), allows_single_node_partition=True)
+    partitioner = CapabilityBasedPartitioner(module, _Supported(settings, report.torch_executed_ops),
+                                             allows_single_node_partition=True)
     fused = partitioner.fuse_partitions(partitioner.propose_partitions())
     for node in [n for n in fused.graph.nodes if n.op == "call_module"]:
         sub = getattr(fused, node.target)
@@ -184,5 +238,8 @@ def split(program, report: PartitionReport, make: Callable[[torch.fx.GraphModule
             continue
         setattr(fused, node.target, engine)
         report.engines[node.target] = count
+    for node in [n for n in fused.graph.nodes if n.op == "call_function"]:
+        if is_torch_executed(target_name(node), report.torch_executed_ops):
+            report.pytorch[node.name] = f"{target_name(node)} is in torch_executed_ops"
     fused.recompile()
     return fused

@@ -51,6 +51,11 @@ def _record_from(data: dict) -> Record:
                   layers=[Layer(kind, tuple(ins), tuple(outs), attrs) for kind, ins, outs, attrs in data["layers"]])
 
 
+def read_record(path: Path) -> Record:
+    """The recorded network of an engine part, as ``save_partitioned`` wrote it (``<fused_N>.record.pt``)."""
+    return _record_from(torch.load(path, weights_only=True))
+
+
 def _spec(name: str, dtype: torch.dtype, shape) -> TensorSpec:
     return TensorSpec(name, trt.DTYPE_NAMES[TORCH_TO_TRT[dtype]], tuple(shape))
 
@@ -64,7 +69,7 @@ def _sidecar(name: str, engine: EngineModule, report: PartitionReport, engine_pa
         profiles=(engine.profile,) if engine.profile else (),
         precision={"requested": report.precision, "built": report.precision},
         builder={"flavour": info.flavour, "version": info.version, "strongly_typed": True,
-                 "optimization_level": 0, "converter_hash": source_hash()},
+                 "optimization_level": report.optimization_level, "converter_hash": source_hash()},
         source={"kind": "torch", "path": "direct"},
         notes=("an engine partition of a partitioned module (trtforge.convert.saved)",))
 
@@ -93,7 +98,7 @@ def save_partitioned(folder: str | Path, module: torch.fx.GraphModule, report: P
         engines[name] = entry
     manifest = {"generator": GENERATOR, "format": FORMAT, "converter_hash": source_hash(),
                 "min_block_size": report.min_block_size, "precision": report.precision,
-                "engines": engines, "pytorch": report.pytorch}
+                "torch_executed_ops": list(report.torch_executed_ops), "engines": engines, "pytorch": report.pytorch}
     path = folder / MANIFEST
     atomic_write_bytes(path, (json.dumps(manifest, indent=2) + "\n").encode())
     return path
@@ -119,7 +124,8 @@ def load_partitioned(folder: str | Path, runner: Runner = reference_runner
     saved = manifest["engines"]
     program = torch.export.load(folder / PROGRAM)
     report = PartitionReport(program=program, min_block_size=manifest["min_block_size"],
-                             precision=manifest["precision"])
+                             precision=manifest["precision"],
+                             torch_executed_ops=tuple(manifest.get("torch_executed_ops", ())))
 
     def make(parent: torch.fx.GraphModule, node: torch.fx.Node) -> EngineModule:
         entry = saved.get(node.target)
@@ -128,9 +134,11 @@ def load_partitioned(folder: str | Path, runner: Runner = reference_runner
             raise InvalidArgument(f"{folder}: partition {node.target} does not match the saved engines (saved "
                                   "with other converters?); partition the model again and save it")
         plan = read_sidecar(folder / entry["sidecar"]).verify_engine().read_bytes() if "sidecar" in entry else None
-        record = _record_from(torch.load(folder / entry["record"], weights_only=True))
+        record = read_record(folder / entry["record"])
         outputs = [(n, getattr(torch, d), tuple(s)) for n, d, s in entry["outputs"]]
-        return EngineModule(plan, record, arg_names, runner, entry["profile"], outputs)
+        engine = EngineModule(plan, record, arg_names, runner, entry["profile"], outputs)
+        engine.sidecar_path = folder / entry["sidecar"] if "sidecar" in entry else None
+        return engine
 
     module = split(program, report, make)
     if set(report.engines) != set(saved):

@@ -18,7 +18,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
@@ -28,7 +27,7 @@ from typing import Any
 from trtforge.core import machine
 from trtforge.core.batch import DEFAULT_BATCH, BatchProfile, parse_batch
 from trtforge.core.budget import ErrorBudget, check_override, resolve_budget
-from trtforge.core.errors import InvalidArgument, MissingFile, WrongType, spelled
+from trtforge.core.errors import InvalidArgument, WrongType, spelled
 from trtforge.core.options import (  # noqa: F401  (re-exported: the option declarations are this module's API)
     ENGINE,
     FIELD_DEFAULT,
@@ -40,7 +39,8 @@ from trtforge.core.options import (  # noqa: F401  (re-exported: the option decl
     option,
     options_of,
 )
-from trtforge.core.preprocessing import PreprocessConfig
+from trtforge.core.partition_options import DEFAULT_MIN_BLOCK_SIZE, check_min_block_size, op_names
+from trtforge.core.preprocessing import PreprocessConfig, read_preprocessing_json
 
 #: Every precision trtforge builds, named here once: import it, never re-list it.
 #: The precisions with no quantization: the whole graph computes in one float type.
@@ -53,13 +53,17 @@ QUANTIZED_PRECISIONS: tuple[str, ...] = ("int8", "fp8", "int8-wo", "int4-wo")
 #: Quantized precisions that leave activations in the float type (DequantizeLinear-only weights).
 WEIGHT_ONLY_PRECISIONS: tuple[str, ...] = ("int8-wo", "int4-wo")
 PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS + QUANTIZED_PRECISIONS
+#: ``precision="auto"``: per layer the cheapest ``AUTO_LADDER`` rung (cheapest first; one W8A8 type a graph) that
+#: every target accelerates, moved up the ladder, then to FP16, where the error budget needs it.
+AUTO_PRECISION = "auto"
+AUTO_LADDER: tuple[tuple[str, ...], ...] = (("fp8", "int8"), ("int8-wo",))
+QUANTIZED_REQUESTS: tuple[str, ...] = QUANTIZED_PRECISIONS + (AUTO_PRECISION,)  # the requests that calibrate
 #: How a model becomes a TensorRT network: through ONNX and TensorRT's parser, or converted directly
 #: from PyTorch (``trtforge.convert``, docs/direct-path.md).
 PATHS: tuple[str, ...] = ("onnx", "direct")
 #: Precision → the float dtype the graph computes in (quantized graphs are FP16 outside Q/DQ).
-FLOAT_OF_PRECISION: dict[str, str | None] = {
-    "fp32": None, "fp16": "float16", "bf16": "bfloat16", **dict.fromkeys(QUANTIZED_PRECISIONS, "float16"),
-}
+FLOAT_OF_PRECISION: dict[str, str | None] = {"fp32": None, "fp16": "float16", "bf16": "bfloat16",
+                                             **dict.fromkeys(QUANTIZED_PRECISIONS, "float16")}
 OPTIMIZATION_LEVELS = range(0, 6)
 #: What ``layer_precision`` may give a layer: FP32 (kept out of the float pass) or the build's own type.
 LAYER_PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS
@@ -184,7 +188,7 @@ def check_layer_precision(pairs: tuple[tuple[str, str], ...], precision: str) ->
     Example:
         >>> check_layer_precision((("^/head/", "fp32"), ("conv", "fp16")), "fp16")   # fine
     """
-    if pairs and precision in QUANTIZED_PRECISIONS:
+    if pairs and precision in QUANTIZED_REQUESTS:
         raise ConfigError(f"layer_precision {pairs[0][0]}:{pairs[0][1]} is for fp16/bf16 builds; an {precision} build "
                           f"keeps layers out of {precision.upper()} with quant exclude (--exclude PATTERN)")
     for pattern, wanted in pairs:
@@ -200,6 +204,12 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
     Example:
         >>> check_quant_options(QuantConfig(awq=True), "int4-wo")   # fine
     """
+    if precision == AUTO_PRECISION and quant.error_budget is None:
+        raise ConfigError("precision='auto' (--precision auto) keeps per layer the cheapest precision within an error "
+                          "budget: give error_budget= (--error-budget), e.g. 0.1 (relative L2), 0.99 (an embedding's "
+                          "cosine) or 0.01 (a classifier's softmax KL)")
+    if precision == AUTO_PRECISION and quant.smoothquant is not None:
+        raise ConfigError("smoothquant= (--smoothquant) is for one W8A8 precision (int8, fp8), not auto; drop it")
     weight_only = precision in WEIGHT_ONLY_PRECISIONS
     if quant.awq and not weight_only:
         raise ConfigError(f"awq=True (--awq) scales weights for the weight-only precisions (int8-wo, int4-wo), not "
@@ -207,25 +217,9 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
     if quant.smoothquant is not None and weight_only:
         raise ConfigError(f"smoothquant= (--smoothquant) moves activation outliers into the weights; {precision} "
                           "keeps activations in FP16. Drop it, or use awq=True (--awq)")
-    if quant.block_size is not None and not weight_only:
+    if quant.block_size is not None and not weight_only and precision != AUTO_PRECISION:
         raise ConfigError(f"block_size= (--block-size) is for int8-wo/int4-wo weights; {precision} quantizes "
                           "weights per output channel. Drop it")
-
-
-def read_preprocessing_json(path: Path | None) -> dict | None:
-    """A preprocessing dict from a JSON file: a plain dict or a sidecar's ``preprocessing`` block."""
-    if path is None:
-        return None
-    if not Path(path).is_file():
-        raise MissingFile(f"preprocessing file {path} does not exist; pass a JSON file (or a sidecar)")
-    try:
-        data = json.loads(Path(path).read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"preprocessing file {path} is not valid JSON ({exc}); pass a JSON object such as "
-                          "{\"resize\": [224, 224], \"mean\": [...]} or a trtforge sidecar") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold a JSON object such as {{\"resize\": [224, 224], \"mean\": [...]}}")
-    return data.get("preprocessing", data)
 
 
 def validate_patterns(patterns: tuple[str, ...], what: str) -> None:
@@ -275,8 +269,8 @@ class QuantConfig:
     # None: the task's default (budget.TASK_BUDGETS); a float: the limit of the task's metric; an ErrorBudget.
     error_budget: float | ErrorBudget | None = option(
         None, affects=GRAPH, cli=CliFlag(float | None),
-        help="int8 auto placement: limit in the task's metric (classifier: softmax KL, e.g. 0.01; embedding: "
-             "mean cosine, e.g. 0.99; other: relative L2, e.g. 0.1); default: the task's")
+        help="auto placement, --precision auto (required there): limit in the task's metric (classifier: softmax "
+             "KL, e.g. 0.01; embedding: mean cosine, e.g. 0.99; other: relative L2, e.g. 0.1); default: the task's")
     exclude: tuple[str, ...] = option((), help="int8: keep layers matching this regex/op type in FP16",
                                       affects=GRAPH, cli=CliFlag(list[str] | None, None, to_field=_tuple))
     include: tuple[str, ...] = option((), help="int8: force layers matching this regex/op type to INT8",
@@ -346,7 +340,7 @@ class CompileConfig:
         'float16'
     """
 
-    precision: str = option("fp16", help=" | ".join(PRECISIONS), affects=ENGINE, cli=CliFlag(str))
+    precision: str = option("fp16", help=" | ".join((*PRECISIONS, AUTO_PRECISION)), affects=ENGINE, cli=CliFlag(str))
     batch: tuple[BatchProfile, ...] | None = option(
         None, affects=ENGINE, cli=CliFlag(str | None),
         help="N, min:opt:max, or several: 1:1:1,1:8:32; for dynamic dim 0s only (default: the model's own "
@@ -411,14 +405,21 @@ class CompileConfig:
                                    help="int8: fail (exit 1) when the error budget is missed, instead of a warning")
     allow_unaccelerated: bool = option(False, affects=ENGINE, cli=CliFlag(bool), help=(
         "build quantized layers that no target GPU accelerates (they run in the float type; sidecar note)"))
+    min_block_size: int | None = option(
+        None, affects=GRAPH, cli=CliFlag(int | None),
+        help="direct path: partition, keeping ops with no converter in PyTorch; runs of at least this many compute "
+             "ops become engines (None: the whole module converts, or the op is refused)")
+    torch_executed_ops: tuple[str, ...] = option(
+        (), affects=GRAPH, cli=CliFlag(list[str] | None, None, ("--torch-executed-op",), "torch_executed_op", _tuple),
+        help="direct path: ops kept in PyTorch, e.g. aten.softmax.int (repeatable; partitions the module)")
     input_names: tuple[str, ...] | None = option(None, help="names of the exported inputs", affects=GRAPH)
     output_names: tuple[str, ...] | None = option(None, help="names of the exported outputs", affects=GRAPH)
     notes: tuple[str, ...] = option((), help="free-text notes for the sidecar", affects=OUTPUT)
 
     def __post_init__(self) -> None:
         precision = str(self.precision).lower()
-        if precision not in PRECISIONS:
-            raise ConfigError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+        if precision not in PRECISIONS and precision != AUTO_PRECISION:
+            raise ConfigError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}, {AUTO_PRECISION}")
         path = str(self.path).lower()
         if path not in PATHS:
             raise ConfigError(f"unknown path {path!r}; choose one of {', '.join(PATHS)}")
@@ -437,7 +438,7 @@ class CompileConfig:
             raise WrongType(f"preprocessing= takes a dict such as {{'resize': [224, 224]}} or a PreprocessConfig, "
                             f"not {type(self.preprocessing).__name__}")
         normalised = {
-            "precision": precision, "path": path, "batch": None if self.batch is None else parse_batch(self.batch), "targets": _targets(self.targets),
+            "precision": precision, "path": path, "batch": None if self.batch is None else parse_batch(self.batch), "targets": machine.normalise_targets(self.targets),
             "shapes": _shapes(self.shapes), "hardware_compatibility": hardware, "quant": quant,
             "name": None if self.name is None else validate_name(self.name),
             "output_dir": Path(self.output_dir), "cache_dir": _path(self.cache_dir),
@@ -446,6 +447,8 @@ class CompileConfig:
             "notes": (self.notes,) if isinstance(self.notes, str) else tuple(self.notes or ()),
             "keep_fp32": _tuple((self.keep_fp32,) if isinstance(self.keep_fp32, str) else self.keep_fp32),
             "layer_precision": layer_precisions(self.layer_precision),
+            "min_block_size": check_min_block_size(self.min_block_size),
+            "torch_executed_ops": op_names(self.torch_executed_ops),
             "preprocessing": None if self.preprocessing is None else PreprocessConfig.of(self.preprocessing),
         }
         validate_patterns(normalised["keep_fp32"], "keep_fp32")
@@ -468,7 +471,7 @@ class CompileConfig:
 
     @property
     def float_dtype(self) -> str | None:
-        return FLOAT_OF_PRECISION[self.precision]
+        return FLOAT_OF_PRECISION.get(self.precision, "float16")  # auto: quantized layers in an FP16 graph
 
     @property
     def fp32_patterns(self) -> tuple[str, ...]:
@@ -481,6 +484,16 @@ class CompileConfig:
         return tuple(dict.fromkeys((*self.keep_fp32, *(p for p, want in self.layer_precision if want == "fp32"))))
 
     @property
+    def partitions(self) -> bool:
+        """Whether the direct path partitions: ``min_block_size`` or ``torch_executed_ops`` is set."""
+        return self.min_block_size is not None or bool(self.torch_executed_ops)
+
+    @property
+    def block_size(self) -> int:
+        """The fewest compute ops in an engine partition (``DEFAULT_MIN_BLOCK_SIZE`` when only ops are named)."""
+        return DEFAULT_MIN_BLOCK_SIZE if self.min_block_size is None else self.min_block_size
+
+    @property
     def shapes_map(self) -> dict[str, tuple[tuple[int, ...], ...]]:
         return dict(self.shapes)
 
@@ -488,7 +501,8 @@ class CompileConfig:
     def possible_precisions(self) -> tuple[str, ...]:
         """The precisions the engine's file name may carry: a quantized precision is built as FP16 when
         placement keeps every layer in FP16."""
-        return (self.precision, "fp16") if self.precision in QUANTIZED_PRECISIONS else (self.precision,)
+        asked = sum(AUTO_LADDER, ()) if self.precision == AUTO_PRECISION else (self.precision,)  # auto: its rungs
+        return (*asked, "fp16") if self.precision in QUANTIZED_REQUESTS else asked
 
     def key_fields(self) -> dict[str, Any]:
         """JSON-able values of the options that change the engine's bytes (cache keys, sidecars)."""
@@ -503,10 +517,12 @@ class CompileConfig:
         """JSON-able values of the options that change the processed graph (the request key's part)."""
         data: dict[str, Any] = {"input_names": list(self.input_names or []),
                                 "output_names": list(self.output_names or [])}
-        if self.precision in QUANTIZED_PRECISIONS:
+        if self.precision in QUANTIZED_REQUESTS:
             data["quant"] = {k: v for k, v in self.quant.as_dict().items() if k != "cache_dir"}
         if self.dynamic_batch:
             data["dynamic_batch"] = True
+        if self.partitions:  # only when set: the keys of builds without partitioning stay as they were
+            data["partition"] = {"min_block_size": self.block_size, "torch_executed_ops": list(self.torch_executed_ops)}
         if self.fp32_patterns:  # --keep-fp32 X and --layer-precision X:fp32 make one graph, one key
             data["keep_fp32"] = list(self.fp32_patterns)
         return data
@@ -514,19 +530,6 @@ class CompileConfig:
 
 #: The options that do not change the engine (no key reads them).
 NOT_IN_KEY: tuple[str, ...] = tuple(name for name, opt in options_of(CompileConfig) if opt.affects == OUTPUT)
-
-
-def _targets(targets: Any) -> tuple[str, ...]:
-    """``"sm89,sm86"``, a list (``["sm80,sm86", "sm89"]`` too) → sorted unique lower-case names; ``sm80`` first."""
-    if isinstance(targets, str):
-        targets = [targets]
-    names = {t.strip().lower() for item in (targets or ()) for t in str(item).split(",") if t.strip()}
-    return tuple(sorted(names, key=_target_order))
-
-
-def _target_order(target: str) -> tuple[int, str]:
-    digits = target[2:]
-    return (int(digits) if digits.isdigit() else 0, target)
 
 
 def _shapes(shapes: Any) -> tuple[tuple[str, tuple[tuple[int, ...], ...]], ...]:
@@ -580,7 +583,7 @@ def unused_quant_options(config: CompileConfig) -> list[str]:
         >>> unused_quant_options(CompileConfig(precision="fp16", quant=QuantConfig(placement="auto")))
         ["quant.placement='auto'"]
     """
-    if config.precision in QUANTIZED_PRECISIONS or config.quant is None:
+    if config.precision in QUANTIZED_REQUESTS or config.quant is None:
         return []
     default = QuantConfig()
     changed = [f.name for f in fields(QuantConfig) if f.name != "cache_dir"

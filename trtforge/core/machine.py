@@ -15,6 +15,7 @@ import functools
 import importlib.util
 import os
 from pathlib import Path
+from typing import Any
 
 #: User-facing name → ``HardwareCompatibilityLevel`` member.
 HARDWARE_LEVELS: dict[str, str] = {
@@ -83,3 +84,16 @@ def lean_runtime_missing_message() -> str:
         "(pip install tensorrt-cu13-libs for full TensorRT) or add its folder to LD_LIBRARY_PATH; "
         "or build without version_compatible"
     )
+
+
+def normalise_targets(targets: Any) -> tuple[str, ...]:
+    """``"sm89,sm86"``, a list (``["sm80,sm86", "sm89"]`` too) → sorted unique lower-case names; ``sm80`` first."""
+    if isinstance(targets, str):
+        targets = [targets]
+    names = {t.strip().lower() for item in (targets or ()) for t in str(item).split(",") if t.strip()}
+    return tuple(sorted(names, key=target_order))
+
+
+def target_order(target: str) -> tuple[int, str]:
+    digits = target[2:]
+    return (int(digits) if digits.isdigit() else 0, target)

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -251,3 +252,19 @@ def _host_tensor(pixels: np.ndarray | torch.Tensor) -> torch.Tensor:
     if isinstance(pixels, np.ndarray):
         return torch.from_numpy(np.require(pixels, requirements=("C", "W")))
     return pixels.cpu()
+
+
+def read_preprocessing_json(path: Path | None) -> dict | None:
+    """A preprocessing dict from a JSON file: a plain dict or a sidecar's ``preprocessing`` block."""
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise MissingFile(f"preprocessing file {path} does not exist; pass a JSON file (or a sidecar)")
+    try:
+        data = json.loads(Path(path).read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"preprocessing file {path} is not valid JSON ({exc}); pass a JSON object such as "
+                          "{\"resize\": [224, 224], \"mean\": [...]} or a trtforge sidecar") from exc
+    if not isinstance(data, dict):
+        raise InvalidArgument(f"{path} must hold a JSON object such as {{\"resize\": [224, 224], \"mean\": [...]}}")
+    return data.get("preprocessing", data)

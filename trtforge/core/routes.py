@@ -52,3 +52,9 @@ ENGINE_ROUTES: tuple[str, ...] = tuple(r.name for r in ROUTES if r.family == "ar
 ROUTE_PRECISION: dict[str, str | None] = {r.name: r.precision for r in ROUTES}
 #: What ``trtforge bench`` times when no ``--route`` is given (``compiled`` compiles for minutes).
 DEFAULT_BENCH_ROUTES: tuple[str, ...] = ("eager", "fp16", "cuda_graph")
+#: Where the engine parts of a partitioned module (``compile(path="direct", min_block_size=...)``) run: the
+#: reference evaluator on the CPU (the recorded network, host hops between parts), for machines without TensorRT.
+EVALUATOR_ROUTE = "evaluator"
+#: The runners a partitioned module's engine parts may take (``PartitionedArtifact.load(route=...)``): the
+#: TensorRT route (``trtforge.runtime.partitioned``) or the evaluator.
+PARTITION_ROUTES: tuple[str, ...] = (ROUTES[0].name, EVALUATOR_ROUTE)

@@ -169,6 +169,7 @@ class QuantizationRecord(SidecarRecord):
     cache: str | None = optional_field()
     sensitivity: Any = optional_field()
     auto_placement: Mapping[str, Any] | None = optional_field()
+    auto_precision: Mapping[str, Any] | None = optional_field()  # precision="auto": the ladder, each layer's choice
     measured: Mapping[str, Any] | None = optional_field()
     error_budget: Mapping[str, Any] | None = optional_field()
     coverage: Any = optional_field()  # the INT8 share of MACs (older reports: a dict of shares)

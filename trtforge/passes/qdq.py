@@ -160,6 +160,13 @@ class QuantPlan:
             excluded=self.excluded + moved,
         )
 
+    def replaced(self, outputs, fallback: QuantPlan, reason: str) -> QuantPlan:
+        """A plan with the layers whose outputs are in ``outputs`` as ``fallback`` quantizes them (a more
+        accurate precision: ``precision="auto"``'s next rung), or moved back to FP16 where it has none."""
+        swap = {layer.output: layer for layer in fallback.layers if layer.output in set(outputs)}
+        out = self.without(set(outputs) - set(swap), reason)
+        return replace(out, layers=tuple(swap.get(layer.output, layer) for layer in out.layers))
+
     def to_dict(self) -> dict:
         return {
             "precision": self.precision,

@@ -21,7 +21,7 @@ from trtforge.builder.progress import stage_progress
 from trtforge.cache.engine_cache import EngineCache, engine_key
 from trtforge.capture.export import export_onnx, normalize_example_inputs
 from trtforge.capture.onnx_file import load_onnx
-from trtforge.core.config import QUANTIZED_PRECISIONS, CompileConfig, QuantConfig
+from trtforge.core.config import AUTO_PRECISION, QUANTIZED_REQUESTS, CompileConfig, QuantConfig
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.sidecar import PrecisionRecord, QuantizationRecord, SourceRecord
 from trtforge.core.specs import TensorSpec, shape_value_candidates
@@ -156,19 +156,26 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
 
     FP16/BF16: the range probe runs the reference on ``feeds`` and keeps what leaves the low type's range.
     """
-    if config.precision not in QUANTIZED_PRECISIONS:
+    if config.precision not in QUANTIZED_REQUESTS:
         if feeds and config.float_dtype:
             _check_probe_feeds(reference, feeds[0], config.precision)
         keep = probe(reference, feeds, config.float_dtype) if feeds and config.float_dtype else {}
         if config.float_dtype:
             keep.update(flavour_keep(reference, config, keep))
         return process(reference, config.precision, keep=keep or None, keep_fp32=config.fp32_patterns), None
-    from trtforge.quantize.quantizer import quantize_model
+    if config.precision == AUTO_PRECISION:  # per layer, what every target accelerates, within the budget
+        from trtforge.builder.precision_plan import auto_ladder
+        from trtforge.quantize.auto_precision import quantize_auto
 
-    result = quantize_model(reference, calibration_data, config.quant if config.quant is not None else QuantConfig(),
-                            preprocessing=config.preprocessing, progress=config.progress, precision=config.precision)
-    processed = process(result.fp32, config.precision, result.plan)
-    if processed.built_precision != config.precision:
+        result = quantize_auto(reference, calibration_data, config.quant, auto_ladder(config, capability_probe(config)),
+                               preprocessing=config.preprocessing, progress=config.progress)
+    else:
+        from trtforge.quantize.quantizer import quantize_model
+
+        result = quantize_model(reference, calibration_data, config.quant if config.quant is not None else QuantConfig(),
+                                preprocessing=config.preprocessing, progress=config.progress, precision=config.precision)
+    processed = process(result.fp32, result.plan.precision, result.plan)
+    if processed.built_precision not in (config.precision, result.plan.precision):
         log.warning(no_quantized_line(config.name, config.precision, result.plan.excluded))
     return processed, result.report
 

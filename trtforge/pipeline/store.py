@@ -8,7 +8,7 @@ from typing import Any
 
 from trtforge.builder.portability import file_suffix
 from trtforge.cache.engine_cache import EngineCache
-from trtforge.core.config import QUANTIZED_PRECISIONS, CompileConfig
+from trtforge.core.config import QUANTIZED_REQUESTS, CompileConfig
 from trtforge.core.errors import spelled
 from trtforge.pipeline.record import Built
 
@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 def request_key_of(model_or_onnx: Any, example_inputs: Any, config: CompileConfig,
                  engine_cache: EngineCache | None) -> str | None:
     """A cheap key over what was asked (a hit skips export, passes and build); none when quantized."""
-    if engine_cache is None or config.precision in QUANTIZED_PRECISIONS:
+    if engine_cache is None or config.precision in QUANTIZED_REQUESTS:
         return None
     from trtforge.cache.request_key import request_key
 

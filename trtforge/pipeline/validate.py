@@ -16,6 +16,7 @@ from trtforge.capture.export import normalize_example_inputs
 from trtforge.capture.onnx_file import check_onnx_path
 from trtforge.core.config import (
     QUANTIZED_PRECISIONS,
+    QUANTIZED_REQUESTS,
     CompileConfig,
     ConfigError,
     QuantConfig,
@@ -44,7 +45,7 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
     check_precision(config)  # a precision no target GPU accelerates: refused before capture and calibration
     if config.timing_cache is not None:
         config = replace(config, timing_cache=check_timing_cache_path(config.timing_cache))
-    quantized = config.precision in QUANTIZED_PRECISIONS
+    quantized = config.precision in QUANTIZED_REQUESTS
     if not quantized and calibration_data is not None:
         raise ConfigError(spelled(
             cli=f"--calib is used only by the quantized precisions ({', '.join(QUANTIZED_PRECISIONS)}; this build is "
@@ -147,11 +148,17 @@ def _choose_another() -> str:
 def _check_direct(model_or_onnx: Any, config: CompileConfig) -> None:
     """What the direct path cannot take: an ONNX file; at INT8, auto placement and SmoothQuant."""
     if config.path != "direct":
+        if config.partitions:
+            raise ConfigError(f"{_partition_option(config)} partitions the direct path's conversion; add "
+                              f"{spelled(cli='--path direct', python='path=' + repr('direct'))}, or drop it")
         return
+    if config.partitions and config.precision in QUANTIZED_PRECISIONS:
+        raise ConfigError(f"{_partition_option(config)}: a partitioned module builds float engines (fp32, fp16, bf16), "
+                          f"not {config.precision}; drop it, or build a float precision")
     if isinstance(model_or_onnx, (str, Path)):
         raise ConfigError(f"path='direct' converts a PyTorch module, and {model_or_onnx} is a file; pass the "
                           "nn.Module with example inputs, or build the .onnx with path='onnx'")
-    if config.precision in QUANTIZED_PRECISIONS and config.precision != "int8":
+    if config.precision in QUANTIZED_REQUESTS and config.precision != "int8":
         raise ConfigError(f"precision={config.precision!r} is on the ONNX path only; use path='onnx' "
                           "(--path onnx), or precision='int8' on the direct path")
     quant = config.quant if config.quant is not None else QuantConfig()
@@ -161,6 +168,13 @@ def _check_direct(model_or_onnx: Any, config: CompileConfig) -> None:
     if config.precision == "int8" and quant.smoothquant is not None:
         raise ConfigError("smoothquant= rewrites the ONNX graph and is not on the direct path; drop it, "
                           "or use path='onnx'")
+
+
+def _partition_option(config: CompileConfig) -> str:
+    """How the reader wrote the option that asked for partitioning."""
+    if config.min_block_size is not None:
+        return option_spelling("min_block_size", str(config.min_block_size))
+    return option_spelling("torch_executed_ops", config.torch_executed_ops[0])
 
 
 def _check_model(model_or_onnx: Any, example_inputs: Any) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from trtforge.artifact import Artifact
+from trtforge.artifact import Artifact, PartitionedArtifact
 from trtforge.cache.engine_cache import open_engine_cache
 from trtforge.capture.export import training_flags_kept
 from trtforge.core.config import CompileConfig
@@ -22,6 +22,7 @@ from trtforge.core.errors import AccuracyBudgetMissed, spelled
 from trtforge.core.sidecar import QuantizationRecord
 from trtforge.pipeline.direct_path import convert_and_build
 from trtforge.pipeline.onnx_path import capture_and_build
+from trtforge.pipeline.partitioned_path import compile_partitioned
 from trtforge.pipeline.store import lookup_request, request_key_of, warn_cache
 from trtforge.pipeline.validate import validate
 from trtforge.pipeline.write import write_artifact
@@ -37,19 +38,24 @@ def compile(  # noqa: A001 - the public verb users expect
     calibration_data: Any = None,
     console: Console | None = None,
     **overrides: Any,
-) -> Artifact:
+) -> Artifact | PartitionedArtifact:
     """Turn a PyTorch module (with example inputs) or an ``.onnx`` file into an engine + sidecar.
 
     ``overrides`` are ``CompileConfig`` fields, applied over ``config`` (default: ``CompileConfig()``).
     A second call with the same arguments is a cache hit (``cache_dir``, default
     ``~/.cache/trtforge/engines`` or ``$TRTFORGE_CACHE_DIR``; ``cache=False`` turns it off).
     Portability options add a file-name suffix (``_sm89``, ``_ampere_plus``, ...); see docs/portability.md.
+    On the direct path, ``min_block_size`` or ``torch_executed_ops`` partitions the module: ops with no
+    converter (and the named ones) stay in PyTorch, and a ``PartitionedArtifact`` (its folder) comes back.
 
     Example:
         >>> art = compile("model.onnx", precision="fp16", batch=[(1, 1, 1), (1, 8, 32)], targets=["sm89"])
         >>> art = compile(model, (x,), CompileConfig(precision="int8"), calibration_data=Path("calib/"))
     """
     config, paths = validate(model_or_onnx, example_inputs, config, calibration_data, overrides)
+    if config.path == "direct" and config.partitions:  # ops stay in PyTorch: a partitioned module's folder
+        with training_flags_kept(model_or_onnx):
+            return compile_partitioned(model_or_onnx, example_inputs, config, paths)
     # Bound to today's stderr: the exporter's quiet block swaps sys.stderr while the export spinner runs.
     console = console or Console(file=sys.stderr)
     engine_cache = open_engine_cache(config.cache_dir) if config.cache else None

@@ -22,7 +22,7 @@ import numpy as np
 
 from trtforge.core.config import QUANTIZED_PRECISIONS, QuantConfig
 from trtforge.core.errors import InvalidArgument
-from trtforge.passes.qdq import QUANT_DTYPES, QuantDtype, QuantInput, fp16_scales
+from trtforge.passes.qdq import QUANT_DTYPES, QuantDtype, QuantInput, QuantLayer, fp16_scales
 from trtforge.quantize.calibrators import block_scales, weight_scales
 from trtforge.quantize.placement import FP8_RULES, RULES, Analysis, Candidate, weight_only_analysis
 
@@ -114,3 +114,15 @@ def spec_of(precision: str, config: QuantConfig | None = None) -> PrecisionSpec:
     if block is not None and spec.weight_only:
         spec = replace(spec, block_size=block)
     return spec
+
+
+def precision_of(layer: QuantLayer) -> str:
+    """The quantized precision ``layer`` runs in, read from its inputs (a ``precision="auto"`` plan mixes them).
+
+    Example:
+        >>> precision_of(plan.layers[0])
+        'int8-wo'
+    """
+    weight = next((q for q in layer.inputs if q.is_weight), layer.inputs[0])
+    weight_only = all(q.is_weight for q in layer.inputs)
+    return next(s.precision for s in SPECS.values() if s.weight_dtype == weight.dtype and s.weight_only == weight_only)

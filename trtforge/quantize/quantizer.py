@@ -184,10 +184,10 @@ def _finish_report(report: dict, config: QuantConfig, budget: ErrorBudget, plan:
 
 
 def _checked_start(fp32, calibration_data, config: QuantConfig, preprocessing: PreprocessConfig | Mapping | None,
-                   spec: PrecisionSpec):
+                   precision: str, opset: int):
     """(model, task, budget, data): everything that can refuse the input, before any calibration."""
-    check_quant_options(config, spec.precision)
-    model = ensure_node_names(ensure_opset(fresh_ir(fp32), spec.opset))
+    check_quant_options(config, precision)
+    model = ensure_node_names(ensure_opset(fresh_ir(fp32), opset))
     task = detect_task(model, config.task)
     budget = resolve_budget(task, config.error_budget)
     if task == "classification" and len(output_dims(model)) != 2:
@@ -219,7 +219,8 @@ def quantize_model(
     """
     config = config or QuantConfig()
     spec = spec_of(precision, config)
-    model, task, budget, data = _checked_start(fp32, calibration_data, config, preprocessing, spec)
+    model, task, budget, data = _checked_start(fp32, calibration_data, config, preprocessing, spec.precision,
+                                               spec.opset)
     reference = model
     report = _settings(config, task, data, spec)
     with progress_bar(progress) as bar:

@@ -83,6 +83,9 @@ def print_report(report: dict) -> None:
         (f"{name} layers", f"{report['int8_layers']} of {report['layers_total']}"),
         (f"{name} coverage (MACs)", f"{100 * report['coverage']:.1f} %"),
     ]
+    if report.get("auto_precision"):  # precision="auto": layers per precision it chose
+        counts = report["auto_precision"]["counts"]
+        rows.append(("precision auto (layers)", ", ".join(f"{p}: {n}" for p, n in counts.items())))
     if report.get("awq"):
         awq = report["awq"]
         rows.append(("AWQ-lite", f"{'applied' if awq['applied'] else 'not applied (did not help)'}: rel L2 "

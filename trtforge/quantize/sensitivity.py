@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx
@@ -66,8 +66,12 @@ def rank_groups(
 def auto_place(
     model: ir.Model, plan: QuantPlan, analysis: Analysis, batches: Sequence[dict[str, np.ndarray]],
     budget: ErrorBudget, progress=None, check_batches: Sequence[dict[str, np.ndarray]] | None = None,
+    fallback: QuantPlan | None = None,
 ) -> tuple[QuantPlan, list[dict], dict]:
     """Keep the fewest most-harmful groups in FP16 so that ``budget`` holds on ``check_batches``.
+
+    ``fallback`` (``precision="auto"``): the moved groups take its layers (a more accurate precision)
+    instead of FP16; FP16 where it has none. Moving every group must make the budget hold.
 
     Groups are ranked on ``batches`` by relative L2 per share of MACs; a bisection over that ranking
     finds the shortest prefix to keep in FP16, then a re-admission pass tries each kept group back in
@@ -97,7 +101,8 @@ def auto_place(
 
     def plan_for(fp16_rows: frozenset[int]) -> QuantPlan:
         drop = [o for i in sorted(fp16_rows) for o in ranking[i]["layers"]]
-        return plan.without(drop, "auto placement: among the most sensitive layers (measured)")
+        reason = "auto placement: among the most sensitive layers (measured)"
+        return plan.without(drop, reason) if fallback is None else plan.replaced(drop, fallback, reason)
 
     def measured(fp16_rows: frozenset[int]) -> tuple[dict[str, float], dict[str, float]]:
         """(means, confidence bounds) of the budget's metrics with ``fp16_rows`` kept in FP16."""
@@ -110,9 +115,21 @@ def auto_place(
                 cache[fp16_rows] = (budget.measure(check_reference, out), budget.bounds(check_reference, out))
         return cache[fp16_rows]
 
-    def holds(fp16_rows: frozenset[int]) -> bool:
-        return budget.holds(measured(fp16_rows)[1])
+    fp16, readmitted = _fewest(lambda rows: budget.holds(measured(rows)[1]), ranking)
+    final_rows = frozenset(fp16)
+    for i, row in enumerate(ranking):
+        row["fp16"] = i in final_rows
+        row["readmitted"] = ranking[i]["group"] in readmitted
+    final = plan_for(final_rows)
+    means, bounds = measured(final_rows)
+    info = {"measured": means, "bounds": bounds, "holds": budget.holds(bounds), "checks": len(cache),
+            "samples": len(check_reference[0]), "readmitted": readmitted}
+    return final, ranking, info
 
+
+def _fewest(holds: Callable[[frozenset[int]], bool], ranking: list[dict]) -> tuple[set[int], list[str]]:
+    """(rows moved, groups re-admitted): the shortest prefix of ``ranking`` to move (a bisection; moving every
+    row is taken to hold), then each moved row tried back, largest first, kept back where ``holds`` still."""
     def top(k: int) -> frozenset[int]:
         return frozenset(range(k))
 
@@ -128,20 +145,12 @@ def auto_place(
                 lo = mid
         best = hi
     fp16 = set(top(best))
-    readmitted = []
+    readmitted: list[str] = []
     for i in sorted(fp16, key=lambda i: -ranking[i]["macs"]):
         trial = frozenset(fp16 - {i})
         if holds(trial):
             fp16, readmitted = set(trial), [*readmitted, ranking[i]["group"]]
-    final_rows = frozenset(fp16)
-    for i, row in enumerate(ranking):
-        row["fp16"] = i in final_rows
-        row["readmitted"] = ranking[i]["group"] in readmitted
-    final = plan_for(final_rows)
-    means, bounds = measured(final_rows)
-    info = {"measured": means, "bounds": bounds, "holds": budget.holds(bounds), "checks": len(cache),
-            "samples": len(check_reference[0]), "readmitted": readmitted}
-    return final, ranking, info
+    return fp16, readmitted
 
 
 def sensitivity_table(

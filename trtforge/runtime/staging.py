@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,21 +23,51 @@ import torch
 
 from trtforge.runtime.placement import on_device
 
-__all__ = ["HostBuffer", "copy_rows", "host_copy"]
+__all__ = ["BATCH_COPY_THREADS", "HostBuffer", "copy_frames", "copy_rows", "host_copy"]
 
 
-def host_copy(dst: np.ndarray, src: Any) -> None:
-    """``dst[...] = src`` for host arrays: one ``np.copyto`` on the calling thread.
+#: Threads of each frame's copy when a call stages several frames. Measured on the H200's host
+#: (docs/benchmarks.md, issue 26): one 1280×720 frame copies faster with one ``np.copyto`` than split
+#: over a pool (predictor at batch 1: 1.70× the model alone against 1.92×), while 8 frames (22 MB)
+#: copy faster split (batch 8: 4.2× against 5.5× plain). torch's own copy on its 16 intra-op threads
+#: stalls for milliseconds whenever a core is busy, so it is not used.
+BATCH_COPY_THREADS = 4
+_POOL: list[Any] = []
+_POOL_LOCK = threading.Lock()
 
-    Measured on the H200's host (bench/host_copy.py, a 1280×720 frame into pinned memory), one
-    ``np.copyto`` beat the same copy split over a pool of 2 to 8 threads in two runs (238 against
-    311 µs, 340 against 403 µs), and torch's own copy on its 16 intra-op threads stalls for
-    milliseconds whenever a core is busy; so no threads, and no OpenMP team left spinning.
+
+def _copy_pool() -> Any:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(BATCH_COPY_THREADS, thread_name_prefix="trtforge-host-copy"))
+        return _POOL[0]
+
+
+def host_copy(dst: np.ndarray, src: Any, threads: int = 1) -> None:
+    """``dst[...] = src`` for host arrays: one ``np.copyto``, or (``threads`` > 1, contiguous arrays of
+    the same shape) that many bands on the copy pool (NumPy copies without the GIL).
 
     Example:
         >>> host_copy(pinned.numpy(), frame)
     """
-    np.copyto(dst, np.asarray(src))
+    src = np.asarray(src)
+    threads = min(threads, BATCH_COPY_THREADS)
+    if threads <= 1 or not (dst.flags.c_contiguous and src.flags.c_contiguous) or dst.shape != src.shape:
+        np.copyto(dst, src)
+        return
+    d, s = dst.reshape(-1), src.reshape(-1)
+    step = math.ceil(len(d) / threads)
+    list(_copy_pool().map(lambda i: np.copyto(d[i:i + step], s[i:i + step]), range(0, len(d), step)))
+
+
+def copy_frames(dst: np.ndarray, frames: Sequence[Any]) -> None:
+    """Frames ``i`` into ``dst[i]``: one frame in one ``np.copyto``, several each on
+    ``BATCH_COPY_THREADS`` bands (see there for the measurements)."""
+    threads = BATCH_COPY_THREADS if len(frames) > 1 else 1
+    for i, frame in enumerate(frames):
+        host_copy(dst[i], frame, threads)
 
 
 def copy_rows(dst: np.ndarray, parts: Sequence[Any]) -> int:

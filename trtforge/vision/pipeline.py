@@ -11,7 +11,7 @@ frames, model input, captured engine graph, pinned results) and alternates betwe
 Events order each slot's uses (the upload of batch i+2 waits until batch i's graph has read its
 model input; the host copy into a slot waits until its previous DMA finished), so results are
 exactly the unpipelined predictor's. Frames may be pageable arrays (copied into the slot's pinned
-buffer by ``host_copy``), views of ``frame_buffer()`` (no host copy; the call
+buffer by ``copy_frames``), views of ``frame_buffer()`` (no host copy; the call
 returns once their DMA is done, so the buffer can be refilled), or tensors on the GPU. On a CPU the
 same slots run in series (what the tests check).
 
@@ -36,10 +36,10 @@ from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import decode_image
 from trtforge.runtime.cuda_graph import GraphCache
 from trtforge.runtime.placement import on_device
+from trtforge.runtime.staging import copy_frames
 from trtforge.vision.decode import detr_box_transform
 from trtforge.vision.packing import PackedLayout
 from trtforge.vision.predictor import Predictor
-from trtforge.vision.preprocess import host_copy
 
 __all__ = ["PipelinedPredictor"]
 
@@ -124,8 +124,7 @@ class PipelinedPredictor:
         if source is None and not on_gpu:
             if slot.copied is not None:
                 slot.copied.synchronize()  # the slot's previous DMA has read its pinned frames
-            for i, im in enumerate(images):
-                host_copy(slot.staging[i].numpy(), im)
+            copy_frames(slot.staging.numpy(), images)
             source = slot.staging
         caller = torch.cuda.current_stream(self.device) if self.cuda else None
         with self._stream(self._upload):

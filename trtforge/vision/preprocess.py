@@ -23,7 +23,7 @@ import torch
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig, transform, transform_tensor
 from trtforge.runtime.placement import Placement, default_device, on_device, placement, refusal
-from trtforge.runtime.staging import HostBuffer, host_copy
+from trtforge.runtime.staging import BATCH_COPY_THREADS, HostBuffer, copy_frames, host_copy
 
 __all__ = ["Preprocessor", "fused_transform", "host_copy", "is_pageable"]
 
@@ -129,18 +129,17 @@ class Preprocessor:
     def stage(self, images: Sequence[np.ndarray | torch.Tensor] | np.ndarray) -> torch.Tensor:
         """Same-size host images (or one (B, H, W, 3) array) → our pinned (B, H, W, 3) buffer.
 
-        One copy for a batch array, one per frame for a list (``host_copy``); frames that already are the buffer (``staged``) are not copied. The
+        One copy for a batch array, one per frame for a list (``copy_frames``: one thread for one
+        frame, a few for a batch); frames that already are the buffer (``staged``) are not copied. The
         buffer is reused: synchronize before the next call overwrites it (the predictor does).
         """
         shape = (len(images), *tuple(images[0].shape))
         buffer = self.staged(shape)
         if isinstance(images, (np.ndarray, torch.Tensor)) and images.ndim == 4:
             if not self.is_staged(images):
-                host_copy(buffer.numpy(), images)
+                host_copy(buffer.numpy(), images, BATCH_COPY_THREADS if len(images) > 1 else 1)
             return buffer
-        host = buffer.numpy()
-        for i, im in enumerate(images):
-            host_copy(host[i], im)
+        copy_frames(buffer.numpy(), images)
         return buffer
 
     def frame_buffer_of(self, images: Sequence[Any]) -> torch.Tensor | None:
