@@ -10,6 +10,7 @@ import pytest
 import trtforge.pipeline as pipeline
 import trtforge.pipeline.onnx_path as onnx_path
 from trtforge.builder import build, portability, timing_cache
+from trtforge.capture.export import export_onnx
 from trtforge.core import machine, trt
 from trtforge.core.config import CompileConfig, ConfigError
 from trtforge.core.sidecar import read_sidecar, write_sidecar
@@ -53,6 +54,31 @@ def test_build_matrix_one_engine_per_target_and_one_multi_target(tiny_onnx, tmp_
         assert sc.builder.targets == tuple(expected)
         assert sc.engine_size == art.engine_path.stat().st_size > 0
     assert len({a.engine_path.read_bytes() for a in arts}) == 5
+
+
+def test_build_matrix_exports_a_module_once(tiny_module, tmp_path, monkeypatch):
+    """The export does not depend on the target: one export serves every engine of the matrix (was one per engine)."""
+    import torch
+    from tiny_model import EXAMPLE_SHAPE
+
+    exported = []
+
+    def counted(*args, **kwargs):
+        exported.append(args[2])
+        return export_onnx(*args, **kwargs)
+
+    monkeypatch.setattr(onnx_path, "export_onnx", counted)
+    arts = pipeline.build_matrix(tiny_module, (torch.zeros(*EXAMPLE_SHAPE),), targets=["sm86", "sm89"],
+                                 output_dir=tmp_path, cache=False, progress=False)
+    assert [a.engine_path.name for a in arts] == ["tiny_net_fp16_sm86.engine", "tiny_net_fp16_sm89.engine",
+                                                  "tiny_net_fp16_sm86_sm89.engine"]
+    assert len(exported) == 1
+    sidecars = [read_sidecar(a.sidecar_path) for a in arts]
+    assert [sc.builder.targets for sc in sidecars] == [("sm86",), ("sm89",), ("sm86", "sm89")]
+    assert {sc.source.kind for sc in sidecars} == {"torch"}
+    assert len({sc.source.reference_onnx_sha256 for sc in sidecars}) == 1
+    pipeline.compile(tiny_module, (torch.zeros(*EXAMPLE_SHAPE),), output_dir=tmp_path, cache=False, progress=False)
+    assert len(exported) == 2  # outside build_matrix, every compile exports
 
 
 def test_cli_matrix_prints_one_row_per_engine(tiny_onnx, tmp_path):

@@ -10,7 +10,7 @@ import torch
 
 from trtforge.capture.export import export_onnx
 from trtforge.passes.cleanup import cleanup
-from trtforge.passes.graph import load_ir, ort_session
+from trtforge.passes.graph import copy_model, load_ir, ort_session
 from trtforge.quantize.equalize import equalize, find_pairs
 
 
@@ -112,3 +112,72 @@ def test_activation_equalization_levels_the_depthwise_inputs(tmp_path):
     after = channel_amax(equalized, [_middle(pair)], batches)[_middle(pair)]
     np.testing.assert_allclose(after, before.max(), rtol=1e-5)
     assert _same(model, equalized, batches[0]["x"]) < 1e-5
+
+
+class HighBiasChain(torch.nn.Module):
+    """Depthwise Conv → ReLU or ReLU6 → 1×1 Conv; half the channels carry a bias of ``high`` with small
+    weights, so their pre-activation never reaches 0 (|W·x| stays below about 2)."""
+
+    def __init__(self, high: float, relu6: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.c1 = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.c2 = torch.nn.Conv2d(8, 4, 1)
+        self.relu6 = relu6
+        with torch.no_grad():
+            self.c1.weight.mul_(0.3)
+            self.c1.bias[::2] = high
+
+    def forward(self, x):
+        h = self.c1(x)
+        return self.c2(torch.nn.functional.relu6(h) if self.relu6 else torch.relu(h))
+
+
+def _batches(seed: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((4, 8, 12, 12)).astype(np.float32)} for _ in range(4)]
+
+
+def test_high_biases_are_absorbed_into_the_next_conv(tmp_path):
+    from trtforge.quantize.equalize import absorb_biases, channel_range
+
+    model = _onnx(HighBiasChain(5.0, relu6=False), (1, 8, 12, 12), tmp_path / "relu.onnx")
+    batches = _batches(4)
+    middle = next(n for n in model.graph if n.op_type == "Relu").outputs[0].name
+    before = channel_range(model, [middle], batches)[middle]
+    absorbed, info = absorb_biases(model, batches)
+    assert info["pairs"] == 1 and info["channels"] >= 4  # the four high-bias channels at least
+    after = channel_range(absorbed, [middle], batches)[middle]
+    assert np.all(after[1][::2] < before[1][::2] - 2) and np.allclose(after[0][::2], 0, atol=1e-5)
+    for batch in batches:  # the FP32 function is kept where it was measured
+        assert _same(model, absorbed, batch["x"]) < 1e-5
+
+
+def test_a_relu6_that_clips_stops_absorption(tmp_path):
+    """Channels whose pre-activation reaches 6 keep their bias (a shift would move the clip); forcing the
+    ReLU rule on them changes the outputs, so the check below can fail."""
+    from trtforge.quantize.equalize import _absorb, absorb_biases, channel_range
+
+    model = _onnx(HighBiasChain(5.5, relu6=True), (1, 8, 12, 12), tmp_path / "relu6.onnx")
+    batches = _batches(5)
+    (pair,) = find_pairs(model)
+    low, high = channel_range(model, [pair.first.outputs[0].name], batches)[pair.first.outputs[0].name]
+    assert np.all(high[::2] > 6) and np.all(low[::2] > 2)  # clipped at the top, far above 0
+    absorbed, info = absorb_biases(model, batches)
+    assert info["channels"] == 0 and not info["absorbed_layers"]
+    assert _same(model, absorbed, batches[0]["x"]) < 1e-5
+    forced = copy_model(model)
+    (forced_pair,) = find_pairs(forced)
+    _absorb(forced.graph, forced_pair, np.where(np.arange(8) % 2 == 0, low, 0.0))  # ignoring the clip
+    assert _same(model, forced, batches[0]["x"]) > 1e-3
+
+
+def test_efficientnet_lite0_keeps_its_outputs_after_bias_absorption(lite0_onnx, photo_inputs):
+    from trtforge.quantize.equalize import absorb_biases
+
+    model = load_ir(lite0_onnx)
+    batches = [{"images": photo_inputs[i:i + 4]} for i in range(0, 16, 4)]
+    absorbed, info = absorb_biases(model, batches)
+    assert info["pairs"] >= 15  # each MBConv's depthwise → ReLU6 → 1×1 projection
+    for batch in batches:
+        assert _same(model, absorbed, batch["images"]) < 1e-5

@@ -13,16 +13,18 @@ import inspect
 import io
 import logging
 import re
+import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from trtforge.capture.translations import translation_table
 from trtforge.core.batch import guess_batched
 from trtforge.core.errors import InvalidArgument, Unsupported, plain
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,8 @@ class ExampleInputsError(InvalidArgument):
 
 def normalize_example_inputs(model: torch.nn.Module, example_inputs: Any) -> tuple[tuple, dict]:
     """``Tensor`` | tuple | list | dict → (args, kwargs), checked against ``forward``'s signature."""
+    import torch
+
     if example_inputs is None:
         raise ExampleInputsError(
             "a torch.nn.Module needs example_inputs, e.g. compile(model, (torch.randn(1, 3, 224, 224),))"
@@ -66,6 +70,8 @@ def normalize_example_inputs(model: torch.nn.Module, example_inputs: Any) -> tup
 
 def check_forward(model: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
     """Run ``forward`` once on the example inputs; a shape error becomes an ExampleInputsError."""
+    import torch
+
     try:
         with torch.no_grad():
             return model(*args, **kwargs)
@@ -102,6 +108,8 @@ def _dynamic_shapes(model: torch.nn.Module, args: tuple, kwargs: dict, flags: li
 
     Example: ``forward(self, *xs)`` with two batched inputs → ``{"xs": ({0: batch}, {0: batch})}``.
     """
+    import torch
+
     batch = torch.export.Dim("batch", min=1, max=4096)
     params = inspect.signature(model.forward).parameters
     bound = inspect.signature(model.forward).bind(*args, **kwargs)
@@ -124,6 +132,8 @@ def _dynamic_shapes(model: torch.nn.Module, args: tuple, kwargs: dict, flags: li
 
 
 def _output_count(outputs: Any) -> int:
+    import torch
+
     if isinstance(outputs, torch.Tensor):
         return 1
     if isinstance(outputs, Mapping):
@@ -195,6 +205,12 @@ def not_a_batch(model: torch.nn.Module, names: Sequence[str], reason: str, chose
             "(batched_inputs=[] for none)")
 
 
+def is_module(obj: Any) -> bool:
+    """Whether ``obj`` is a ``torch.nn.Module``, without importing torch: none can exist before torch is loaded."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.nn.Module)
+
+
 @contextlib.contextmanager
 def training_flags_kept(model: Any) -> Iterator[None]:
     """Capture puts the module in eval mode; on leaving, every submodule gets its own ``training`` flag back,
@@ -207,7 +223,7 @@ def training_flags_kept(model: Any) -> Iterator[None]:
         >>> net.training
         True
     """
-    if not isinstance(model, torch.nn.Module):
+    if not is_module(model):
         yield
         return
     flags = [(module, module.training) for module in model.modules()]
@@ -306,6 +322,8 @@ def _quiet_exporter():
 
 def _export_dynamo(model, args, kwargs, path, names, out_names, batched: Sequence[str]):
     """torch.onnx's dynamo export; dim 0 of each input in ``batched`` dynamic. Returns the ONNXProgram."""
+    import torch
+
     flags = [name in batched for name in names]
     dynamic_shapes = _dynamic_shapes(model, args, kwargs, flags) if any(flags) else None
     with _quiet_exporter():
@@ -336,6 +354,8 @@ def name_outputs(graph: Any, out_names: Sequence[str]) -> None:
 
 
 def _export_torchscript(model, args, kwargs, path, names, out_names, batched: Sequence[str]) -> None:
+    import torch
+
     if kwargs:
         raise ExampleInputsError("the TorchScript exporter fallback needs positional example inputs")
     axes = {n: {0: "batch"} for n in [*batched, *out_names]} if batched else None

@@ -69,6 +69,7 @@ OPTIMIZATION_LEVELS = range(0, 6)
 LAYER_PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS
 CALIBRATORS: tuple[str, ...] = ("max", "percentile", "entropy", "mse")
 PLACEMENTS: tuple[str, ...] = ("default", "auto")
+ROUNDINGS: tuple[str, ...] = ("nearest", "learned")  # INT8 weights: to nearest, or learned (quantize.adaround)
 TASKS: tuple[str, ...] = ("auto", "classification", "embedding", "other")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: Longest name: the files add up to ~60 characters (precision, targets, ``.tmp`` prefixes) to it,
@@ -217,6 +218,8 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
     if quant.smoothquant is not None and weight_only:
         raise ConfigError(f"smoothquant= (--smoothquant) moves activation outliers into the weights; {precision} "
                           "keeps activations in FP16. Drop it, or use awq=True (--awq)")
+    if quant.rounding == "learned" and precision not in ("int8", "int8-wo"):  # per-channel integer weights
+        raise ConfigError(f"rounding='learned' (--rounding learned) is for int8/int8-wo weights, not {precision}")
     if quant.block_size is not None and not weight_only and precision != AUTO_PRECISION:
         raise ConfigError(f"block_size= (--block-size) is for int8-wo/int4-wo weights; {precision} quantizes "
                           "weights per output channel. Drop it")
@@ -290,8 +293,13 @@ class QuantConfig:
              "for int4-wo, one scale per output channel for int8-wo")
     awq: bool = option(False, affects=GRAPH, cli=CliFlag(bool),
                        help="int8-wo/int4-wo: AWQ-lite activation-aware weight scaling (kept only when it helps)")
+    rounding: str = option("nearest", help="int8 weights: nearest | learned", affects=GRAPH, cli=CliFlag(str))
+    rounding_seconds: float = option(120.0, help="learned rounding: seconds", affects=GRAPH, cli=CliFlag(float))
 
     def __post_init__(self) -> None:
+        if self.rounding not in ROUNDINGS or not (isinstance(self.rounding_seconds, (int, float)) and self.rounding_seconds > 0):
+            raise ConfigError(f"rounding={self.rounding!r}, rounding_seconds={self.rounding_seconds!r}: choose one of "
+                              f"{', '.join(ROUNDINGS)}, and a positive number of seconds (e.g. 120)")
         if self.calibrator not in CALIBRATORS:
             raise ConfigError(f"calibrator={self.calibrator!r}; choose one of {', '.join(CALIBRATORS)}")
         if self.placement not in PLACEMENTS:

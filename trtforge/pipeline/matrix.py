@@ -13,6 +13,7 @@ from trtforge.artifact import Artifact
 from trtforge.builder.portability import check_toolchain
 from trtforge.core.config import CompileConfig, ConfigError
 from trtforge.core.errors import WrongType
+from trtforge.pipeline.onnx_path import one_export_per_call
 from trtforge.pipeline.verb import compile
 
 
@@ -48,6 +49,6 @@ def build_matrix(
         check_toolchain(replace(config, targets=(target,)))
     console = console or Console(file=sys.stderr)
     plans: list[list[str]] = [[t] for t in targets] + ([targets] if multi_target and len(targets) > 1 else [])
-    artifacts = [compile(model_or_onnx, example_inputs, config, targets=plan, calibration_data=calibration_data,
-                         console=console) for plan in plans]
-    return artifacts
+    with one_export_per_call():  # a module is exported once, not once per target
+        return [compile(model_or_onnx, example_inputs, config, targets=plan, calibration_data=calibration_data,
+                        console=console) for plan in plans]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -90,11 +91,38 @@ def _capture(model_or_onnx: Any, example_inputs: Any, tmp: Path, config: Compile
         return load_onnx(Path(model_or_onnx))
     input_names = config.input_names or getattr(model_or_onnx, "trtforge_input_names", None)
     output_names = config.output_names or getattr(model_or_onnx, "trtforge_output_names", None)
+    exports, export_key = _EXPORTS.get(), (id(model_or_onnx), id(example_inputs), input_names, output_names,
+                                           config.batched_inputs)
+    if exports is not None and export_key in exports:  # build_matrix: the module was exported for another target
+        (tmp / "captured.onnx").write_bytes(exports[export_key])
+        return load_onnx(tmp / "captured.onnx")
     with stage_progress(f"{config.name}: exporting {type(model_or_onnx).__name__} to ONNX (torch.onnx)",
                         enabled=config.progress, console=console):
         path = export_onnx(model_or_onnx, example_inputs, tmp / "captured.onnx", input_names=input_names,
                            output_names=output_names, dynamic_batch=True, batched_inputs=config.batched_inputs)
+    if exports is not None:
+        exports[export_key] = path.read_bytes()
     return load_onnx(path)
+
+
+#: Inside ``one_export_per_call``: the modules exported so far (by module, example inputs and export options).
+_EXPORTS: contextvars.ContextVar[dict[tuple, bytes] | None] = contextvars.ContextVar("trtforge_exports", default=None)
+
+
+@contextlib.contextmanager
+def one_export_per_call() -> Iterator[None]:
+    """Within the block, a module is exported to ONNX once and that graph serves every later compile of it
+    (``build_matrix``: one export for all its targets; the export does not depend on the target).
+
+    Example:
+        >>> with one_export_per_call():
+        ...     arts = [compile(model, (x,), targets=[t]) for t in ("sm86", "sm89")]  # one export
+    """
+    token = _EXPORTS.set({})
+    try:
+        yield
+    finally:
+        _EXPORTS.reset(token)
 
 
 def probe_feeds(model_or_onnx: Any, example_inputs: Any, reference: ir.Model) -> list[dict[str, Any]]:

@@ -251,3 +251,85 @@ def equalize_activations(model: ir.Model | onnx.ModelProto, batches) -> tuple[ir
         _apply(pair, weights, np.clip(s, S_MIN, 1.0))
     _write(out, pairs, weights)
     return out, _info(pairs, mode="activations")
+
+
+def channel_range(model: ir.Model, names: list[str], batches) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(min, max) per channel (axis 1) of each tensor in ``names`` over ``batches`` (ONNX Runtime, FP32)."""
+    from trtforge.passes.graph import ort_session
+
+    session = ort_session(model, extra_outputs=names)
+    found: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for batch in batches:
+        for name, value in zip(names, session.run(names, batch), strict=True):
+            flat = np.moveaxis(value, 1, 0).reshape(value.shape[1], -1).astype(np.float64)
+            low, high = flat.min(axis=1), flat.max(axis=1)
+            if name in found:
+                low, high = np.minimum(found[name][0], low), np.maximum(found[name][1], high)
+            found[name] = (low, high)
+    return found
+
+
+def _absorbable(pair: _Pair) -> bool:
+    """A ReLU or a Clip with a finite lower bound between the convs, a bias on the first, and no padding on the
+    second (a shifted input would meet the unshifted zeros of the padding: not the same function)."""
+    second = pair.second
+    rank = len(second.inputs[1].const_value.shape) - 2
+    unpadded = attr(second, "auto_pad", "NOTSET") in ("NOTSET", "VALID") and not any(attr(second, "pads", [0] * rank))
+    bias = pair.first.inputs[2] if len(pair.first.inputs) > 2 else None
+    clip_ok = pair.act is not None and (pair.act.op_type == "Relu" or np.isfinite(pair.low).all())
+    second_bias = second.inputs[2] if len(second.inputs) > 2 else None
+    return unpadded and clip_ok and bias is not None and (second_bias is None or _own_initializer(second_bias))
+
+
+def _shift(pair: _Pair, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """The largest per-channel shift ``c ≥ 0`` with ``act(h − c) = act(h) − c`` for every observed ``h``: the
+    channel stays above the activation's lower bound after the shift and never reaches its upper bound."""
+    floor = np.zeros_like(low) if pair.act.op_type == "Relu" else pair.low
+    ceiling = np.full_like(high, np.inf) if pair.act.op_type == "Relu" else pair.high
+    return np.where(high <= ceiling, np.maximum(low - floor, 0.0), 0.0)
+
+
+def _second_bias(graph: ir.Graph, pair: _Pair, dtype) -> ir.Value:
+    """The second conv's bias initializer (made, zeros, when it has none)."""
+    second = pair.second
+    if len(second.inputs) > 2 and second.inputs[2] is not None:
+        return second.inputs[2]
+    name = f"{pair.second.name or layer_label(second)}_absorbed_bias"
+    channels = second.inputs[1].const_value.shape[0]
+    value = ir.Value(name=name, const_value=ir.tensor(np.zeros(channels, dtype), name=name))
+    graph.register_initializer(value)
+    if len(second.inputs) < 3:
+        second.resize_inputs(3)
+    second.replace_input_with(2, value)
+    return value
+
+
+def _absorb(graph: ir.Graph, pair: _Pair, c: np.ndarray) -> None:
+    """``b1 −= c`` and ``b2 += W2·c`` (summed over the kernel; per channel for a depthwise second conv)."""
+    b1 = pair.first.inputs[2]
+    dtype = b1.const_value.numpy().dtype
+    b1.const_value = ir.tensor((b1.const_value.numpy().astype(np.float64) - c).astype(dtype), name=b1.name)
+    w2 = pair.second.inputs[1].const_value.numpy().astype(np.float64)
+    summed = w2.reshape(w2.shape[0], w2.shape[1], -1).sum(axis=2)
+    extra = summed[:, 0] * c if pair.depthwise else summed @ c
+    b2 = _second_bias(graph, pair, dtype)
+    b2.const_value = ir.tensor((b2.const_value.numpy().astype(np.float64) + extra).astype(dtype), name=b2.name)
+
+
+def absorb_biases(model: ir.Model | onnx.ModelProto, batches) -> tuple[ir.Model, dict]:
+    """High-bias absorption (Nagel et al. 2019, section 4.2): for each Conv → ReLU/ReLU6 → unpadded Conv pair,
+    a channel whose pre-activation stays at least ``c`` above the activation's lower bound (and below its clip)
+    on ``batches`` gives ``c`` from the first conv's bias to the second's, shrinking the middle tensor's range.
+    The function is unchanged wherever the pre-activation stays in that range (on ``batches``: by
+    construction). Returns the copy and what was done."""
+    out = copy_model(load_ir(model))
+    pairs = [p for p in find_pairs(out) if _absorbable(p)]
+    ranges = channel_range(out, [p.first.outputs[0].name for p in pairs], batches) if pairs else {}
+    layers, channels = [], 0
+    for pair in pairs:
+        c = _shift(pair, *ranges[pair.first.outputs[0].name])
+        if (c > 0).any():
+            _absorb(out.graph, pair, c)
+            layers.append(layer_label(pair.first))
+            channels += int((c > 0).sum())
+    return out, {"pairs": len(pairs), "absorbed_layers": layers, "channels": channels}

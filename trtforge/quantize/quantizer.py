@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -35,7 +36,7 @@ from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.passes.graph import ensure_node_names, ensure_opset, fresh_ir, to_proto
 from trtforge.passes.process import Processed, process
 from trtforge.passes.qdq import QuantPlan, apply_plan
-from trtforge.quantize import awq, bias_correction, placement, sensitivity, smoothquant
+from trtforge.quantize import adaround, awq, bias_correction, placement, sensitivity, smoothquant
 from trtforge.quantize.calibration import (
     CalibrationSet,
     build_full_plan,
@@ -46,7 +47,7 @@ from trtforge.quantize.calibration import (
 from trtforge.quantize.data import CalibrationDataError, data_hash
 from trtforge.quantize.precision import PrecisionSpec, spec_of
 from trtforge.quantize.progress import progress_bar
-from trtforge.quantize.report import finish_report, print_report, run_model, settings_report
+from trtforge.quantize.report import compare_outputs, finish_report, print_report, run_model, settings_report
 from trtforge.quantize.task import detect_task, output_dims
 
 
@@ -110,15 +111,18 @@ def _calibrate_cached(model: ir.Model, analysis: placement.Analysis, data: Calib
 
 
 def _place(model: ir.Model, analysis: placement.Analysis, full: QuantPlan, data: CalibrationSet,
-           config: QuantConfig, budget: ErrorBudget, report: dict, bar) -> QuantPlan:
+           config: QuantConfig, budget: ErrorBudget, report: dict, bar, reference_out) -> tuple[QuantPlan, ir.Model]:
     """The plan: the rules' decisions, or measured placement against ``budget`` (placement="auto").
 
     ``analysis`` holds the candidates of the plan's precision (``PrecisionSpec.candidates``).
     """
     rules = spec_of(full.precision).rules
     if config.placement != "auto":
-        return plan_from_decisions(full, placement.decide(analysis, config.exclude, config.include, rules=rules))
+        return plan_from_decisions(full, placement.decide(analysis, config.exclude, config.include, rules=rules)), model
     base = plan_from_decisions(full, placement.decide(analysis, config.exclude, config.include, rules=False))
+    original = model
+    if config.rounding == "learned":  # placement measures the learned weights, so fewer layers go back to FP16
+        model = _learn_rounding(reference_out, model, base, data, config, report, bar)
     # Ranked on the held-back samples; the budget is checked on every sample (calibration and held
     # back: more samples, a tighter confidence bound), before bias correction.
     held = data.held_batches
@@ -128,7 +132,31 @@ def _place(model: ir.Model, analysis: placement.Analysis, full: QuantPlan, data:
     report["auto_placement"] = {"budget_at_placement": budget.record(placed["measured"], placed["bounds"]),
                                 "samples": placed["samples"], "checks": placed["checks"],
                                 "readmitted": placed["readmitted"]}
-    return plan
+    return plan, adaround.restore_weights(model, original, base, plan)
+
+
+def _learn_rounding(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationSet, config: QuantConfig,
+                    report: dict, bar) -> ir.Model:
+    """``model`` with learned INT8 rounding of the plan's weights (``trtforge.quantize.adaround``)."""
+    start = time.perf_counter()
+    rounded, layers = adaround.learn_rounding(model, plan, data.calib_batches, config.rounding_seconds, progress=bar)
+    before = compare_outputs(reference_out, run_model(apply_plan(model, plan), data.held_batches))["rel_l2_mean"]
+    rounded_out = run_model(apply_plan(rounded, plan), data.held_batches)
+    after = compare_outputs(reference_out, rounded_out)["rel_l2_mean"]
+    keep = after <= before  # per layer it lowered the output MSE; kept when the whole graph agrees
+    report["learned_rounding"] = {"applied": keep, "rel_l2_before": before, "rel_l2_after": after,
+                                  "layers": layers}
+    _method(report, "learned_rounding", start, keep, reference_out, rounded_out)
+    return rounded if keep else model
+
+
+def _method(report: dict, name: str, start: float, applied: bool, reference_out, out) -> None:
+    """One entry of ``report["methods"]``: a method that ran, its time, and the held-back metrics of the
+    graph it produced (whether kept or not)."""
+    task = report["task"]
+    report.setdefault("methods", []).append({
+        "method": name, "applied": bool(applied), "seconds": round(time.perf_counter() - start, 3),
+        "held_back": compare_outputs(reference_out, out, classification=task == "classification")})
 
 
 def _correct(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationSet, config: QuantConfig,
@@ -139,11 +167,13 @@ def _correct(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationS
     sim_out = run_model(sim, held)
     if not (config.bias_correction and plan.layers):
         return model, sim, sim_out
+    start = time.perf_counter()
     corrected, bc_info = bias_correction.correct_biases(model, plan, data.calib_batches, progress=bar)
     corrected_sim = apply_plan(corrected, plan)
     corrected_out = run_model(corrected_sim, held)
     keep, report["bias_correction"] = bias_correction.verdict(reference_out, sim_out, corrected_out, budget,
                                                               len(bc_info))
+    _method(report, "bias_correction", start, keep, reference_out, corrected_out)
     return (corrected, corrected_sim, corrected_out) if keep else (model, sim, sim_out)
 
 
@@ -204,10 +234,12 @@ def quantize_model(
                                   "instead")
         amax, shapes, data_sha = _calibrate_cached(model, analysis, data, config, spec, report, bar)
         full = build_full_plan(model, analysis, amax, shapes, config.calibrator, spec)
-        plan = _place(model, spec.candidates(analysis), full, data, config, budget, report, bar)
         ref_out = run_model(reference, data.held_batches)
+        plan, model = _place(model, spec.candidates(analysis), full, data, config, budget, report, bar, ref_out)
         if config.awq:
             model, plan = awq.awq_if_better(ref_out, model, plan, spec, data, report, bar)
+        if config.rounding == "learned" and config.placement != "auto":  # auto: learned before placement
+            model = _learn_rounding(ref_out, model, plan, data, config, report, bar)
         model, sim, sim_out = _correct(ref_out, model, plan, data, config, budget, report, bar)
     _finish_report(report, config, budget, plan, len(spec.candidates(analysis).candidates), ref_out, sim_out, model,
                    data_sha)

@@ -68,6 +68,7 @@ def settings_report(config: QuantConfig, task: str, samples: tuple[int, int], pr
         "smoothquant_alpha": config.smoothquant,
         "bias_correction": config.bias_correction,
         "placement": config.placement,
+        "rounding": config.rounding,
         "block_size": block_size,
         "task": task,
         "samples": {"calibration": samples[0], "held_back": samples[1]},
@@ -133,6 +134,12 @@ def print_report(report: dict) -> None:
         awq = report["awq"]
         rows.append(("AWQ-lite", f"{'applied' if awq['applied'] else 'not applied (did not help)'}: rel L2 "
                                  f"{awq['rel_l2_before']:.4f} → {awq['rel_l2_after']:.4f}"))
+    if report.get("learned_rounding"):
+        lr = report["learned_rounding"]
+        rows.append(("learned rounding", f"{'applied' if lr['applied'] else 'not applied (did not help)'}: rel L2 "
+                                         f"{lr['rel_l2_before']:.4f} → {lr['rel_l2_after']:.4f}"))
+    for method in report.get("methods", []):
+        rows.append((f"time: {method['method'].replace('_', ' ')}", f"{method['seconds']:.1f} s"))
     m = report["measured"]
     rows += [("relative L2 (mean / max)", f"{m['rel_l2_mean']:.4f} / {m['rel_l2_max']:.4f}"),
              ("cosine (mean / min)", f"{m['cosine_mean']:.5f} / {m['cosine_min']:.5f}")]
