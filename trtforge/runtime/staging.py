@@ -63,8 +63,8 @@ def host_copy(dst: np.ndarray, src: Any, threads: int = 1) -> None:
 
 
 def copy_frames(dst: np.ndarray, frames: Sequence[Any]) -> None:
-    """Frames ``i`` into ``dst[i]``: one frame in one ``np.copyto``, several each on
-    ``BATCH_COPY_THREADS`` bands (see there for the measurements)."""
+    """Frames ``i`` into ``dst[i]`` (a list of frames, or a (B, H, W, 3) array): one frame in one
+    ``np.copyto``, several each on ``BATCH_COPY_THREADS`` bands (see there for the measurements)."""
     threads = BATCH_COPY_THREADS if len(frames) > 1 else 1
     for i, frame in enumerate(frames):
         host_copy(dst[i], frame, threads)
@@ -78,16 +78,15 @@ def copy_rows(dst: np.ndarray, parts: Sequence[Any]) -> int:
         >>> copy_rows(batch, [np.ones((2, 4)), np.ones((1, 4))])
         3
     """
-    starts, start = [], 0
+    rows = sum(len(part) for part in parts)
+    if rows > len(dst):
+        raise ValueError(f"{rows} rows do not fit a buffer of {len(dst)}")
+    start = 0
     for part in parts:
-        starts.append(start)
+        host_copy(dst[start:start + len(part)], part)
         start += len(part)
-    if start > len(dst):
-        raise ValueError(f"{start} rows do not fit a buffer of {len(dst)}")
-    for at, part in zip(starts, parts, strict=True):
-        host_copy(dst[at:at + len(part)], part)
-    dst[start:] = 0
-    return start
+    dst[rows:] = 0
+    return rows
 
 
 class HostBuffer:
@@ -120,6 +119,3 @@ class HostBuffer:
             return array.__array_interface__["data"][0] == self._bytes.data_ptr() and array.nbytes <= self._bytes.numel()
         return isinstance(array, torch.Tensor) and array.device.type == "cpu" and \
             array.data_ptr() == self._bytes.data_ptr()
-
-    def release(self) -> None:
-        self._bytes = None

@@ -23,7 +23,7 @@ import torch
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig, transform, transform_tensor
 from trtforge.runtime.placement import Placement, default_device, on_device, placement, refusal
-from trtforge.runtime.staging import BATCH_COPY_THREADS, HostBuffer, copy_frames, host_copy
+from trtforge.runtime.staging import HostBuffer, copy_frames, host_copy
 
 __all__ = ["Preprocessor", "fused_transform", "host_copy", "is_pageable"]
 
@@ -129,17 +129,14 @@ class Preprocessor:
     def stage(self, images: Sequence[np.ndarray | torch.Tensor] | np.ndarray) -> torch.Tensor:
         """Same-size host images (or one (B, H, W, 3) array) → our pinned (B, H, W, 3) buffer.
 
-        One copy for a batch array, one per frame for a list (``copy_frames``: one thread for one
-        frame, a few for a batch); frames that already are the buffer (``staged``) are not copied. The
+        One copy per frame (``copy_frames``: one thread for one frame, a few per frame for a
+        batch); frames that already are the buffer (``staged``) are not copied. The
         buffer is reused: synchronize before the next call overwrites it (the predictor does).
         """
         shape = (len(images), *tuple(images[0].shape))
         buffer = self.staged(shape)
-        if isinstance(images, (np.ndarray, torch.Tensor)) and images.ndim == 4:
-            if not self.is_staged(images):
-                host_copy(buffer.numpy(), images, BATCH_COPY_THREADS if len(images) > 1 else 1)
-            return buffer
-        copy_frames(buffer.numpy(), images)
+        if not (isinstance(images, (np.ndarray, torch.Tensor)) and images.ndim == 4 and self.is_staged(images)):
+            copy_frames(buffer.numpy(), images)
         return buffer
 
     def frame_buffer_of(self, images: Sequence[Any]) -> torch.Tensor | None:
