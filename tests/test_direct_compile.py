@@ -118,6 +118,10 @@ def test_direct_path_refuses_an_onnx_file_and_onnx_only_int8_options_in_one_line
         trtforge.compile(_tiny(), (torch.zeros(1, 3, 16, 16),), path="direct", precision="int8",
                          calibration_data=np.zeros((4, 3, 16, 16), np.float32), output_dir=tmp_path,
                          quant=QuantConfig(smoothquant=0.5), allow_unaccelerated=True)
+    with pytest.raises(ConfigError, match="rounding='learned' .* is not on the direct path"):
+        trtforge.compile(_tiny(), (torch.zeros(1, 3, 16, 16),), path="direct", precision="int8",
+                         calibration_data=tmp_path / "never-read.npy", output_dir=tmp_path,
+                         quant=QuantConfig(rounding="learned"), allow_unaccelerated=True)
     with pytest.raises(ConfigError, match="unknown path 'tflite'"):
         CompileConfig(path="tflite")
 

@@ -146,7 +146,8 @@ def _choose_another() -> str:
 
 
 def _check_direct(model_or_onnx: Any, config: CompileConfig) -> None:
-    """What the direct path cannot take: an ONNX file; at INT8, auto placement and SmoothQuant."""
+    """What the direct path cannot take: an ONNX file; at INT8, auto placement, SmoothQuant and learned
+    rounding."""
     if config.path != "direct":
         if config.partitions:
             raise ConfigError(f"{_partition_option(config)} partitions the direct path's conversion; add "
@@ -168,6 +169,9 @@ def _check_direct(model_or_onnx: Any, config: CompileConfig) -> None:
     if config.precision == "int8" and quant.smoothquant is not None:
         raise ConfigError("smoothquant= rewrites the ONNX graph and is not on the direct path; drop it, "
                           "or use path='onnx'")
+    if config.precision == "int8" and quant.rounding != "nearest":
+        raise ConfigError("rounding='learned' learns on the ONNX graph's layers and is not on the direct path; "
+                          "drop it, or use path='onnx'")
 
 
 def _partition_option(config: CompileConfig) -> str:
