@@ -184,6 +184,7 @@ def test_awq_is_dropped_when_the_held_back_error_does_not_improve(mlp):
 @pytest.mark.parametrize(("precision", "config", "match"), [
     ("int8", QuantConfig(awq=True), r"awq=True \(--awq\) scales weights for the weight-only precisions"),
     ("int4-wo", QuantConfig(smoothquant=0.5), r"smoothquant= \(--smoothquant\) moves activation outliers"),
+    ("fp8", QuantConfig(calibrator="entropy"), r"calibrator='entropy' \(--calibrator entropy\) fits INT8's"),
 ])
 def test_options_the_precision_has_no_use_for_are_refused(mlp, precision, config, match):
     proto, x = mlp

@@ -218,6 +218,9 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
     if quant.smoothquant is not None and weight_only:
         raise ConfigError(f"smoothquant= (--smoothquant) moves activation outliers into the weights; {precision} "
                           "keeps activations in FP16. Drop it, or use awq=True (--awq)")
+    if quant.calibrator == "entropy" and precision == "fp8":  # bench: ViT cosine 0.52, top-1 0.0 (docs/benchmarks.md)
+        raise ConfigError("calibrator='entropy' (--calibrator entropy) fits INT8's 128 uniform levels and clips FP8 "
+                          "activations far too hard; with fp8 use calibrator='mse' (the default) or 'max'")
     if quant.rounding == "learned" and precision not in ("int8", "int8-wo"):  # per-channel integer weights
         raise ConfigError(f"rounding='learned' (--rounding learned) is for int8/int8-wo weights, not {precision}")
     if quant.block_size is not None and not weight_only and precision != AUTO_PRECISION:
