@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.trtforge-setup
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup demo test test-fast lint docs clean
+.PHONY: setup demo test test-fast lint docs clean modelopt-venv
 
 setup: $(STAMP)
 
@@ -41,6 +41,12 @@ test: setup lint docs
 #: The fast lane while developing: real builds of full models (slow) and serving under load left out.
 test-fast: setup lint
 	$(PY) -m pytest -q --durations=25 -m "not slow and not serve_load"
+
+#: NVIDIA Model Optimizer 0.47 for bench/quant_accuracy.py's comparison rows, CPU only (never CUDA torch):
+#: `make modelopt-venv [MO_VENV=/tmp/mo_venv] [TORCH_WHEEL=path/to/torch-*+cpu.whl]` (docs/benchmarks.md).
+MO_VENV ?= /tmp/mo_venv
+modelopt-venv:
+	bench/modelopt_venv.sh $(MO_VENV)
 
 clean:
 	rm -rf $(VENV) trtforge_out .pytest_cache site build dist

@@ -256,6 +256,23 @@ def ort_static_int8(suite: Suite, work: Path) -> onnx.ModelProto:
     return onnx.load(str(dst))
 
 
+def fp8_halves(suite: Suite, plan) -> list[tuple[str, onnx.ModelProto]]:
+    """The FP8 plan split in two, on the FP32 graph without bias correction: only its weight Q/DQ, and only its
+    activation Q/DQ. What each half costs on its own says where FP8's error comes from."""
+    from dataclasses import replace
+
+    from trtforge.passes.graph import ensure_opset, load_ir, to_proto
+    from trtforge.passes.qdq import apply_plan
+
+    halves = []
+    for half, keep in (("weights", True), ("activations", False)):
+        layers = tuple(replace(layer, inputs=ins) for layer in plan.layers
+                       if (ins := tuple(q for q in layer.inputs if q.is_weight == keep)))
+        model = ensure_opset(load_ir(suite.fp32), plan.opset)
+        halves.append((half, to_proto(apply_plan(model, replace(plan, layers=layers)))))
+    return halves
+
+
 def fp16_graph(suite: Suite) -> onnx.ModelProto:
     from trtforge.passes.float16 import convert_float
     from trtforge.passes.graph import load_ir, to_proto
@@ -293,9 +310,11 @@ PRECISION_CONFIGS: tuple[tuple[str, str, QuantConfig], ...] = (
 
 
 def evaluate_suite(suite: Suite, work: Path, modelopt_python: str | None, only: str | None = None,
-                   issue21: bool = False) -> list[dict]:
+                   issue21: bool = False, save_logits: Path | None = None) -> list[dict]:
     rows = []
     ref = run(suite.fp32, suite.evaluation)
+    if save_logits is not None:  # bench/fp8_noise_floor.py reads them
+        np.save(save_logits / f"{re.sub(r'[^A-Za-z0-9]+', '_', suite.name).strip('_')}_fp32.npy", ref[0])
     macs = mac_counts(suite.fp32, suite.evaluation[0])
 
     def record(name: str, model: onnx.ModelProto | None, seconds: float, coverage: float | None = None, extra=None,
@@ -326,6 +345,9 @@ def evaluate_suite(suite: Suite, work: Path, modelopt_python: str | None, only: 
                    extra={"precision": precision, "plan_coverage": result.plan.coverage,
                           "fp16_layers": len(result.plan.excluded), "quantized_layers": len(result.plan.layers),
                           "awq_applied": bool(awq and awq["applied"])})
+            if precision == "fp8" and cfg == QuantConfig():
+                for half, model in fp8_halves(suite, result.plan):
+                    record(f"trtforge FP8 default, {half} only (diagnosis)", model, 0.0, coverage=0.0)
         if modelopt_python and (only is None or re.search(only, "Model Optimizer FP8")):
             t = time.perf_counter()
             record("Model Optimizer 0.47 FP8 (ONNX PTQ)", modelopt_int8(suite, work, modelopt_python, "fp8"),
@@ -426,6 +448,8 @@ def main() -> None:
     parser.add_argument("--eval", type=int, default=500)
     parser.add_argument("--modelopt-python", default="/tmp/mo_venv/bin/python")
     parser.add_argument("--only", help="regex: run only the trtforge configurations whose name matches")
+    parser.add_argument("--save-logits", action="store_true",
+                        help="also save each model's FP32 outputs on the evaluation data to OUT (bench/fp8_noise_floor.py)")
     parser.add_argument("--suite", choices=("issue3", "issue21"), default="issue3",
                         help="issue3: the INT8 table; issue21: FP16/INT8/FP8/int8-wo/int4-wo on vit,convnext,ocr,minilm")
     args = parser.parse_args()
@@ -441,7 +465,7 @@ def main() -> None:
         task = progress.add_task("models", total=len(names))
         for name in names:
             suite = SUITES[name](Path(tmp), args.eval)
-            rows += evaluate_suite(suite, Path(tmp), mo, args.only, issue21)
+            rows += evaluate_suite(suite, Path(tmp), mo, args.only, issue21, args.out if args.save_logits else None)
             progress.advance(task)
             (args.out / f"{stem}.json").write_text(json.dumps(
                 {"machine": f"{platform.processor() or platform.machine()}, {platform.system()}",
