@@ -72,7 +72,7 @@ def test_learned_rounding_lowers_a_conv_layers_mse_and_ort_agrees(net):
 
 
 def test_rounding_options_are_checked():
-    with pytest.raises(ConfigError, match="rounding='up', rounding_seconds=120.0: choose one of nearest, learned"):
+    with pytest.raises(ConfigError, match="rounding='up', rounding_seconds=120.0: choose one of nearest, learned, gptq"):
         QuantConfig(rounding="up")
     with pytest.raises(ConfigError, match="rounding_seconds=0"):
         QuantConfig(rounding_seconds=0)

@@ -69,7 +69,9 @@ OPTIMIZATION_LEVELS = range(0, 6)
 LAYER_PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS
 CALIBRATORS: tuple[str, ...] = ("max", "percentile", "entropy", "mse")
 PLACEMENTS: tuple[str, ...] = ("default", "auto")
-ROUNDINGS: tuple[str, ...] = ("nearest", "learned")  # INT8 weights: to nearest, or learned (quantize.adaround)
+#: Weight rounding: to nearest, learned (AdaRound, INT8 per channel: quantize.adaround), or GPTQ (weight-only
+#: GEMMs, error-compensated column by column: quantize.gptq).
+ROUNDINGS: tuple[str, ...] = ("nearest", "learned", "gptq")
 TASKS: tuple[str, ...] = ("auto", "classification", "embedding", "other")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: Longest name: the files add up to ~60 characters (precision, targets, ``.tmp`` prefixes) to it,
@@ -220,6 +222,9 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
                           "keeps activations in FP16. Drop it, or use awq=True (--awq)")
     if quant.rounding == "learned" and precision not in ("int8", "int8-wo"):  # per-channel integer weights
         raise ConfigError(f"rounding='learned' (--rounding learned) is for int8/int8-wo weights, not {precision}")
+    if quant.rounding == "gptq" and not weight_only:
+        raise ConfigError(f"rounding='gptq' (--rounding gptq) rounds weight-only GEMM weights (int8-wo, int4-wo), "
+                          f"not {precision}; drop it, or use rounding='learned' (--rounding learned) with int8")
     if quant.block_size is not None and not weight_only and precision != AUTO_PRECISION:
         raise ConfigError(f"block_size= (--block-size) is for int8-wo/int4-wo weights; {precision} quantizes "
                           "weights per output channel. Drop it")
@@ -293,7 +298,8 @@ class QuantConfig:
              "for int4-wo, one scale per output channel for int8-wo")
     awq: bool = option(False, affects=GRAPH, cli=CliFlag(bool),
                        help="int8-wo/int4-wo: AWQ-lite activation-aware weight scaling (kept only when it helps)")
-    rounding: str = option("nearest", help="int8 weights: nearest | learned", affects=GRAPH, cli=CliFlag(str))
+    rounding: str = option("nearest", affects=GRAPH, cli=CliFlag(str),
+                           help="weights: nearest | learned (int8, int8-wo: AdaRound) | gptq (int8-wo, int4-wo)")
     rounding_seconds: float = option(120.0, help="learned rounding: seconds", affects=GRAPH, cli=CliFlag(float))
 
     def __post_init__(self) -> None:
