@@ -78,7 +78,7 @@ def test_gptq_with_uncorrelated_inputs_is_round_to_nearest():
 
 def test_gptq_is_refused_for_precisions_with_quantized_activations():
     for precision in ("int8", "fp8"):
-        with pytest.raises(ConfigError, match=rf"rounding='gptq' \(--rounding gptq\) rounds weight-only .*not {precision}"):
+        with pytest.raises(ConfigError, match=rf"rounding='gptq' \(--rounding gptq\) is for int8-wo/int4-wo, not {precision}: drop it"):
             check_quant_options(QuantConfig(rounding="gptq"), precision)
     check_quant_options(QuantConfig(rounding="gptq"), "int4-wo")
     check_quant_options(QuantConfig(rounding="gptq"), "int8-wo")

@@ -69,9 +69,7 @@ OPTIMIZATION_LEVELS = range(0, 6)
 LAYER_PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS
 CALIBRATORS: tuple[str, ...] = ("max", "percentile", "entropy", "mse")
 PLACEMENTS: tuple[str, ...] = ("default", "auto")
-#: Weight rounding: to nearest, learned (AdaRound, INT8 per channel: quantize.adaround), or GPTQ (weight-only
-#: GEMMs, error-compensated column by column: quantize.gptq).
-ROUNDINGS: tuple[str, ...] = ("nearest", "learned", "gptq")
+ROUNDINGS: tuple[str, ...] = ("nearest", "learned", "gptq")  # quantize.adaround: learned; quantize.gptq
 TASKS: tuple[str, ...] = ("auto", "classification", "embedding", "other")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: Longest name: the files add up to ~60 characters (precision, targets, ``.tmp`` prefixes) to it,
@@ -204,8 +202,7 @@ def check_layer_precision(pairs: tuple[tuple[str, str], ...], precision: str) ->
 def check_quant_options(quant: QuantConfig, precision: str) -> None:
     """Refuse a quantization option the precision has no use for (one line, before any work).
 
-    Example:
-        >>> check_quant_options(QuantConfig(awq=True), "int4-wo")   # fine
+    Example: ``check_quant_options(QuantConfig(awq=True), "int4-wo")`` passes; with ``"int8"`` it raises.
     """
     if precision == AUTO_PRECISION and quant.error_budget is None:
         raise ConfigError("precision='auto' (--precision auto) keeps per layer the cheapest precision within an error "
@@ -220,11 +217,9 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
     if quant.smoothquant is not None and weight_only:
         raise ConfigError(f"smoothquant= (--smoothquant) moves activation outliers into the weights; {precision} "
                           "keeps activations in FP16. Drop it, or use awq=True (--awq)")
-    if quant.rounding == "learned" and precision not in ("int8", "int8-wo"):  # per-channel integer weights
-        raise ConfigError(f"rounding='learned' (--rounding learned) is for int8/int8-wo weights, not {precision}")
-    if quant.rounding == "gptq" and not weight_only:
-        raise ConfigError(f"rounding='gptq' (--rounding gptq) rounds weight-only GEMM weights (int8-wo, int4-wo), "
-                          f"not {precision}; drop it, or use rounding='learned' (--rounding learned) with int8")
+    rounds = {"learned": ("int8", "int8-wo"), "gptq": WEIGHT_ONLY_PRECISIONS}.get(quant.rounding, (precision,))
+    if precision not in rounds:  # learned: per-channel integer weights; GPTQ: weight-only GEMM weights
+        raise ConfigError(f"rounding={quant.rounding!r} (--rounding {quant.rounding}) is for {'/'.join(rounds)}, not {precision}: drop it")
     if quant.block_size is not None and not weight_only and precision != AUTO_PRECISION:
         raise ConfigError(f"block_size= (--block-size) is for int8-wo/int4-wo weights; {precision} quantizes "
                           "weights per output channel. Drop it")
@@ -298,8 +293,7 @@ class QuantConfig:
              "for int4-wo, one scale per output channel for int8-wo")
     awq: bool = option(False, affects=GRAPH, cli=CliFlag(bool),
                        help="int8-wo/int4-wo: AWQ-lite activation-aware weight scaling (kept only when it helps)")
-    rounding: str = option("nearest", affects=GRAPH, cli=CliFlag(str),
-                           help="weights: nearest | learned (int8, int8-wo: AdaRound) | gptq (int8-wo, int4-wo)")
+    rounding: str = option("nearest", help="nearest | learned (int8) | gptq (int4-wo)", affects=GRAPH, cli=CliFlag(str))
     rounding_seconds: float = option(120.0, help="learned rounding: seconds", affects=GRAPH, cli=CliFlag(float))
 
     def __post_init__(self) -> None:
