@@ -13,9 +13,14 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import math
 import threading
-from collections.abc import Sequence
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,7 +28,9 @@ import torch
 
 from trtforge.runtime.placement import on_device
 
-__all__ = ["BATCH_COPY_THREADS", "HostBuffer", "copy_frames", "copy_rows", "host_copy"]
+__all__ = ["BATCH_COPY_THREADS", "HostBuffer", "PinnedInPlace", "copy_frames", "copy_rows", "host_copy"]
+
+log = logging.getLogger(__name__)
 
 
 #: Threads of each frame's copy when a call stages several frames. Measured on the H200's host
@@ -119,3 +126,130 @@ class HostBuffer:
             return array.__array_interface__["data"][0] == self._bytes.data_ptr() and array.nbytes <= self._bytes.numel()
         return isinstance(array, torch.Tensor) and array.device.type == "cpu" and \
             array.data_ptr() == self._bytes.data_ptr()
+
+
+#: At most this many caller arrays, and this many bytes of them, stay pinned in place (each pin locks
+#: the caller's pages in RAM); the least recently used is unpinned first. Smaller arrays are copied.
+PIN_IN_PLACE_ARRAYS = 32
+PIN_IN_PLACE_BYTES = 1 << 30
+PIN_IN_PLACE_MIN_BYTES = 1 << 16
+_SEEN, _PINNED, _REFUSED = "seen", "pinned", "refused"
+
+
+def _clear_cuda_error() -> None:
+    """A failed runtime call leaves its error for the next check, which torch makes after a kernel
+    launch: read it here (the runtime library torch loaded, found by its soname)."""
+    try:
+        ctypes.CDLL(f"libcudart.so.{(torch.version.cuda or '0').split('.')[0]}").cudaGetLastError()
+    except (OSError, AttributeError) as exc:
+        log.warning("could not clear the CUDA error of a failed cudaHostRegister (%s)", exc)
+
+
+def cuda_register(address: int, nbytes: int) -> bool:
+    """``cudaHostRegister`` (portable: every GPU's DMA may read the pages); False when refused."""
+    code = int(torch.cuda.cudart().cudaHostRegister(address, nbytes, 1))
+    if code:
+        _clear_cuda_error()
+        log.debug("cudaHostRegister refused %d bytes at %#x (error %d): copying instead", nbytes, address, code)
+    return code == 0
+
+
+def cuda_unregister(address: int) -> None:
+    code = int(torch.cuda.cudart().cudaHostUnregister(address))
+    if code:
+        _clear_cuda_error()
+        log.debug("cudaHostUnregister(%#x) failed with error %d", address, code)
+
+
+@dataclass
+class _Pin:
+    ref: weakref.ref
+    address: int
+    nbytes: int
+    state: str = _SEEN
+
+
+def _owner(array: Any) -> np.ndarray | None:
+    """The NumPy array that owns ``array``'s bytes, when NumPy allocated them and they may be pinned."""
+    if type(array) is not np.ndarray:
+        return None
+    owner = array
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    ok = owner.base is None and owner.flags.owndata and owner.flags.writeable
+    return owner if ok and owner.nbytes >= PIN_IN_PLACE_MIN_BYTES else None
+
+
+class PinnedInPlace:
+    """The caller's own NumPy arrays pinned where they are (``cudaHostRegister``) from their second
+    upload on, so a decoder that fills the same few arrays frame after frame gets them uploaded by
+    DMA, as from ``frame_buffer()``, without the host memcpy into our buffer.
+
+    One-off arrays (a new array per frame) are never pinned: pinning costs more than one copy. The
+    owning array is pinned whole, so views of it (``frames[i]``) share the pin. An owner is unpinned
+    when it is collected (a weak reference's callback, which NumPy runs before it frees the bytes), or
+    when newer pins push it past ``max_arrays``/``max_bytes`` (an array unpinned that way is copied from
+    then on, so arrays that take turns never pin and unpin on every call). Uploads from pinned
+    arrays are asynchronous: the owner (a Preprocessor) synchronizes before its call returns.
+
+    Example:
+        >>> pins = PinnedInPlace()
+        >>> pins.tensor(frame) is None             # first sighting: copied as before
+        >>> pins.tensor(frame).is_pinned()         # second: the caller's pages, pinned
+    """
+
+    def __init__(self, register: Callable[[int, int], bool] = cuda_register,
+                 unregister: Callable[[int], None] = cuda_unregister, *,
+                 max_arrays: int = PIN_IN_PLACE_ARRAYS, max_bytes: int = PIN_IN_PLACE_BYTES) -> None:
+        self._register, self._unregister = register, unregister
+        self.max_arrays, self.max_bytes = max_arrays, max_bytes
+        self._pins: OrderedDict[int, _Pin] = OrderedDict()
+        self._lock = threading.RLock()  # a collection inside a call runs _gone on this thread
+
+    def tensor(self, array: Any) -> torch.Tensor | None:
+        """A CPU tensor over ``array`` when its bytes are pinned in place (pinning them if this is
+        their second sighting), else None: stage it."""
+        owner = _owner(array)
+        if owner is None:
+            return None
+        key = id(owner)
+        with self._lock:
+            pin = self._pins.get(key)
+            if pin is None or pin.ref() is not owner:
+                self._note(key, owner)
+                return None
+            self._pins.move_to_end(key)
+            if pin.state == _SEEN:
+                self._make_room(pin.nbytes)
+                pin.state = _PINNED if self._register(pin.address, pin.nbytes) else _REFUSED
+            if pin.state != _PINNED:
+                return None
+        return torch.from_numpy(array)
+
+    def pinned_bytes(self) -> int:
+        with self._lock:
+            return sum(p.nbytes for p in self._pins.values() if p.state == _PINNED)
+
+    def _note(self, key: int, owner: np.ndarray) -> None:
+        stale = self._pins.pop(key, None)
+        if stale is not None and stale.state == _PINNED:
+            self._unregister(stale.address)
+        ref = weakref.ref(owner, lambda _ref, key=key: self._gone(key))
+        self._pins[key] = _Pin(ref, owner.__array_interface__["data"][0], owner.nbytes)
+        if len(self._pins) > 8 * self.max_arrays:  # sightings never repeated: forget the oldest
+            self._pins.pop(next(k for k, p in self._pins.items() if p.state != _PINNED), None)
+
+    def _make_room(self, nbytes: int) -> None:
+        pinned = [k for k, p in self._pins.items() if p.state == _PINNED]
+        total = sum(self._pins[k].nbytes for k in pinned)
+        while pinned and (len(pinned) >= self.max_arrays or total + nbytes > self.max_bytes):
+            pin = self._pins[pinned.pop(0)]
+            total -= pin.nbytes
+            self._unregister(pin.address)
+            pin.state = _REFUSED  # copied from now on: pins that take turns would cost more than copies
+
+    def _gone(self, key: int) -> None:
+        with self._lock:
+            pin = self._pins.pop(key, None)
+            if pin is not None and pin.state == _PINNED:
+                self._unregister(pin.address)

@@ -208,7 +208,12 @@ class Predictor:
         static, to_pixels = self._statics(shape)
         staging = self.pre.frame_buffer_of(images)
         if staging is None and all(is_pageable(im) for im in images):
-            staging = self.pre.stage(images)  # one multi-threaded memcpy per frame, the DMA is in the graph
+            in_place = self.pre.pinned_in_place(images)  # the caller's arrays, seen before: pinned
+            if in_place is not None:
+                for row, frame in zip(static, in_place, strict=True):  # one DMA each, then the graph
+                    row.copy_(frame, non_blocking=True)
+                return self._replay((shape, "static"), lambda: self._step(static, to_pixels, None))
+            staging = self.pre.stage(images)  # one memcpy per frame into our buffer, the DMA is in the graph
         if staging is not None:
             return self._replay(_pinned_key(staging), lambda: self._step(static, to_pixels, staging))
         self.pre.upload(images, out=static)  # frames on the GPU, pinned tensors, or a mix
