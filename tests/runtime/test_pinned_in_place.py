@@ -51,12 +51,25 @@ def test_second_sighting_pins_the_callers_own_bytes():
     driver = Driver()
     pins = PinnedInPlace(driver.register, driver.unregister)
     f = frame()
-    assert pins.tensor(f) is None and driver.calls == []  # one sighting: copy as before
-    t = pins.tensor(f)
-    assert t is not None and t.data_ptr() == address(f)  # no copy: the caller's pages
+    assert pins.pin(f) is None and driver.calls == []  # one sighting: copy as before
+    t, serial = pins.pin(f)
+    assert t.data_ptr() == address(f)  # no copy: the caller's pages
     assert torch.equal(t, torch.from_numpy(f))
     assert driver.registered == {address(f): f.nbytes}
-    assert pins.tensor(f) is not None and len(driver.calls) == 1  # pinned once
+    assert pins.pin(f).serial == serial and len(driver.calls) == 1  # pinned once
+
+
+def test_a_new_registration_at_the_same_address_gets_a_new_serial():
+    """A graph keyed by (address, serial) is never replayed over a registration it did not capture."""
+    driver = Driver()
+    pins = PinnedInPlace(driver.register, driver.unregister)
+    f = frame()
+    pins.pin(f)
+    first = pins.pin(f).serial
+    pins._gone(id(f))  # as if f were collected and a new owner took its id and address
+    assert driver.registered == {}
+    pins.pin(f)
+    assert pins.pin(f).serial != first and address(f) in driver.registered
 
 
 def test_one_off_arrays_are_never_pinned():
@@ -64,7 +77,7 @@ def test_one_off_arrays_are_never_pinned():
     pins = PinnedInPlace(driver.register, driver.unregister)
     f = frame()
     for _ in range(20):
-        assert pins.tensor(f.copy()) is None  # a new array per frame: each dies before the next call
+        assert pins.pin(f.copy()) is None  # a new array per frame: each dies before the next call
     assert driver.calls == []
 
 
@@ -72,17 +85,17 @@ def test_views_share_their_owners_pin_and_small_or_foreign_arrays_are_copied():
     driver = Driver()
     pins = PinnedInPlace(driver.register, driver.unregister)
     frames = np.zeros((4, 256, 256, 3), np.uint8)
-    assert pins.tensor(frames[0]) is None
-    views = [pins.tensor(frames[i]) for i in range(4)]
+    assert pins.pin(frames[0]) is None
+    views = [pins.pin(frames[i]) for i in range(4)]
     assert all(v is not None for v in views)
     assert driver.registered == {address(frames): frames.nbytes}  # the owner, whole, once
-    assert views[2].data_ptr() == address(frames[2])
+    assert views[2].tensor.data_ptr() == address(frames[2])
     small = np.zeros((8, 8, 3), np.uint8)
     readonly = frame()
     readonly.flags.writeable = False
     foreign = np.frombuffer(bytearray(1 << 20), np.uint8)  # NumPy does not own these bytes
     for a in (small, readonly, foreign, torch.zeros(1 << 20, dtype=torch.uint8)):
-        assert pins.tensor(a) is None and pins.tensor(a) is None
+        assert pins.pin(a) is None and pins.pin(a) is None
     assert len(driver.registered) == 1
 
 
@@ -91,7 +104,7 @@ def test_an_owner_is_unpinned_before_numpy_frees_it():
     pins = PinnedInPlace(driver.register, driver.unregister)
     f = frame()
     where = address(f)
-    pins.tensor(f), pins.tensor(f)
+    pins.pin(f), pins.pin(f)
     assert where in driver.registered
     view = f[10:20]
     del f
@@ -108,16 +121,16 @@ def test_pins_stay_within_their_bounds_least_recent_first():
     pins = PinnedInPlace(driver.register, driver.unregister, max_arrays=3)
     frames = [frame() for _ in range(5)]
     for f in frames:
-        pins.tensor(f), pins.tensor(f)
+        pins.pin(f), pins.pin(f)
     assert set(driver.registered) == {address(f) for f in frames[2:]}
     calls = len(driver.calls)
     for _ in range(3):  # evicted: copied from now on, never pinned and unpinned in turn
-        assert pins.tensor(frames[0]) is None and pins.tensor(frames[-1]) is not None
+        assert pins.pin(frames[0]) is None and pins.pin(frames[-1]) is not None
     assert len(driver.calls) == calls and len(driver.registered) == 3
     other = Driver()
     by_bytes = PinnedInPlace(other.register, other.unregister, max_bytes=2 * frames[0].nbytes)
     for f in frames:
-        by_bytes.tensor(f), by_bytes.tensor(f)
+        by_bytes.pin(f), by_bytes.pin(f)
     assert by_bytes.pinned_bytes() == 2 * frames[0].nbytes
     assert staging.PIN_IN_PLACE_ARRAYS >= 4 and staging.PIN_IN_PLACE_MIN_BYTES <= 224 * 224 * 3
 
@@ -126,7 +139,7 @@ def test_a_refused_registration_copies_and_is_not_retried():
     f = frame()
     driver = Driver(refuse={address(f)})
     pins = PinnedInPlace(driver.register, driver.unregister)
-    assert [pins.tensor(f) for _ in range(5)] == [None] * 5
+    assert [pins.pin(f) for _ in range(5)] == [None] * 5
     assert driver.calls == [("register", address(f))]
 
 

@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import itertools
 import logging
 import math
 import threading
@@ -21,14 +22,14 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from trtforge.runtime.placement import on_device
 
-__all__ = ["BATCH_COPY_THREADS", "HostBuffer", "PinnedInPlace", "copy_frames", "copy_rows", "host_copy"]
+__all__ = ["BATCH_COPY_THREADS", "HostBuffer", "InPlace", "PinnedInPlace", "copy_frames", "copy_rows", "host_copy"]
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,17 @@ class _Pin:
     address: int
     nbytes: int
     state: str = _SEEN
+    serial: int = 0  # this registration's number: never reused, so a graph keyed by it never outlives it
+
+
+_SERIALS = itertools.count(1)
+
+
+class InPlace(NamedTuple):
+    """A caller's array pinned in place: a CPU tensor over its bytes, and its registration's number."""
+
+    tensor: torch.Tensor
+    serial: int
 
 
 def _owner(array: Any) -> np.ndarray | None:
@@ -194,8 +206,8 @@ class PinnedInPlace:
 
     Example:
         >>> pins = PinnedInPlace()
-        >>> pins.tensor(frame) is None             # first sighting: copied as before
-        >>> pins.tensor(frame).is_pinned()         # second: the caller's pages, pinned
+        >>> pins.pin(frame) is None                # first sighting: copied as before
+        >>> pins.pin(frame).tensor.is_pinned()     # second: the caller's pages, pinned
     """
 
     def __init__(self, register: Callable[[int, int], bool] = cuda_register,
@@ -206,9 +218,12 @@ class PinnedInPlace:
         self._pins: OrderedDict[int, _Pin] = OrderedDict()
         self._lock = threading.RLock()  # a collection inside a call runs _gone on this thread
 
-    def tensor(self, array: Any) -> torch.Tensor | None:
-        """A CPU tensor over ``array`` when its bytes are pinned in place (pinning them if this is
-        their second sighting), else None: stage it."""
+    def pin(self, array: Any) -> InPlace | None:
+        """``array`` as a CPU tensor over its own bytes when they are pinned in place (pinning them
+        if this is their second sighting), else None: stage it.
+
+        A CUDA graph that captured the DMA from the tensor stays valid while its ``serial`` is
+        pinned: key the graph by it (a new registration at the same address gets a new number)."""
         owner = _owner(array)
         if owner is None:
             return None
@@ -222,9 +237,10 @@ class PinnedInPlace:
             if pin.state == _SEEN:
                 self._make_room(pin.nbytes)
                 pin.state = _PINNED if self._register(pin.address, pin.nbytes) else _REFUSED
+                pin.serial = next(_SERIALS)
             if pin.state != _PINNED:
                 return None
-        return torch.from_numpy(array)
+            return InPlace(torch.from_numpy(array), pin.serial)
 
     def pinned_bytes(self) -> int:
         with self._lock:

@@ -23,7 +23,7 @@ import torch
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig, transform, transform_tensor
 from trtforge.runtime.placement import Placement, default_device, on_device, placement, refusal
-from trtforge.runtime.staging import HostBuffer, PinnedInPlace, copy_frames, host_copy
+from trtforge.runtime.staging import HostBuffer, InPlace, PinnedInPlace, copy_frames, host_copy
 
 __all__ = ["Preprocessor", "fused_transform", "host_copy", "is_pageable"]
 
@@ -141,13 +141,14 @@ class Preprocessor:
             copy_frames(buffer.numpy(), images)
         return buffer
 
-    def pinned_in_place(self, images: Sequence[Any]) -> list[torch.Tensor] | None:
-        """CPU tensors over the caller's own arrays when every one is pinned in place (``PinnedInPlace``:
-        from an array's second upload on), else None. Each upload from them is one DMA."""
+    def pinned_in_place(self, images: Sequence[Any]) -> list[InPlace] | None:
+        """The caller's own arrays as tensors over their pinned bytes when every one is pinned in
+        place (``PinnedInPlace``: from an array's second upload on), else None. Each upload from
+        them is one DMA."""
         if self._in_place is None:
             return None
-        tensors = [self._in_place.tensor(im) for im in images]
-        return None if any(t is None for t in tensors) else tensors
+        pins = [self._in_place.pin(im) for im in images]
+        return None if any(p is None for p in pins) else pins
 
     def frame_buffer_of(self, images: Sequence[Any]) -> torch.Tensor | None:
         """The pinned buffer when image ``i`` is exactly ``frame_buffer()[i]`` for every i, else None."""
@@ -201,7 +202,7 @@ class Preprocessor:
             elif isinstance(im, torch.Tensor) and im.is_pinned() and im.is_contiguous():
                 out[i].copy_(im, non_blocking=True)
             elif (in_place := self.pinned_in_place([im])) is not None:  # the caller's pages, pinned
-                out[i].copy_(in_place[0], non_blocking=True)
+                out[i].copy_(in_place[0].tensor, non_blocking=True)
             else:
                 pageable.append(i)
         if pageable:
