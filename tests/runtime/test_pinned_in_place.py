@@ -52,8 +52,9 @@ def test_second_sighting_pins_the_callers_own_bytes():
     pins = PinnedInPlace(driver.register, driver.unregister)
     f = frame()
     assert pins.pin(f) is None and driver.calls == []  # one sighting: copy as before
-    t, serial = pins.pin(f)
-    assert t.data_ptr() == address(f)  # no copy: the caller's pages
+    pinned = pins.pin(f)
+    t, serial = pinned.tensor, pinned.serial
+    assert t.data_ptr() == address(f) == pinned.address  # no copy: the caller's pages
     assert torch.equal(t, torch.from_numpy(f))
     assert driver.registered == {address(f): f.nbytes}
     assert pins.pin(f).serial == serial and len(driver.calls) == 1  # pinned once

@@ -175,10 +175,16 @@ _SERIALS = itertools.count(1)
 
 
 class InPlace(NamedTuple):
-    """A caller's array pinned in place: a CPU tensor over its bytes, and its registration's number."""
+    """A caller's array pinned in place: the array, its first byte's address, its registration's number."""
 
-    tensor: torch.Tensor
+    array: np.ndarray
+    address: int
     serial: int
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        """A CPU tensor over the array's own (pinned) bytes."""
+        return torch.from_numpy(self.array)
 
 
 def _owner(array: Any) -> np.ndarray | None:
@@ -219,10 +225,10 @@ class PinnedInPlace:
         self._lock = threading.RLock()  # a collection inside a call runs _gone on this thread
 
     def pin(self, array: Any) -> InPlace | None:
-        """``array`` as a CPU tensor over its own bytes when they are pinned in place (pinning them
-        if this is their second sighting), else None: stage it.
+        """``array`` with its address and registration number when its bytes are pinned in place
+        (pinning them if this is their second sighting), else None: stage it.
 
-        A CUDA graph that captured the DMA from the tensor stays valid while its ``serial`` is
+        A CUDA graph that captured the DMA from the array stays valid while its ``serial`` is
         pinned: key the graph by it (a new registration at the same address gets a new number)."""
         owner = _owner(array)
         if owner is None:
@@ -240,7 +246,8 @@ class PinnedInPlace:
                 pin.serial = next(_SERIALS)
             if pin.state != _PINNED:
                 return None
-            return InPlace(torch.from_numpy(array), pin.serial)
+            address = pin.address if array is owner else array.__array_interface__["data"][0]
+            return InPlace(array, address, pin.serial)
 
     def pinned_bytes(self) -> int:
         with self._lock:

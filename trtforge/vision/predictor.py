@@ -210,9 +210,8 @@ class Predictor:
         if staging is None and all(is_pageable(im) for im in images):
             in_place = self.pre.pinned_in_place(images)  # the caller's arrays, seen before: pinned
             if in_place is not None:  # their DMAs in the graph, keyed by the registrations they read
-                key = (shape, "in_place", tuple((p.tensor.data_ptr(), p.serial) for p in in_place))
-                frames = [p.tensor for p in in_place]
-                return self._replay(key, lambda: self._step(static, to_pixels, frames))
+                key = (shape, "in_place", tuple((p.address, p.serial) for p in in_place))
+                return self._replay(key, lambda: self._step(static, to_pixels, [p.tensor for p in in_place]))
             staging = self.pre.stage(images)  # one memcpy per frame into our buffer, the DMA is in the graph
         if staging is not None:
             return self._replay(_pinned_key(staging), lambda: self._step(static, to_pixels, staging))
