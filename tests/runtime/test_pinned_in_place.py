@@ -153,3 +153,25 @@ def test_preprocessor_on_the_cpu_never_pins(shape):
     frames = np.zeros(shape, np.uint8)
     assert pre.pinned_in_place(list(frames)) is None and pre.pinned_in_place(list(frames)) is None
     assert torch.equal(pre.upload(list(frames)), torch.from_numpy(frames))
+
+
+def test_copy_frames_bands_only_large_frames_of_a_batch():
+    """Small frames are one np.copyto (the pool's hand-off costs more than their copy); large frames
+    of a batch are split over the pool. Run in a fresh interpreter: the pool is process-wide."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from trtforge.runtime import staging\n"
+        "small = np.random.default_rng(0).integers(0, 255, (32, 224, 224, 3), dtype=np.uint8)\n"
+        "dst = np.zeros_like(small)\n"
+        "staging.copy_frames(dst, small); assert (dst == small).all()\n"
+        "dst[:] = 0; staging.copy_frames(dst, list(small)); assert (dst == small).all()\n"
+        "assert not staging._POOL, 'small frames used the pool'\n"
+        "big = np.random.default_rng(1).integers(0, 255, (2, 720, 1280, 3), dtype=np.uint8)\n"
+        "out = np.zeros_like(big); staging.copy_frames(out, big); assert (out == big).all()\n"
+        "assert staging._POOL, 'large frames of a batch were not split'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -29,7 +29,7 @@ import torch
 
 from trtforge.runtime.placement import on_device
 
-__all__ = ["BATCH_COPY_THREADS", "HostBuffer", "InPlace", "PinnedInPlace", "copy_frames", "copy_rows", "host_copy"]
+__all__ = ["BAND_MIN_BYTES", "BATCH_COPY_THREADS", "HostBuffer", "InPlace", "PinnedInPlace", "copy_frames", "copy_rows", "host_copy"]
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +70,23 @@ def host_copy(dst: np.ndarray, src: Any, threads: int = 1) -> None:
     list(_copy_pool().map(lambda i: np.copyto(d[i:i + step], s[i:i + step]), range(0, len(d), step)))
 
 
+#: A frame smaller than this is never split into bands: handing a band to the pool costs more than
+#: copying it (a (32, 224, 224, 3) batch split 4 ways per frame ran at 0.24× one ``np.copyto`` on the
+#: H200's host: 3.3 k against 13.6 k img/s offline, docs/benchmark-history.md).
+BAND_MIN_BYTES = 1 << 20
+
+
 def copy_frames(dst: np.ndarray, frames: Sequence[Any]) -> None:
     """Frames ``i`` into ``dst[i]`` (a list of frames, or a (B, H, W, 3) array): one frame in one
-    ``np.copyto``, several each on ``BATCH_COPY_THREADS`` bands (see there for the measurements)."""
-    threads = BATCH_COPY_THREADS if len(frames) > 1 else 1
+    ``np.copyto``; several large frames (``BAND_MIN_BYTES``) each on ``BATCH_COPY_THREADS`` bands (see
+    there for the measurements); a batch array of small frames in one ``np.copyto``."""
+    if len(frames) == 0:
+        return
+    large = np.asarray(frames[0]).nbytes >= BAND_MIN_BYTES
+    if not (len(frames) > 1 and large) and isinstance(frames, np.ndarray) and frames.shape == dst.shape:
+        np.copyto(dst, frames)
+        return
+    threads = BATCH_COPY_THREADS if len(frames) > 1 and large else 1
     for i, frame in enumerate(frames):
         host_copy(dst[i], frame, threads)
 
