@@ -121,21 +121,6 @@ class PartitionReport:
     optimization_level: int = 3
 
 
-def propose(graph_module: torch.fx.GraphModule, min_block_size: int = 1,
-            settings: Settings = DEFAULT_SETTINGS) -> list[list[torch.fx.Node]]:
-    """The supported runs (as node lists, in graph order) the partitioner would make engines of."""
-    mark_constants(graph_module.graph, {})
-    partitioner = CapabilityBasedPartitioner(graph_module, _Supported(settings), allows_single_node_partition=True)
-    order = _order(graph_module)
-    runs = sorted((sorted(p.nodes, key=order) for p in partitioner.propose_partitions()), key=lambda r: order(r[-1]))
-    return [r for r in runs if _compute_nodes(r) >= min_block_size]
-
-
-def _order(graph_module: torch.fx.GraphModule):
-    index = {n: i for i, n in enumerate(graph_module.graph.nodes)}
-    return lambda n: index[n]
-
-
 def _compute_nodes(nodes) -> int:
     return sum(1 for n in nodes if node_status(n)[0] == "converted" and target_name(n) != "_operator.getitem")
 
@@ -213,21 +198,33 @@ def partition_module(model: torch.nn.Module, args: tuple, config: CompileConfig,
     return split(program, report, make), report
 
 
+def fuse(module: torch.fx.GraphModule, precision: str, torch_executed_ops: tuple[str, ...] = ()
+         ) -> torch.fx.GraphModule:
+    """``module`` with its supported runs fused into ``fused_N`` submodules (the partitioner's proposal; the
+    ops ``torch_executed_ops`` names and those with no converter stay outside). ``coverage`` shows these."""
+    mark_constants(module.graph, {})
+    settings = Settings(compute=precision_dtype(precision))
+    partitioner = CapabilityBasedPartitioner(module, _Supported(settings, torch_executed_ops),
+                                             allows_single_node_partition=True)
+    return partitioner.fuse_partitions(partitioner.propose_partitions())
+
+
+def blocks(fused: torch.fx.GraphModule) -> list[tuple[torch.fx.Node, torch.fx.GraphModule, int]]:
+    """Each fused run of ``fuse(...)``, in graph order: its call node, its graph module and its compute-op count."""
+    found = []
+    for node in [n for n in fused.graph.nodes if n.op == "call_module"]:
+        sub = getattr(fused, node.target)
+        if isinstance(sub, torch.fx.GraphModule) and node.target.startswith("fused_"):
+            found.append((node, sub, _compute_nodes([n for n in sub.graph.nodes if n.op == "call_function"])))
+    return found
+
+
 def split(program, report: PartitionReport, make: Callable[[torch.fx.GraphModule, torch.fx.Node], EngineModule]
           ) -> torch.fx.GraphModule:
     """Fuse ``program``'s supported runs and turn each of at least ``report.min_block_size`` compute nodes
     into the ``EngineModule`` that ``make(parent, call_node)`` returns; fills ``report``."""
-    module = program.module()
-    mark_constants(module.graph, {})
-    settings = Settings(compute=precision_dtype(report.precision))
-    partitioner = CapabilityBasedPartitioner(module, _Supported(settings, report.torch_executed_ops),
-                                             allows_single_node_partition=True)
-    fused = partitioner.fuse_partitions(partitioner.propose_partitions())
-    for node in [n for n in fused.graph.nodes if n.op == "call_module"]:
-        sub = getattr(fused, node.target)
-        if not isinstance(sub, torch.fx.GraphModule) or not node.target.startswith("fused_"):
-            continue
-        count = _compute_nodes([n for n in sub.graph.nodes if n.op == "call_function"])
+    fused = fuse(program.module(), report.precision, report.torch_executed_ops)
+    for node, _sub, count in blocks(fused):
         if count < report.min_block_size:
             report.pytorch[node.target] = f"{count} compute node(s) < min_block_size={report.min_block_size}"
             continue
