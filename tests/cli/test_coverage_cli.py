@@ -20,6 +20,7 @@ def _row(output: str, first: str) -> list[str]:
     raise AssertionError(f"no row {first!r} in:\n{output}")
 
 
+@pytest.mark.slow
 def test_coverage_lists_converted_unsupported_ops_and_partitions():
     result = runner.invoke(app, ["coverage", "custom_op_model:conv_jiggle_head", "--input-shape", "1x3x8x8",
                                  "--batch", "1:2:4", "--min-block-size", "2"])
@@ -34,6 +35,7 @@ def test_coverage_lists_converted_unsupported_ops_and_partitions():
     assert "in PyTorch: unsupported: trtforge_doubles.jiggle.default ×1\n" in result.output
 
 
+@pytest.mark.slow
 def test_a_block_below_min_block_size_falls_back_to_pytorch_as_compile_decides():
     """--min-block-size 4: the 3-op block before the custom op runs in PyTorch; the head is one engine. The
     partitioned compile code (``partition(build=False)``) makes the same split."""
@@ -54,6 +56,7 @@ def test_a_block_below_min_block_size_falls_back_to_pytorch_as_compile_decides()
     assert set(report.engines) == {"fused_0"} and "fused_1" in report.pytorch
 
 
+@pytest.mark.slow
 def test_torch_executed_op_is_reported_as_forced_and_leaves_its_block():
     result = runner.invoke(app, ["coverage", "custom_op_model:conv_jiggle_head", "--input-shape", "1x3x8x8",
                                  "--batch", "1:2:4", "--min-block-size", "2", "--torch-executed-op", "aten._softmax",

@@ -94,12 +94,14 @@ def test_cli_declares_the_flags_and_refuses_bad_values_in_one_line(tmp_path):
 
 # -- compile(path="direct") ----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_an_unsupported_op_without_partitioning_is_one_line_naming_the_op_and_the_fix(tmp_path):
     with pytest.raises(UnsupportedOp, match=r"no converter for trtforge_doubles\.jiggle\.default.*min_block_size=3"):
         trtforge.compile(conv_jiggle_head(), (_x(2),), **_options(tmp_path))
     assert not (tmp_path / "out" / "conv_jiggle_head_fp32_partitioned").exists()
 
 
+@pytest.mark.slow
 def test_compile_partitions_and_the_folder_loads_and_matches_pytorch(compiled):
     model, art = compiled
     assert isinstance(art, PartitionedArtifact) and art.manifest_path.is_file()
@@ -119,6 +121,7 @@ def _plans(art: PartitionedArtifact) -> dict[str, bytes]:
     return {name: (art.folder / f"{name}.engine").read_bytes() for name in art.engines}
 
 
+@pytest.mark.slow
 def test_a_repeated_partitioned_compile_builds_no_part_and_still_matches_pytorch(compiled):
     """Each engine part is an engine-cache entry, keyed by its own network and build settings: the second
     identical compile reads every part from the cache (no entry added), and its folder loads and matches."""
@@ -136,6 +139,7 @@ def test_a_repeated_partitioned_compile_builds_no_part_and_still_matches_pytorch
         torch.testing.assert_close(module(_x(batch)), model(_x(batch)), **TOLERANCE)
 
 
+@pytest.mark.slow
 def test_partition_options_rebuild_only_the_parts_whose_graphs_they_change(compiled, tmp_path):
     """Against the cache of ``min_block_size=2``: forcing softmax into PyTorch changes the head's part only
     (built; the conv part is a hit); ``min_block_size=4`` drops the conv part to PyTorch and serves the
@@ -157,6 +161,7 @@ def test_partition_options_rebuild_only_the_parts_whose_graphs_they_change(compi
     torch.testing.assert_close(larger.load(route=EVALUATOR_ROUTE)(_x(3)), model(_x(3)), **TOLERANCE)
 
 
+@pytest.mark.slow
 def test_torch_executed_ops_keep_the_named_ops_in_pytorch(tmp_path):
     model = conv_jiggle_head()
     art = trtforge.compile(model, (_x(2),), **_options(tmp_path, min_block_size=1,
@@ -171,6 +176,7 @@ def test_torch_executed_ops_keep_the_named_ops_in_pytorch(tmp_path):
     torch.testing.assert_close(module(_x(3)), model(_x(3)), **TOLERANCE)
 
 
+@pytest.mark.slow
 def test_partition_is_a_thin_call_into_the_compile_code():
     model = conv_jiggle_head()
     config = CompileConfig(precision="fp32", batch=(1, 2, 4), min_block_size=2, torch_executed_ops=["aten.relu"],
@@ -224,6 +230,7 @@ def test_a_route_partitions_do_not_run_on_is_one_line(compiled):
         art.load(route=EVALUATOR_ROUTE, device="cuda:0")
 
 
+@pytest.mark.slow
 def test_the_tensorrt_route_refuses_engine_parts_that_were_never_built(tmp_path, fake_trt):
     from trtforge.convert.saved import save_partitioned
 

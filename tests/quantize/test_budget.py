@@ -79,6 +79,7 @@ def test_budget_out_of_range_for_detected_task_fails_before_calibration(minilm_o
                        progress=False)
 
 
+@pytest.mark.slow
 def test_auto_placement_meets_cosine_budget_on_held_back_sentences(minilm, minilm_onnx, sentences):
     _, tokenize = minilm
     feeds = tokenize(sentences, seq_len=32)

@@ -64,6 +64,7 @@ def test_factors_formula():
     np.testing.assert_allclose(s, [2.0, 0.5, 1.0])
 
 
+@pytest.mark.slow
 def test_smoothquant_keeps_fp32_outputs(block_onnx, feeds):
     name = block_onnx.graph.input[0].name
     data = [{name: f["x"]} for f in feeds]
