@@ -155,6 +155,7 @@ def test_preprocessor_on_the_cpu_never_pins(shape):
     assert torch.equal(pre.upload(list(frames)), torch.from_numpy(frames))
 
 
+@pytest.mark.slow  # 4 s in the fast lane (2026-12-02, loaded dev machine)
 def test_copy_frames_bands_only_large_frames_of_a_batch():
     """Small frames are one np.copyto (the pool's hand-off costs more than their copy); large frames
     of a batch are split over the pool. Run in a fresh interpreter: the pool is process-wide."""
