@@ -38,7 +38,7 @@ docs: setup
 test: setup lint docs
 	$(PY) -m pytest -q --durations=25
 
-#: The fast lane while developing: real builds of full models (slow) and serving under load left out.
+#: The fast lane while developing (~2 min on an idle 2-core machine): slow tests and serving under load left out.
 test-fast: setup lint
 	$(PY) -m pytest -q --durations=25 -m "not slow and not serve_load"
 

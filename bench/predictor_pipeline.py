@@ -98,6 +98,20 @@ def batch_one(engine, predictor: Predictor, image: np.ndarray, device: torch.dev
             "compile_worker_pools_after": _pools()}
 
 
+def in_place_check(predictor: Predictor, image: np.ndarray, device: torch.device, calls: int = 12) -> dict:
+    """The caller's arrays pinned in place give the results their frames give from the GPU: two arrays
+    in turn, refilled with a new frame before every call (a stale or early DMA would show)."""
+    arrays, mismatches = [image.copy() for _ in range(2)], 0
+    for i in range(calls):
+        frame = arrays[i % 2]
+        frame[...] = np.roll(image, 37 * (i + 1), axis=1)
+        got, want = predictor(frame), predictor(torch.from_numpy(frame.copy()).to(device))
+        mismatches += not (np.array_equal(got.class_id, want.class_id) and np.array_equal(got.score, want.score))
+    pins = predictor.pre._in_place  # the bench looks inside: which arrays the predictor pinned
+    return {"calls": calls, "mismatches": mismatches,
+            "pinned_in_place_bytes": pins.pinned_bytes() if pins is not None else 0}
+
+
 def batch_eight(engine, predictor: Predictor, image: np.ndarray, device: torch.device, batches: int,
                 repeats: int) -> dict:
     """Plain and pipelined predictor at batch 8 against the model alone."""
@@ -179,6 +193,8 @@ def main(argv: list[str]) -> dict:
             Predictor(engine, model.preprocessing, task=model.task) as predictor:
         result["compile_preprocessing"] = predictor.compile_preprocessing
         result["batch1"] = batch_one(engine, predictor, image, device, args.window_s, args.repeats)
+        result["in_place"] = in_place_check(predictor, image, device)
+        console.print(f"pinned in place: {result['in_place']}")
         result["batch8"] = batch_eight(engine, predictor, image, device, args.batches, max(1, args.repeats // 4))
     (args.out / "predictor_pipeline.json").write_text(json.dumps(result, indent=1))
     _print(result)

@@ -306,6 +306,10 @@ PRECISION_CONFIGS: tuple[tuple[str, str, QuantConfig], ...] = (
     ("trtforge int8-wo (per channel)", "int8-wo", QuantConfig()),
     ("trtforge int4-wo (block 128)", "int4-wo", QuantConfig()),
     ("trtforge int4-wo (block 128) + AWQ-lite", "int4-wo", QuantConfig(awq=True)),
+    ("trtforge int4-wo (block 32)", "int4-wo", QuantConfig(block_size=32)),
+    ("trtforge int4-wo (block 128) + GPTQ", "int4-wo", QuantConfig(rounding="gptq")),
+    ("trtforge int4-wo (block 32) + GPTQ", "int4-wo", QuantConfig(rounding="gptq", block_size=32)),
+    ("trtforge int4-wo (block 16) + GPTQ", "int4-wo", QuantConfig(rounding="gptq", block_size=16)),
 )
 
 
@@ -340,11 +344,11 @@ def evaluate_suite(suite: Suite, work: Path, modelopt_python: str | None, only: 
             t = time.perf_counter()
             result = quantize_model(suite.fp32, suite.calib, cfg, suite.preprocessing, progress=False,
                                     precision=precision)
-            awq = result.report.get("awq")
+            awq, gptq = result.report.get("awq"), result.report.get("gptq")
             record(name, result.sim_model, time.perf_counter() - t, weights_only=precision.endswith("-wo"),
                    extra={"precision": precision, "plan_coverage": result.plan.coverage,
                           "fp16_layers": len(result.plan.excluded), "quantized_layers": len(result.plan.layers),
-                          "awq_applied": bool(awq and awq["applied"])})
+                          "awq_applied": bool(awq and awq["applied"]), "gptq_applied": bool(gptq and gptq["applied"])})
             if precision == "fp8" and cfg == QuantConfig():
                 for half, model in fp8_halves(suite, result.plan):
                     record(f"trtforge FP8 default, {half} only (diagnosis)", model, 0.0, coverage=0.0)

@@ -131,6 +131,7 @@ def test_no_import_cycles_including_function_level_imports():
     assert not cycles, "import cycles:\n" + "\n".join(" → ".join(c) for c in cycles)
 
 
+@pytest.mark.slow
 def test_no_function_over_80_lines():
     long = sorted(
         f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
@@ -148,6 +149,7 @@ def test_the_checks_can_fail(tmp_path):
     assert trtforge_imports(source) >= {"trtforge.core", "trtforge.core.specs", "trtforge.runtime.load"}
 
 
+@pytest.mark.slow
 def test_tensorrt_is_imported_only_through_the_shim():
     direct = [
         str(path.relative_to(PACKAGE.parent))
@@ -244,6 +246,7 @@ def vocabulary_listings(path: Path, names: frozenset[str]) -> list[tuple[int, st
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("vocabulary", ["precision", "route", "metric", "runs_as"])
 def test_each_vocabulary_is_named_in_one_module(vocabulary):
     """A list of precisions (routes, metrics) anywhere but its module is a second vocabulary: import it."""
@@ -298,6 +301,7 @@ def _calls_of(path: Path, names: set[str]) -> list[int]:
             and (node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")) in names]
 
 
+@pytest.mark.slow
 def test_one_builder_builds_and_derives_profiles():
     """Issue 23: every engine (ONNX path, direct path, partitions) is built by ``builder.build.build_network``,
     and every optimisation profile is made there from ``builder.profiles.resolve_profiles``."""

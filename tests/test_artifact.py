@@ -13,6 +13,7 @@ def art(lite0_sidecar) -> Artifact:
     return Artifact.open(lite0_sidecar)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fused", [False, True])
 def test_compile_preprocessing_reaches_the_predictor(art, fused):
     # Regression: the hand-written key list lacked compile_preprocessing, so it went to the engine

@@ -38,6 +38,7 @@ def _compile(tmp_path, **options):
     return trtforge.compile(_tiny(), (torch.zeros(1, 3, 16, 16),), **options)
 
 
+@pytest.mark.slow
 def test_direct_compile_writes_engine_and_typed_sidecar_without_onnx(tmp_path):
     art = _compile(tmp_path, precision="fp16", batch="1:4:8", input_names=("images",), output_names=("logits",))
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["tiny_net_fp16.engine", "tiny_net_fp16.json"]
@@ -56,11 +57,13 @@ def test_direct_compile_writes_engine_and_typed_sidecar_without_onnx(tmp_path):
     assert any("no ONNX" in note for note in sc.notes)
 
 
+@pytest.mark.slow
 def test_a_static_batch_exports_static_at_that_batch(tmp_path):
     art = _compile(tmp_path, precision="fp32", batch=3)
     assert art.sidecar.inputs[0].shape == (3, 3, 16, 16) and art.sidecar.outputs[0].shape == (3, 4)
 
 
+@pytest.mark.slow
 def test_second_compile_hits_and_a_converter_change_misses(tmp_path, monkeypatch):
     first = _compile(tmp_path, precision="fp32")
     again = _compile(tmp_path, precision="fp32")
@@ -80,6 +83,7 @@ def test_the_converter_hash_is_part_of_the_engine_and_request_keys():
     assert engine[0] != engine[1] and request[0] != request[1]
 
 
+@pytest.mark.slow
 def test_the_direct_lowering_matches_pytorch_at_other_batches():
     model = _tiny()
     lowered = lower_for_profiles(model, (torch.zeros(1, 3, 16, 16),), parse_batch("1:2:6"))
@@ -90,6 +94,7 @@ def test_the_direct_lowering_matches_pytorch_at_other_batches():
     assert export_batch(parse_batch("1:1:1,2:8:32")) == (1, 1, 32)
 
 
+@pytest.mark.slow
 def test_the_recorded_network_is_canonical_and_follows_the_weights():
     first = lower_for_profiles(_tiny(), (torch.zeros(2, 3, 16, 16),), parse_batch("1:2:4")).net.record
     second = lower_for_profiles(_tiny(), (torch.zeros(2, 3, 16, 16),), parse_batch("1:2:4")).net.record
@@ -101,6 +106,7 @@ def test_the_recorded_network_is_canonical_and_follows_the_weights():
     assert changed.canonical() != first.canonical()
 
 
+@pytest.mark.slow
 def test_onnxruntime_route_explains_the_direct_path_has_no_onnx(tmp_path):
     art = _compile(tmp_path, precision="fp32")
     with pytest.raises(InvalidArgument, match="direct path .*no ONNX graph for route 'onnxruntime'"):
@@ -129,6 +135,7 @@ def test_direct_path_refuses_an_onnx_file_and_onnx_only_int8_options_in_one_line
 runner = CliRunner()
 
 
+@pytest.mark.slow
 def test_cli_build_path_direct_takes_a_module_factory(tmp_path):
     out = tmp_path / "out"
     result = runner.invoke(app, ["build", "tiny_model:TinyNet", "--path", "direct", "--input-shape", "1x3x16x16",
@@ -154,6 +161,7 @@ def test_cli_build_path_direct_bad_input_is_one_line(tmp_path, args, line):
     assert line in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_direct_int8_calibrates_the_module_and_records_its_placement(tmp_path):
     calib = np.random.default_rng(0).standard_normal((12, 3, 16, 16)).astype(np.float32)
     # TensorRT-RTX runs no W8A8 INT8 (builder.capability): this tests the direct path's INT8 machinery.
@@ -175,6 +183,7 @@ def test_direct_int8_calibrates_the_module_and_records_its_placement(tmp_path):
     assert default.sidecar.quantization.int8_layers == 0  # 3 input channels and the head: FP16 by the rules
 
 
+@pytest.mark.slow
 def test_one_config_builds_through_both_paths_with_the_one_builder(tmp_path):
     """Issue 23: the same ``CompileConfig`` object through the ONNX path and the direct path; both builds go
     through ``builder.build.build_network``, so profiles, targets, level and builder record agree."""

@@ -92,6 +92,13 @@ class PartitionedArtifact:
     #: The engine parts (fused submodule names) and the parts that stayed in PyTorch (name → why).
     engines: tuple[str, ...]
     pytorch: dict[str, str]
+    #: The engine parts this compile served from the engine cache (no build ran for them); the rest were built.
+    cache_hits: tuple[str, ...] = ()
+
+    @property
+    def built(self) -> tuple[str, ...]:
+        """The engine parts this compile built (not served from the engine cache)."""
+        return tuple(name for name in self.engines if name not in self.cache_hits)
 
     @property
     def manifest_path(self) -> Path:

@@ -41,6 +41,7 @@ def test_bench_command_writes_rows_and_checks(lite0_sidecar, tmp_path):
     assert {r["compile_pool"] for r in data["rows"] if r["kind"] != "model"} == {"no compile-worker pool was running"}
 
 
+@pytest.mark.slow
 def test_bench_command_refuses_unknown_route(lite0_sidecar):
     result = CliRunner().invoke(app, ["bench", str(lite0_sidecar), "--route", "tensorflow"])
     assert result.exit_code == 2 and "unknown route" in result.output
@@ -63,6 +64,7 @@ def test_bench_compile_preprocessing_reaches_the_cuda_graph_predictor(lite0_side
     assert fused[("cuda_graph", "model")] is None  # a model-only row has no predictor
 
 
+@pytest.mark.slow
 def test_zoo_sidecar_loads_on_the_pytorch_routes_and_matches_the_zoo_model(tmp_path):
     import trtforge
     from trtforge.bench.routes import example_input, write_zoo_sidecar, zoo_bench_model

@@ -26,6 +26,7 @@ DYNAMIC = {"min": [1, 3, 224, 224], "opt": [8, 3, 224, 224], "max": [32, 3, 224,
     ("precision", "batch", "profile"),
     [("fp32", 1, STATIC), ("fp32", (1, 8, 32), DYNAMIC), ("fp16", 1, STATIC), ("fp16", (1, 8, 32), DYNAMIC)],
 )
+@pytest.mark.slow
 def test_efficientnet_lite0_builds(lite0_onnx, tmp_path, precision, batch, profile):
     art = trtforge.compile(lite0_onnx, precision=precision, batch=batch, output_dir=tmp_path,
                            name="lite0", progress=False, preprocessing={"resize": [224, 224]})
@@ -52,6 +53,7 @@ def test_efficientnet_lite0_builds(lite0_onnx, tmp_path, precision, batch, profi
     assert out.shape == (2, 1000) and out.dtype == np.float32
 
 
+@pytest.mark.slow
 def test_builds_are_deterministic(lite0_onnx):
     config = CompileConfig(precision="fp16", batch=(1, 4, 8))
     a = build_engine(lite0_onnx, config, name="lite0_fp16", progress=False).plan
@@ -71,6 +73,7 @@ class EncoderBlock(torch.nn.Module):
         return self.layer(x)
 
 
+@pytest.mark.slow
 def test_transformer_encoder_block_fp16(tmp_path):
     torch.manual_seed(0)
     model = EncoderBlock().eval()
@@ -87,6 +90,7 @@ def test_transformer_encoder_block_fp16(tmp_path):
     assert sc.engine_size > 0 and sc.inputs[0].shape == (-1, 16, 64)
 
 
+@pytest.mark.slow
 def test_three_profile_engine(tmp_path):
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
                                 torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4))
@@ -98,6 +102,7 @@ def test_three_profile_engine(tmp_path):
     assert [p["input"]["max"][0] for p in data["profiles"]] == [1, 32, 128]
 
 
+@pytest.mark.slow
 def test_multi_target_build(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())
     art = trtforge.compile(model, (torch.randn(1, 16),), targets=["sm89", "sm86"], output_dir=tmp_path,

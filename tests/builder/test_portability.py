@@ -39,6 +39,7 @@ def test_each_option_has_its_own_file_suffix(changes, suffix, tmp_path):
     assert paths.engine().name == f"m_fp16{suffix}.engine" and paths.sidecar().name == f"m_fp16{suffix}.json"
 
 
+@pytest.mark.slow
 def test_build_matrix_one_engine_per_target_and_one_multi_target(tiny_onnx, tmp_path):
     default = pipeline.compile(tiny_onnx, output_dir=tmp_path, cache_dir=tmp_path / "cache", progress=False)
     default_bytes = default.engine_path.read_bytes()
@@ -56,6 +57,7 @@ def test_build_matrix_one_engine_per_target_and_one_multi_target(tiny_onnx, tmp_
     assert len({a.engine_path.read_bytes() for a in arts}) == 5
 
 
+@pytest.mark.slow
 def test_build_matrix_exports_a_module_once(tiny_module, tmp_path, monkeypatch):
     """The export does not depend on the target: one export serves every engine of the matrix (was one per engine)."""
     import torch
@@ -81,6 +83,7 @@ def test_build_matrix_exports_a_module_once(tiny_module, tmp_path, monkeypatch):
     assert len(exported) == 2  # outside build_matrix, every compile exports
 
 
+@pytest.mark.slow
 def test_cli_matrix_prints_one_row_per_engine(tiny_onnx, tmp_path):
     """The matrix's table is the CLI's: ``trtforge build --target ... --matrix`` builds and compares them."""
     from typer.testing import CliRunner

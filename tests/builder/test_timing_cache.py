@@ -47,6 +47,7 @@ def test_unwritable_file_is_an_os_error(tmp_path):
         check_timing_cache_path(locked / "timing.cache")
 
 
+@pytest.mark.slow
 def test_rtx_ignores_the_timing_cache_and_says_so_once(tiny_onnx, tmp_path, monkeypatch, caplog):
     if not timing_cache.trt.info().is_rtx:
         pytest.skip("TensorRT-RTX behaviour")

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.needs_trt
 runner = CliRunner()
 
 
+@pytest.mark.slow
 def test_build_ls_prune_clear(tiny_onnx, tmp_path):
     cache = tmp_path / "cache"
     for precision in ("fp16", "fp32"):

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.needs_trt
 WORKER = Path(__file__).resolve().parents[1] / "doubles" / "tiny_model.py"
 
 
+@pytest.mark.slow
 def test_four_processes_one_build_identical_engines(tmp_path):
     start_at = time.time() + 8.0  # after every worker has imported torch and trtforge
     procs = [

@@ -24,6 +24,7 @@ def _compile(model, out, cache_dir, **kw):
     return pipeline.compile(model, example, output_dir=out, cache_dir=cache_dir, progress=False, **kw)
 
 
+@pytest.mark.slow
 def test_module_hit_skips_export_and_logs_cache_hit(tiny_module, tmp_path, monkeypatch, caplog):
     first = _compile(tiny_module, tmp_path / "a", tmp_path / "cache")
     assert first.sidecar.builder.cache["hit"] is False
@@ -42,6 +43,7 @@ def test_module_hit_skips_export_and_logs_cache_hit(tiny_module, tmp_path, monke
     assert second.sidecar.inputs == first.sidecar.inputs and second.sidecar.profiles == first.sidecar.profiles
 
 
+@pytest.mark.slow
 def test_changed_weights_are_a_miss(tiny_module, tmp_path):
     first = _compile(tiny_module, tmp_path / "a", tmp_path / "cache")
     with torch.no_grad():
@@ -51,6 +53,7 @@ def test_changed_weights_are_a_miss(tiny_module, tmp_path):
     assert second.sidecar.source.onnx_sha256 != first.sidecar.source.onnx_sha256
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["flip", "truncate", "json", "member"])
 def test_damaged_entry_is_deleted_warned_and_rebuilt(tiny_onnx, tmp_path, caplog, damage):
     first = _compile(tiny_onnx, tmp_path / "a", tmp_path / "cache")
@@ -89,6 +92,7 @@ def test_hit_still_refuses_to_overwrite_foreign_files(tiny_onnx, tmp_path):
     assert (out / "tiny_fp16.engine").read_bytes() == b"somebody else's engine"
 
 
+@pytest.mark.slow
 def test_cache_off_and_env_override(tiny_onnx, tmp_path, monkeypatch):
     art = _compile(tiny_onnx, tmp_path / "a", None, cache=False)
     assert art.sidecar.builder.cache == {"enabled": False}
@@ -165,6 +169,7 @@ def test_cache_folder_that_cannot_be_created_degrades_to_no_cache(tmp_path, capl
     assert [r.getMessage() for r in caplog.records if "cannot be written" in r.getMessage()]
 
 
+@pytest.mark.slow
 def test_each_distinct_file_is_stored_once(tiny_onnx, tmp_path):
     """issue 15: every entry held its own copy of the reference ONNX (21 builds of a 21 MB model: 687 MB)."""
     arts = [_compile(tiny_onnx, tmp_path / f"o{level}", tmp_path / "cache", optimization_level=level)

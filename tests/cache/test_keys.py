@@ -54,6 +54,7 @@ def _keys_here(onnx_path: Path) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_keys_are_the_same_in_another_process(tiny_onnx):
     out = subprocess.run([sys.executable, "-c", KEYS_SCRIPT, str(DOUBLES), str(tiny_onnx)], check=True,
                          capture_output=True, text=True)

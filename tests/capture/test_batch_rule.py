@@ -62,6 +62,7 @@ def test_guess_batched_keeps_an_input_whose_dim0_differs_static():
         guess_batched([("a", (2, 3)), ("b", (2, 3))], chosen=("c",))
 
 
+@pytest.mark.slow
 def test_matmul_of_two_unbatched_inputs_exports_with_dynamo(tmp_path, caplog):
     a, b = torch.randn(3, 4), torch.randn(4, 3)
     with caplog.at_level(logging.WARNING, logger="trtforge.capture.export"):
@@ -74,6 +75,7 @@ def test_matmul_of_two_unbatched_inputs_exports_with_dynamo(tmp_path, caplog):
     np.testing.assert_allclose(out, a5 @ b.numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_star_args_forward_gets_matching_dynamic_shapes_and_stable_names(tmp_path, caplog):
     xs = (torch.randn(2, 3), torch.randn(2, 5))
     with caplog.at_level(logging.WARNING, logger="trtforge.capture.export"):
@@ -86,6 +88,7 @@ def test_star_args_forward_gets_matching_dynamic_shapes_and_stable_names(tmp_pat
                                   np.concatenate([x0, x1], 1))
 
 
+@pytest.mark.slow
 def test_a_shared_dim0_that_is_no_batch_exports_static_with_one_line(tmp_path, caplog):
     a, b = torch.randn(3, 3), torch.randn(3, 3)
     with caplog.at_level(logging.WARNING, logger="trtforge.capture.export"):
@@ -101,6 +104,7 @@ def test_a_shared_dim0_that_is_no_batch_exports_static_with_one_line(tmp_path, c
 
 @pytest.mark.parametrize("module, shapes", [(SharedDim(), ((3, 3), (3, 3))), (MatMul(), ((3, 4), (4, 3)))],
                          ids=["specialised", "constraint-violation"])
+@pytest.mark.slow
 def test_an_asked_batch_that_cannot_hold_is_one_line(tmp_path, module, shapes):
     with pytest.raises(ExampleInputsError) as info:
         export_onnx(module, tuple(torch.randn(*s) for s in shapes), tmp_path / "s.onnx", batched_inputs=("a", "b"))
@@ -108,6 +112,7 @@ def test_an_asked_batch_that_cannot_hold_is_one_line(tmp_path, module, shapes):
     assert "\n" not in message and "batched_inputs=" in message and "'b'" in message, message
 
 
+@pytest.mark.slow
 def test_non_dividing_adaptive_pooling_is_one_line_naming_the_op(tmp_path):
     with pytest.raises(ExportError) as info:
         export_onnx(NonDividingPool(), (torch.randn(1, 2, 8),), tmp_path / "pool.onnx")

@@ -29,6 +29,7 @@ class DataDependent(torch.nn.Module):
         return x - 1
 
 
+@pytest.mark.slow
 def test_dynamo_export_names_io_and_dynamic_batch(tmp_path, lite0):
     path = export_onnx(lite0, (torch.zeros(1, 3, 224, 224),), tmp_path / "m.onnx",
                        input_names=["images"], output_names=["logits"])
@@ -41,6 +42,7 @@ def test_dynamo_export_names_io_and_dynamic_batch(tmp_path, lite0):
     np.testing.assert_allclose(session(path).run(None, {"images": x})[0], ref, atol=1e-3, rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_torchscript_fallback_is_logged(tmp_path, caplog):
     x = torch.ones(2, 4)
     with caplog.at_level(logging.WARNING, logger="trtforge.capture.export"):
@@ -50,6 +52,7 @@ def test_torchscript_fallback_is_logged(tmp_path, caplog):
     np.testing.assert_allclose(out, 2 * np.ones((3, 4)))  # traced branch, dynamic batch kept
 
 
+@pytest.mark.slow
 def test_onnx_with_external_data_is_accepted(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
     path = export_onnx(model, (torch.zeros(1, 64),), tmp_path / "mlp.onnx", input_names=["x"])
@@ -88,6 +91,7 @@ def test_ctrl_c_cancels_the_build_cleanly(lite0_onnx, monkeypatch):
         signal.signal(signal.SIGINT, inherited)
 
 
+@pytest.mark.slow
 def test_fallback_warning_carries_no_terminal_codes(caplog, tmp_path):
     """The dynamo exporter's errors can carry ANSI colours; the fallback warning is plain text for logs."""
     from trtforge.capture.export import export_onnx
@@ -114,6 +118,7 @@ def test_plain_strips_terminal_codes():
     assert plain("\x1b[1;31mError\x1b[0m: bad \x1b[2Kline") == "Error: bad line"
 
 
+@pytest.mark.slow
 def test_output_name_that_an_inner_value_already_has_is_kept_and_the_graph_stays_valid(tmp_path):
     """MiniLM's sentence output is named 'embedding', and the dynamo export also names the output of its
     aten.embedding node 'embedding': the export must not hand ONNX a graph with two values of one name."""

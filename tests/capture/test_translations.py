@@ -28,6 +28,7 @@ def test_pool_matrix_worked_numbers():
     ((61, 47), (3, 5), {"MatMul"}),    # windows overlap and differ in size
     ((24, 18), (3, 2), {"AveragePool"}),  # dividing sizes pool with a fixed kernel
 ])
+@pytest.mark.slow
 def test_adaptive_avg_pool2d_exports_small_and_matches_pytorch(tmp_path, size, out, ops):
     model = torch.nn.AdaptiveAvgPool2d(out).eval()
     path = export_onnx(model, (torch.randn(2, 4, *size),), tmp_path / "pool.onnx")
@@ -40,6 +41,7 @@ def test_adaptive_avg_pool2d_exports_small_and_matches_pytorch(tmp_path, size, o
         torch.testing.assert_close(torch.from_numpy(y), model(x), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_pooled_graph_builds_with_tensorrt(tmp_path):
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(3)).eval()
     art = trtforge.compile(model, (torch.randn(1, 3, 30, 23),), precision="fp16", output_dir=tmp_path / "o",
@@ -47,6 +49,7 @@ def test_the_pooled_graph_builds_with_tensorrt(tmp_path):
     assert art.sidecar.outputs[0].shape[1:] == (4, 3, 3)
 
 
+@pytest.mark.slow
 def test_the_export_shows_a_spinner_with_the_elapsed_time(tmp_path):
     from rich.console import Console
 

@@ -163,6 +163,7 @@ print(json.dumps({"codes": codes, "loaded": sorted(m for m in sys.modules if m.s
 """
 
 
+@pytest.mark.slow
 def test_help_inspect_cache_and_load_never_import_the_compile_stack(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(trtforge_root).parent)}
     out = subprocess.run([sys.executable, "-c", LAZY_SCRIPT, str(tmp_path)], env=env, check=True,
@@ -180,6 +181,7 @@ print(json.dumps({"code": result.exit_code, "torch": "torch" in sys.modules}))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.needs_trt
 def test_building_an_onnx_file_never_imports_torch(tmp_path):
     """torch is half a build process's start-up (4 of 7.5 CPU seconds for a cache hit); an .onnx needs none of it."""

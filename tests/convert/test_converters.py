@@ -149,6 +149,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("factory", "inputs"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_converter_matches_pytorch_and_builds(factory, inputs):
     torch.manual_seed(0)
@@ -159,6 +160,7 @@ FP16_CASES = ["conv2d", "conv_transpose2d", "batch_norm_relu6", "linear_3d", "la
               "reductions", "activations", "bilinear", "sdpa", "sdpa_bool_mask_scale", "max_pool2d", "avg_pool2d"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", FP16_CASES)
 def test_converter_fp16(case):
     _, factory, inputs = next(c for c in CASES if c[0] == case)
@@ -180,6 +182,7 @@ def test_registry_is_data_with_families_and_100_plus_aten_ops():
     assert families == {"conv", "matmul", "elementwise", "norm", "shape", "reduce", "resize", "attention"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["conv2d", "linear_3d", "layer_norm", "sdpa"])
 def test_converter_bf16(case):
     _, factory, inputs = next(c for c in CASES if c[0] == case)

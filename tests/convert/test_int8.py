@@ -90,6 +90,7 @@ def _lower_and_run(precision: str):
         return lowered, evaluate(lowered.net.record, {"x": x})[0], _reference(model, x, scales), model(x)
 
 
+@pytest.mark.slow
 def test_conv_and_linear_of_named_modules_get_qdq_and_match_the_fake_quant_reference():
     lowered, got, expected, plain = _lower_and_run("fp32")
     assert set(lowered.int8_layers) == {"stem", "fc"}
@@ -100,6 +101,7 @@ def test_conv_and_linear_of_named_modules_get_qdq_and_match_the_fake_quant_refer
     assert build_lowered(lowered.net, (1, 2, 4), optimization_level=0).plan
 
 
+@pytest.mark.slow
 def test_int8_under_fp16_builds_and_stays_close_to_the_reference():
     lowered, got, expected, _plain = _lower_and_run("fp16")
     torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
@@ -137,6 +139,7 @@ class ExpandedLinear(nn.Module):
         return self.proj(x.unsqueeze(1).expand(-1, 3, -1))
 
 
+@pytest.mark.slow
 def test_a_weight_expanded_over_a_dynamic_batch_stays_float_and_is_not_claimed():
     scales = int8_plan({"proj": (0.01, (0.01,) * 4)}, "MatMul")
     dynamic = lower_module(ExpandedLinear().eval(), (torch.randn(2, 8),), batch=(1, 2, 4), int8=scales)

@@ -18,6 +18,7 @@ def _full_coverage(model, inputs):
     assert report.fraction == 1.0
 
 
+@pytest.mark.slow
 def test_vit_block():
     torch.manual_seed(0)
     model = ViTBlock().eval()
@@ -26,6 +27,7 @@ def test_vit_block():
     check(model, make)
 
 
+@pytest.mark.slow
 def test_swin_block():
     torch.manual_seed(0)
     model = SwinBlock().eval()
@@ -35,6 +37,7 @@ def test_swin_block():
     assert lowered.net.record.kinds().get("slice", 0) >= 2  # the two rolls are WRAP slices
 
 
+@pytest.mark.slow
 def test_grid_sample_head():
     torch.manual_seed(0)
     model = GridSampleHead().eval()

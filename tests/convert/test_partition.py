@@ -18,6 +18,7 @@ def _inputs(b: int) -> tuple[torch.Tensor]:
     return (torch.randn(b, 3, 8, 8, generator=torch.Generator().manual_seed(b)),)
 
 
+@pytest.mark.slow
 def test_custom_op_stays_in_pytorch_and_the_rest_becomes_engines():
     model = conv_jiggle_head()
     module, report = partition(model, _inputs(2), batch=(1, 2, 4), min_block_size=2)
@@ -30,6 +31,7 @@ def test_custom_op_stays_in_pytorch_and_the_rest_becomes_engines():
     assert "jiggle" in code  # the custom op runs in PyTorch, between the engines
 
 
+@pytest.mark.slow
 def test_min_block_size_keeps_short_runs_in_pytorch():
     model = conv_jiggle_head()
     module, report = partition(model, _inputs(2), batch=(1, 2, 4), min_block_size=100, build=False)

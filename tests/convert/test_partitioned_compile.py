@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -93,12 +94,14 @@ def test_cli_declares_the_flags_and_refuses_bad_values_in_one_line(tmp_path):
 
 # -- compile(path="direct") ----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_an_unsupported_op_without_partitioning_is_one_line_naming_the_op_and_the_fix(tmp_path):
     with pytest.raises(UnsupportedOp, match=r"no converter for trtforge_doubles\.jiggle\.default.*min_block_size=3"):
         trtforge.compile(conv_jiggle_head(), (_x(2),), **_options(tmp_path))
     assert not (tmp_path / "out" / "conv_jiggle_head_fp32_partitioned").exists()
 
 
+@pytest.mark.slow
 def test_compile_partitions_and_the_folder_loads_and_matches_pytorch(compiled):
     model, art = compiled
     assert isinstance(art, PartitionedArtifact) and art.manifest_path.is_file()
@@ -110,6 +113,55 @@ def test_compile_partitions_and_the_folder_loads_and_matches_pytorch(compiled):
         torch.testing.assert_close(module(_x(batch)), model(_x(batch)), **TOLERANCE)
 
 
+def _entries(cache: Path) -> list[str]:
+    return sorted(p.name for p in (cache / "entries").glob("*.json"))
+
+
+def _plans(art: PartitionedArtifact) -> dict[str, bytes]:
+    return {name: (art.folder / f"{name}.engine").read_bytes() for name in art.engines}
+
+
+@pytest.mark.slow
+def test_a_repeated_partitioned_compile_builds_no_part_and_still_matches_pytorch(compiled):
+    """Each engine part is an engine-cache entry, keyed by its own network and build settings: the second
+    identical compile reads every part from the cache (no entry added), and its folder loads and matches."""
+    model, first = compiled
+    base = first.folder.parents[1]
+    entries, plans = _entries(base / "cache"), _plans(first)
+    assert len(entries) == len(first.engines) == 2  # one entry per engine part
+    assert first.cache_hits == () and set(first.built) == set(first.engines)
+    second = trtforge.compile(model, (_x(2),), **_options(base, min_block_size=2))
+    assert second.folder == first.folder and second.built == ()
+    assert set(second.cache_hits) == set(second.engines) == set(first.engines)
+    assert _entries(base / "cache") == entries and _plans(second) == plans
+    module = second.load(route=EVALUATOR_ROUTE)  # the sidecars check each engine's sha256 as it loads
+    for batch in (1, 3):
+        torch.testing.assert_close(module(_x(batch)), model(_x(batch)), **TOLERANCE)
+
+
+@pytest.mark.slow
+def test_partition_options_rebuild_only_the_parts_whose_graphs_they_change(compiled, tmp_path):
+    """Against the cache of ``min_block_size=2``: forcing softmax into PyTorch changes the head's part only
+    (built; the conv part is a hit); ``min_block_size=4`` drops the conv part to PyTorch and serves the
+    unchanged head from the cache."""
+    model, first = compiled
+    cache = first.folder.parents[1] / "cache"
+    options = {**_options(tmp_path), "cache_dir": cache}
+    conv_part = next(name for name in first.engines if "convolution" in
+                     {layer.kind for layer in load_partitioned(first.folder)[0].get_submodule(name).record.layers})
+    head_part = next(name for name in first.engines if name != conv_part)
+    forced = trtforge.compile(model, (_x(2),), **options, min_block_size=2, torch_executed_ops=["aten._softmax"])
+    assert set(forced.engines) == {conv_part, head_part}
+    assert forced.cache_hits == (conv_part,) and forced.built == (head_part,)
+    assert len(_entries(cache)) == 3
+    torch.testing.assert_close(forced.load(route=EVALUATOR_ROUTE)(_x(3)), model(_x(3)), **TOLERANCE)
+    larger = trtforge.compile(model, (_x(2),), **options, min_block_size=4)
+    assert larger.engines == (head_part,) and larger.cache_hits == (head_part,) and larger.built == ()
+    assert "< min_block_size=4" in larger.pytorch[conv_part] and len(_entries(cache)) == 3
+    torch.testing.assert_close(larger.load(route=EVALUATOR_ROUTE)(_x(3)), model(_x(3)), **TOLERANCE)
+
+
+@pytest.mark.slow
 def test_torch_executed_ops_keep_the_named_ops_in_pytorch(tmp_path):
     model = conv_jiggle_head()
     art = trtforge.compile(model, (_x(2),), **_options(tmp_path, min_block_size=1,
@@ -124,6 +176,7 @@ def test_torch_executed_ops_keep_the_named_ops_in_pytorch(tmp_path):
     torch.testing.assert_close(module(_x(3)), model(_x(3)), **TOLERANCE)
 
 
+@pytest.mark.slow
 def test_partition_is_a_thin_call_into_the_compile_code():
     model = conv_jiggle_head()
     config = CompileConfig(precision="fp32", batch=(1, 2, 4), min_block_size=2, torch_executed_ops=["aten.relu"],
@@ -177,6 +230,7 @@ def test_a_route_partitions_do_not_run_on_is_one_line(compiled):
         art.load(route=EVALUATOR_ROUTE, device="cuda:0")
 
 
+@pytest.mark.slow
 def test_the_tensorrt_route_refuses_engine_parts_that_were_never_built(tmp_path, fake_trt):
     from trtforge.convert.saved import save_partitioned
 

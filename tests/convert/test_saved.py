@@ -30,6 +30,7 @@ def saved(tmp_path_factory):
     return model, module, report, folder
 
 
+@pytest.mark.slow
 def test_folder_holds_engines_sidecars_records_and_the_program(saved):
     _model, module, report, folder = saved
     assert len(report.engines) == 2
@@ -49,6 +50,7 @@ def test_folder_holds_engines_sidecars_records_and_the_program(saved):
     assert json.loads((folder / "manifest.json").read_text())["min_block_size"] == 2
 
 
+@pytest.mark.slow
 def test_loaded_module_matches_pytorch_and_the_saved_one(saved):
     model, module, _report, folder = saved
     loaded, report = load_partitioned(folder)

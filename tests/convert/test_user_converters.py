@@ -34,6 +34,7 @@ def _row(out: str, op: str) -> str:
     return next((line for line in out.splitlines() if op in line), "")
 
 
+@pytest.mark.slow
 def test_coverage_lists_the_user_converter(tmp_path):
     without = _run(["-m", "trtforge.cli", "coverage", "user_ops:make", "--input-shape", "2x8"], False, tmp_path)
     with_it = _run(["-m", "trtforge.cli", "coverage", "user_ops:make", "--input-shape", "2x8"], True, tmp_path)
@@ -67,6 +68,7 @@ json.dump({"before": before, "after": after, "replaced": source_hash(), "sidecar
 """
 
 
+@pytest.mark.slow
 def test_compile_direct_uses_the_user_converter_and_keys_on_its_source(tmp_path):
     proc = _run(["-c", SCRIPT], True, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -77,6 +79,7 @@ def test_compile_direct_uses_the_user_converter_and_keys_on_its_source(tmp_path)
     assert got["clash"].startswith("aten.relu.default already has a converter") and "replace=True" in got["clash"]
 
 
+@pytest.mark.slow
 def test_without_the_converter_the_direct_path_refuses_in_one_line(tmp_path):
     proc = _run(["-m", "trtforge.cli", "build", "user_ops:make", "--path", "direct", "--input-shape", "2x8",
                  "-o", "out"], False, tmp_path)
@@ -84,6 +87,7 @@ def test_without_the_converter_the_direct_path_refuses_in_one_line(tmp_path):
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+@pytest.mark.slow
 def test_validators_see_the_settings():
     """Validators take ``(node, settings)`` (or ``(node)``): a BF16 transposed convolution is refused by its
     validator, so ``coverage`` at bf16 says so before anything is built, and at fp32 converts it."""

@@ -66,6 +66,7 @@ def test_an_unknown_field_is_refused_when_the_record_is_made():
         PrecisionRecord(mode="fp32")
 
 
+@pytest.mark.slow
 @pytest.mark.needs_trt
 @pytest.mark.parametrize("path", ["onnx", "direct"])
 def test_compile_writes_no_key_that_lands_in_extra(tmp_path, path):

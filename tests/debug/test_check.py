@@ -55,6 +55,7 @@ def test_inputs_from_an_npz_are_used_as_given(fake_trt, fake_artifact, tmp_path)
         check_artifact(fake_artifact, route="tensorrt", device="cpu", inputs=bad, bindings=fake_trt.bindings)
 
 
+@pytest.mark.slow
 def test_check_command_eager_and_onnxruntime_routes_on_lite0(lite0_sidecar):
     for route in ("eager", "onnxruntime"):
         result = runner.invoke(app, ["check", str(lite0_sidecar), "--route", route, "--samples", "4", "--repeats", "1"])
@@ -102,6 +103,7 @@ def test_tolerances_follow_precision_and_task():
 
 @pytest.mark.parametrize(("engine_ms", "fp16_ms", "verdict"), [(40, 160, "it pays off here"),
                                                                 (160, 40, "a slow-down: FP16 is faster here")])
+@pytest.mark.slow
 def test_a_quantized_engine_is_timed_against_its_fp16_build(tmp_path, engine_ms, fp16_ms, verdict):
     """The double's engines take their recorded times: the speed-up is their ratio, in the report and the CLI."""
     quantized = timed_double(tmp_path, "int8", engine_ms)

@@ -34,6 +34,7 @@ def broken_lite0(lite0_onnx, tmp_path_factory) -> tuple[Path, str]:
     return path, layer_label(conv)
 
 
+@pytest.mark.slow
 def test_layerwise_names_the_perturbed_layer(lite0_onnx, broken_lite0, tmp_path):
     broken, label = broken_lite0
     plot = tmp_path / "divergence.png"
@@ -49,6 +50,7 @@ def test_layerwise_names_the_perturbed_layer(lite0_onnx, broken_lite0, tmp_path)
     assert report.most_added(1)[0].label == label  # the layer that adds the error itself
 
 
+@pytest.mark.slow
 def test_layerwise_fp16_graph_stays_within_its_tolerance(lite0_onnx):
     fp16 = process(load_ir(lite0_onnx), "fp16").model
     report = layerwise(lite0_onnx, fp16, samples=2)
@@ -57,6 +59,7 @@ def test_layerwise_fp16_graph_stays_within_its_tolerance(lite0_onnx):
     assert 0 < report.layers[-1].rel_l2 < report.threshold
 
 
+@pytest.mark.slow
 def test_compare_module_with_artifact_and_saved_outputs_elsewhere(lite0_sidecar, tmp_path):
     inputs, outputs = tmp_path / "in.npz", tmp_path / "out.npz"
     first = runner.invoke(app, ["compare", "trtforge.zoo:efficientnet_lite0", f"{lite0_sidecar}@onnxruntime",

@@ -64,6 +64,7 @@ def test_on_a_cpu_machine_no_engine_runs_and_the_rest_is_checked(tmp_path, priva
     assert [r["route"] for r in second["routes"]] == ["onnxruntime", "eager"]
 
 
+@pytest.mark.slow
 def test_an_artifact_built_elsewhere_is_checked_instead_of_building(lite0_sidecar, tmp_path):
     """Where this machine's TensorRT refuses to build, a sidecar carried from another machine is checked."""
     report_path = tmp_path / "selftest.json"

@@ -52,6 +52,7 @@ def no_traceback(proc: subprocess.CompletedProcess) -> str:
     return text
 
 
+@pytest.mark.slow
 @needs_trt
 @pytest.mark.parametrize("kind", sorted(ODD_GRAPHS))
 def test_check_on_the_onnxruntime_route_runs_unbatched_models(tmp_path, kind):
@@ -72,6 +73,7 @@ def test_check_on_the_onnxruntime_route_runs_unbatched_models(tmp_path, kind):
             assert not (tmp_path / "repo").exists()
 
 
+@pytest.mark.slow
 def test_compile_leaves_the_modules_training_flags_as_they_were(tmp_path):
     torch.manual_seed(0)
     model = TinyNet().train()
@@ -81,6 +83,7 @@ def test_compile_leaves_the_modules_training_flags_as_they_were(tmp_path):
     assert model.training and model.conv.training and not model.head.training  # before: all in eval mode
 
 
+@pytest.mark.slow
 def test_a_batch_of_examples_builds_a_profile_that_admits_it(tmp_path):
     torch.manual_seed(0)
     model = TinyNet().eval()
@@ -116,6 +119,7 @@ def test_public_names_are_kept(tmp_path, caplog):
     np.testing.assert_array_equal(out["y"].numpy(), np.maximum(x, 0))
 
 
+@pytest.mark.slow
 @needs_trt
 def test_an_int8_build_that_quantizes_nothing_says_so(tmp_path):
     weight = onnx.numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32), "w")
@@ -130,6 +134,7 @@ def test_an_int8_build_that_quantizes_nothing_says_so(tmp_path):
     assert (tmp_path / "out" / "relu_fp16.json").is_file()
 
 
+@pytest.mark.slow
 @needs_trt
 def test_options_a_build_ignores_say_so(hardening_inputs, tmp_path):
     model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
@@ -150,6 +155,7 @@ def test_overwrite_warns_about_the_sibling_artifact_it_breaks(hardening_inputs, 
     assert len(lines) == 1 and "tiny_fp16.json" in lines[0] and "overwrite=True" in lines[0], caplog.text
 
 
+@pytest.mark.slow
 @needs_trt
 def test_no_cache_writes_no_calibration_cache(hardening_inputs, tmp_path):
     model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
@@ -159,6 +165,7 @@ def test_no_cache_writes_no_calibration_cache(hardening_inputs, tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.is_dir()) == []  # before: calib_cache/
 
 
+@pytest.mark.slow
 @needs_trt
 @pytest.mark.parametrize("populated", [False, True])
 def test_a_read_only_cache_degrades_to_no_cache_with_one_warning(hardening_inputs, tmp_path, populated):
@@ -177,6 +184,7 @@ def test_a_read_only_cache_degrades_to_no_cache_with_one_warning(hardening_input
     assert read_sidecar(tmp_path / "out" / "tiny_fp16.json").verify_engine().is_file()
 
 
+@pytest.mark.slow
 @needs_trt
 def test_fix_lines_name_cli_flags_to_cli_users_and_arguments_to_python_users(hardening_inputs, tmp_path):
     model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")

@@ -25,6 +25,7 @@ from trtforge.pipeline import default_name
 needs_trt = pytest.mark.needs_trt
 
 
+@pytest.mark.slow
 @needs_trt
 def test_a_full_cache_warns_and_still_delivers_the_engine(hardening_inputs, tmp_path):
     if not can_mount_tmpfs(tmp_path):
@@ -42,6 +43,7 @@ def test_a_full_cache_warns_and_still_delivers_the_engine(hardening_inputs, tmp_
         assert left == []  # no entry without its record, no temp file
 
 
+@pytest.mark.slow
 @needs_trt
 def test_concurrent_builds_of_one_command_both_succeed(hardening_inputs, tmp_path):
     model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
@@ -55,6 +57,7 @@ def test_concurrent_builds_of_one_command_both_succeed(hardening_inputs, tmp_pat
     assert read_sidecar(tmp_path / "out" / "tiny_fp16.json").verify_engine()
 
 
+@pytest.mark.slow
 @needs_trt
 def test_concurrent_builds_of_one_name_with_other_options_never_both_win(hardening_inputs, tmp_path):
     model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
@@ -105,6 +108,7 @@ def test_cache_ls_prints_names_as_they_are_in_one_unit(tmp_path):
     assert "(14.9 MB of 21474.8 MB limit)" in text and "GB" not in text
 
 
+@pytest.mark.slow
 @needs_trt
 def test_a_cache_hit_says_so(hardening_inputs, tmp_path):
     model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
@@ -116,6 +120,7 @@ def test_a_cache_hit_says_so(hardening_inputs, tmp_path):
     assert second.stdout.startswith("cache hit: wrote") and "no build ran" in second.stdout
 
 
+@pytest.mark.slow
 def test_help_fits_80_columns_without_cutting_option_names():
     for argv in (["--help"], ["build", "--help"], ["cache", "ls", "--help"], ["bench", "--help"]):
         proc = subprocess.run([sys.executable, "-m", "trtforge.cli", *argv], capture_output=True, text=True,
@@ -151,6 +156,7 @@ def test_batch_that_shapes_would_override_is_refused():
     assert CompileConfig(batch=(1, 1, 1), shapes=shapes).batch[0].max == 1
 
 
+@pytest.mark.slow
 @needs_trt
 def test_shapes_flag_builds_dynamic_spatial_dims(tmp_path):
     model = tmp_path / "spatial.onnx"
@@ -201,6 +207,7 @@ def test_layer_precision_forms_python_and_cli():
         parse_layer_precision(["x"])
 
 
+@pytest.mark.slow
 @needs_trt
 def test_layer_precision_fp32_keeps_the_named_layer_in_fp32(hardening_inputs, tmp_path):
     """A real TensorRT-RTX build from the CLI: the processed graph computes the Conv in FP32 (ONNX Runtime
@@ -265,6 +272,7 @@ def test_float64_calibration_data_is_not_taken_silently(hardening_inputs, tmp_pa
     assert any("is float64; the model takes float32" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow
 @needs_trt
 def test_verbosity_flags(hardening_inputs, tmp_path):
     model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
@@ -276,6 +284,7 @@ def test_verbosity_flags(hardening_inputs, tmp_path):
     assert quiet.returncode == 0 and quiet.stderr == ""
 
 
+@pytest.mark.slow
 @needs_trt
 def test_bench_without_preprocessing_and_with_a_failing_route(hardening_inputs, tmp_path):
     art = Path(shutil.copytree(hardening_inputs["art"], tmp_path / "art"))

@@ -37,6 +37,7 @@ FEEDS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "module", "op"), [("div", Div, "Div"), ("pow", Pow, "Pow")])
 def test_computed_operand_stays_fp32_and_the_strict_evaluator_agrees(tmp_path, kind, module, op):
     example = (torch.ones(1, 3), torch.full((1, 3), 2.0))
@@ -51,6 +52,7 @@ def test_computed_operand_stays_fp32_and_the_strict_evaluator_agrees(tmp_path, k
                       if n.name in plan_float(copy_model(reference), "bfloat16").fp32_nodes}
 
 
+@pytest.mark.slow
 def test_division_by_a_constant_stays_fp16(tmp_path):
     example = (torch.ones(1, 3), torch.ones(1, 3))
     reference = load_ir(export_onnx(DivByConstant().eval(), example, tmp_path / "c.onnx", input_names=["x", "y"]))

@@ -45,6 +45,7 @@ def test_fp16_keeps_fp32_graph_io(lite0_fp16):
     assert summary["float16"] > 80, summary  # the convolutions really run in FP16
 
 
+@pytest.mark.slow
 def test_fp16_efficientnet_numerics_on_real_photos(lite0_onnx, lite0_fp16, photo_inputs):
     ref = batched(lite0_onnx, "images", photo_inputs)
     out = batched(lite0_fp16, "images", photo_inputs)
@@ -54,6 +55,7 @@ def test_fp16_efficientnet_numerics_on_real_photos(lite0_onnx, lite0_fp16, photo
     assert agreement >= 0.99, agreement
 
 
+@pytest.mark.slow
 def test_fp16_minilm_cosine(minilm, minilm_onnx, sentences, tmp_path):
     model, tokenize = minilm
     path = tmp_path / "minilm_fp16.onnx"
@@ -86,6 +88,7 @@ class HandWrittenNorm(torch.nn.Module):
         return (h - mean) / torch.sqrt(var + 1e-12)
 
 
+@pytest.mark.slow
 def test_handwritten_normalisation_stays_fp32(tmp_path):
     torch.manual_seed(0)
     model = HandWrittenNorm().eval()

@@ -56,6 +56,7 @@ def _graph(name, tmp_path):
     return reference, feeds
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_without_the_probe_fp16_breaks_these_graphs(name, tmp_path):
     """The finding: the strict evaluator sees FP16 overflow and rounding that the plain pass lets through."""
@@ -72,6 +73,7 @@ def test_without_the_probe_fp16_breaks_these_graphs(name, tmp_path):
     assert errors["strict"] > 2e-2, errors
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_probe_keeps_what_leaves_the_fp16_range(name, tmp_path):
     reference, feeds = _graph(name, tmp_path)
@@ -95,6 +97,7 @@ def test_reduce_prod_stays_fp32_without_a_probe():
     assert max(errors.values()) <= 1e-6, errors
 
 
+@pytest.mark.slow
 def test_measure_ranges_records_each_tensors_largest_magnitude(tmp_path):
     reference, feeds = _graph("div", tmp_path)
     ranges = measure_ranges(reference, [feeds])
@@ -103,6 +106,7 @@ def test_measure_ranges_records_each_tensors_largest_magnitude(tmp_path):
     assert ranges["x"] == pytest.approx(float(np.abs(feeds["x"]).max()))
 
 
+@pytest.mark.slow
 def test_compile_probes_the_example_inputs_and_records_the_reasons(tmp_path):
     module, inputs = CASES["div"]
     art = trtforge.compile(module, inputs, precision="fp16", output_dir=tmp_path, progress=False, cache=False)

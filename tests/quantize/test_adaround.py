@@ -45,6 +45,7 @@ def _layer_out(model, name: str, x: np.ndarray) -> np.ndarray:
     return ort_session(model, extra_outputs=[name]).run([name], {"x": x})[0].astype(np.float64)
 
 
+@pytest.mark.slow
 def test_learned_rounding_lowers_a_conv_layers_mse_and_ort_agrees(net):
     model, x = net
     result = quantize_model(model, x, QuantConfig(bias_correction=False, task="other", include=("Conv",)),
@@ -72,7 +73,7 @@ def test_learned_rounding_lowers_a_conv_layers_mse_and_ort_agrees(net):
 
 
 def test_rounding_options_are_checked():
-    with pytest.raises(ConfigError, match="rounding='up', rounding_seconds=120.0: choose one of nearest, learned"):
+    with pytest.raises(ConfigError, match="rounding='up', rounding_seconds=120.0: choose one of nearest, learned, gptq"):
         QuantConfig(rounding="up")
     with pytest.raises(ConfigError, match="rounding_seconds=0"):
         QuantConfig(rounding_seconds=0)

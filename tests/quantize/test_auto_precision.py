@@ -144,6 +144,7 @@ def test_a_tight_budget_moves_the_sensitive_layers_up_and_holds_on_the_held_back
                 layer for layer in result.plan.layers if layer.label == label).inputs)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not trt.info().is_rtx, reason="TensorRT-RTX builds")
 @pytest.mark.parametrize("targets", [(), FP8_TARGETS], ids=["rtx-default", "sm89-sm120"])
 def test_compile_auto_builds_for_its_targets_and_writes_what_it_measured(net, tmp_path, targets):
@@ -178,6 +179,7 @@ def test_compile_auto_builds_for_its_targets_and_writes_what_it_measured(net, tm
     (["--error-budget", "0.1"], "--precision auto needs --calib DATA"),
     (["--calib", "CALIB"], "give error_budget= (--error-budget)"),
 ])
+@pytest.mark.slow
 def test_cli_refuses_auto_without_calibration_data_or_a_budget(net, tmp_path, flags, match):
     """(e) One line, exit 2, nothing written."""
     path, x = net

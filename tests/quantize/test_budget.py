@@ -63,12 +63,14 @@ def test_invalid_limits_name_the_fix():
         ErrorBudget.of(cos=0.99)
 
 
+@pytest.mark.slow  # the MiniLM encoder's ONNX export (session fixture)
 def test_task_detection(lite0_onnx, minilm_onnx):
     assert detect_task(onnx.load(str(lite0_onnx))) == "classification"
     assert detect_task(onnx.load(str(minilm_onnx))) == "embedding"  # mean-pooled, then x / ‖x‖₂
     assert detect_task(onnx.load(str(minilm_onnx)), "other") == "other"
 
 
+@pytest.mark.slow  # the MiniLM encoder's ONNX export (session fixture)
 def test_budget_out_of_range_for_detected_task_fails_before_calibration(minilm_onnx):
     def calibration_data():
         raise AssertionError("calibration data was read before the budget was checked")
@@ -79,6 +81,7 @@ def test_budget_out_of_range_for_detected_task_fails_before_calibration(minilm_o
                        progress=False)
 
 
+@pytest.mark.slow
 def test_auto_placement_meets_cosine_budget_on_held_back_sentences(minilm, minilm_onnx, sentences):
     _, tokenize = minilm
     feeds = tokenize(sentences, seq_len=32)

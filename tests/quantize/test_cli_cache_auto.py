@@ -49,6 +49,7 @@ def test_cli_build_int8_writes_quantization_block(lite0_onnx, image_dir, tmp_pat
     assert list((out / "calib_cache").glob("calib_*.json"))
 
 
+@pytest.mark.slow
 def test_cli_sensitivity_prints_ranked_table(lite0_onnx, image_dir):
     result = CliRunner().invoke(app, [
         "quantize", "sensitivity", str(lite0_onnx), "--data", str(image_dir),
@@ -65,6 +66,7 @@ def test_cli_bad_calibration_data_is_one_clear_line(lite0_onnx, tmp_path):
     assert result.exit_code == 2 and "raw pixels" in result.output
 
 
+@pytest.mark.slow
 def test_calibration_cache_hit_and_miss(lite0_onnx, photo_inputs, tmp_path):
     proto = onnx.load(str(lite0_onnx))
     x = photo_inputs[:20]
@@ -82,6 +84,7 @@ def test_calibration_cache_hit_and_miss(lite0_onnx, photo_inputs, tmp_path):
     assert len(list(tmp_path.glob("calib_*.json"))) == 3
 
 
+@pytest.mark.slow
 def test_auto_placement_meets_budget(lite0_onnx, photo_inputs):
     proto = onnx.load(str(lite0_onnx))
     # An explicit relative-L2 budget (a float would be a softmax-KL limit for this classifier).

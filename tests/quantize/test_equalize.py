@@ -43,6 +43,7 @@ def _same(a, b, x) -> float:
     return float(np.abs(ya - yb).max() / np.abs(ya).max())
 
 
+@pytest.mark.slow
 def test_a_relu6_chain_that_clips_keeps_its_outputs(tmp_path):
     module = ClippingChain()
     x = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(1))
@@ -62,6 +63,7 @@ def test_a_relu6_chain_that_clips_keeps_its_outputs(tmp_path):
         assert np.abs(np.log(r1 / r2)).max() < 0.05
 
 
+@pytest.mark.slow
 def test_unscaled_clip_bounds_would_change_the_outputs(tmp_path):
     """The check above can fail: the same weights with the original scalar ReLU6 are a different function."""
     model = _onnx(ClippingChain(), (1, 3, 16, 16), tmp_path / "chain.onnx")
@@ -74,6 +76,7 @@ def test_unscaled_clip_bounds_would_change_the_outputs(tmp_path):
     assert _same(model, original, x) > 1e-2
 
 
+@pytest.mark.slow
 def test_a_shared_middle_tensor_is_not_equalized(tmp_path):
     class Fork(torch.nn.Module):
         def __init__(self) -> None:
@@ -97,6 +100,7 @@ def test_efficientnet_lite0_keeps_its_outputs(lite0_onnx, photo_inputs):
     assert _same(model, equalized, photo_inputs[:8]) < 1e-5
 
 
+@pytest.mark.slow
 def test_activation_equalization_levels_the_depthwise_inputs(tmp_path):
     """``equalize_activations``: the depthwise conv's input channels all reach the same observed range, and
     the function is kept; the pair into the pointwise conv (not depthwise) is left alone."""
@@ -138,6 +142,7 @@ def _batches(seed: int) -> list[dict[str, np.ndarray]]:
     return [{"x": rng.standard_normal((4, 8, 12, 12)).astype(np.float32)} for _ in range(4)]
 
 
+@pytest.mark.slow
 def test_high_biases_are_absorbed_into_the_next_conv(tmp_path):
     from trtforge.quantize.equalize import absorb_biases, channel_range
 
@@ -153,6 +158,7 @@ def test_high_biases_are_absorbed_into_the_next_conv(tmp_path):
         assert _same(model, absorbed, batch["x"]) < 1e-5
 
 
+@pytest.mark.slow
 def test_a_relu6_that_clips_stops_absorption(tmp_path):
     """Channels whose pre-activation reaches 6 keep their bias (a shift would move the clip); forcing the
     ReLU rule on them changes the outputs, so the check below can fail."""
@@ -172,6 +178,7 @@ def test_a_relu6_that_clips_stops_absorption(tmp_path):
     assert _same(model, forced, batches[0]["x"]) > 1e-3
 
 
+@pytest.mark.slow
 def test_efficientnet_lite0_keeps_its_outputs_after_bias_absorption(lite0_onnx, photo_inputs):
     from trtforge.quantize.equalize import absorb_biases
 

@@ -54,6 +54,7 @@ def _by_label(plan: QuantPlan) -> dict[str, tuple]:
             for layer in plan.layers}
 
 
+@pytest.mark.slow
 def test_direct_and_onnx_paths_compute_one_plan_type_with_the_same_scales(onnx_model):
     x = _calib()
     via_onnx = quantize_model(onnx_model, x, CONFIG, progress=False)
@@ -94,6 +95,7 @@ def test_direct_bias_correction_shifts_the_biases_the_onnx_path_shifts(onnx_mode
     assert torch.equal(module.stem.bias, _model().stem.bias)  # the caller's module is left as it was
 
 
+@pytest.mark.slow
 def test_the_held_back_report_measures_what_the_lowered_network_computes():
     x = _calib()
     model = _model()
@@ -111,6 +113,7 @@ def test_the_held_back_report_measures_what_the_lowered_network_computes():
     assert result.report["error_budget"]["holds"] is True and result.report["task"] == "other"
 
 
+@pytest.mark.slow
 def test_a_direct_int8_build_and_an_onnx_int8_build_write_the_same_report(tmp_path):
     x = _calib()
     common = dict(precision="int8", calibration_data=x, batch=(1, 2, 4), allow_unaccelerated=True, progress=False,
@@ -132,6 +135,7 @@ def test_a_direct_int8_build_and_an_onnx_int8_build_write_the_same_report(tmp_pa
     assert biased.bias_correction["layers"] == biased.int8_layers == 2
 
 
+@pytest.mark.slow
 def test_a_direct_int8_build_that_misses_its_error_budget_is_refused_under_strict_accuracy(tmp_path):
     out = tmp_path / "out"
     with pytest.raises(AccuracyBudgetMissed, match="misses its error budget"):

@@ -54,6 +54,7 @@ def test_depthwise_kind_excludes_exactly_the_grouped_convs(lite0_analysis):
     assert d["_blocks.15._project_conv"] is None  # pointwise convs keep their INT8
 
 
+@pytest.mark.slow  # the MiniLM encoder's ONNX export (session fixture)
 def test_minilm_structure(minilm_analysis):
     a = minilm_analysis
     labels = {c.output: c.label for c in a.candidates}
@@ -66,6 +67,7 @@ def test_minilm_structure(minilm_analysis):
     assert len(a.mlp_pairs) == 6
 
 
+@pytest.mark.slow  # the MiniLM encoder's ONNX export (session fixture)
 def test_minilm_attention_all_or_nothing_and_mlp_rule(minilm_analysis):
     a = minilm_analysis
     labels = {c.output: c.label for c in a.candidates}

@@ -273,7 +273,9 @@ def test_compile_builds_fp8_for_sm89_and_sm120(mlp, tmp_path):
     (["--precision", "int8", "--awq"], "awq=True (--awq) scales weights for the weight-only precisions"),
     (["--precision", "int4-wo", "--smoothquant", "0.5"], "smoothquant= (--smoothquant) moves activation outliers"),
     (["--precision", "fp8", "--block-size", "64"], "block_size= (--block-size) is for int8-wo/int4-wo"),
+    (["--precision", "int8", "--rounding", "gptq"], "rounding='gptq' (--rounding gptq) is for int8-wo/int4-wo, not int8: drop it"),
 ])
+@pytest.mark.slow
 def test_cli_refuses_options_the_precision_cannot_use(mlp, tmp_path, flags, match):
     import subprocess
     import sys

@@ -64,6 +64,7 @@ def test_factors_formula():
     np.testing.assert_allclose(s, [2.0, 0.5, 1.0])
 
 
+@pytest.mark.slow
 def test_smoothquant_keeps_fp32_outputs(block_onnx, feeds):
     name = block_onnx.graph.input[0].name
     data = [{name: f["x"]} for f in feeds]
@@ -92,6 +93,7 @@ def test_smoothquant_helps_int8_on_outlier_channels(block_onnx, feeds):
     assert smoothed.report["measured"]["rel_l2_mean"] < plain.report["measured"]["rel_l2_mean"]
 
 
+@pytest.mark.slow  # the MiniLM encoder's ONNX export (session fixture)
 def test_post_ln_bert_is_skipped_with_reason(minilm_onnx):
     proto = onnx.load(str(minilm_onnx))
     sites, skipped = find_sites(proto)

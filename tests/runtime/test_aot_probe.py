@@ -40,6 +40,7 @@ def test_a_crashing_package_is_refused_before_this_process_loads_it(tmp_path, mo
         TorchEngine(None, [spec], ["y"], route="compiled", device="cpu", aot_package=package)
 
 
+@pytest.mark.slow
 def test_a_file_that_is_not_a_package_fails_in_the_child_with_its_error(tmp_path):
     package = tmp_path / "not_a_package_aot_cpu.pt2"
     package.write_bytes(b"not a zip archive")
@@ -48,6 +49,7 @@ def test_a_file_that_is_not_a_package_fails_in_the_child_with_its_error(tmp_path
     assert str(package) in str(info.value)
 
 
+@pytest.mark.slow
 def test_a_good_package_is_probed_once_per_process(tmp_path, monkeypatch):
     model = torch.nn.Sequential(torch.nn.Linear(8, 4)).eval()
     spec = TensorSpec("x", "float32", (-1, 8))

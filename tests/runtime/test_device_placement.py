@@ -111,6 +111,7 @@ def test_a_gpu_on_a_cpu_machine_is_refused_in_one_line_before_the_model_is_built
     assert default_device(None) == CPU
 
 
+@pytest.mark.slow
 def test_cpu_routes_keep_working_with_device_cpu(lite0_sidecar):
     x = torch.rand(2, 3, 224, 224)
     with trtforge.load(lite0_sidecar, route="eager", device="cpu") as eager, \

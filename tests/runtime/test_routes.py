@@ -28,6 +28,7 @@ def _check_close(out: torch.Tensor, ref: torch.Tensor, tol: float) -> None:
     assert torch.equal(out.argmax(1), ref.argmax(1))
 
 
+@pytest.mark.slow
 def test_onnxruntime_route_matches_model(lite0_sidecar, photo_batch, reference):
     with trtforge.load(lite0_sidecar, route="onnxruntime") as engine:
         assert isinstance(engine, Engine) and engine.route == "onnxruntime"
@@ -37,6 +38,7 @@ def test_onnxruntime_route_matches_model(lite0_sidecar, photo_batch, reference):
         _check_close(engine(photo_batch)["logits"], reference, 1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("route", "tol"), [("eager", 1e-6), ("fp16", 1e-2), ("cuda_graph", 1e-2)])
 def test_torch_routes_match_model(lite0_sidecar, photo_batch, reference, route, tol):
     # No GPU here: every route falls back to the CPU; cuda_graph runs its FP16 module without graphs.
@@ -54,6 +56,7 @@ def test_fp16_route_leaves_the_callers_model_alone(lite0):
     assert next(lite0.parameters()).dtype == torch.float32
 
 
+@pytest.mark.slow
 def test_compiled_route_with_torch_compile():
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
     spec = TensorSpec("x", "float32", (-1, 8))

@@ -80,6 +80,7 @@ def test_export_refusals(tmp_path, linear_v1):
     assert result.exit_code == 2 and "unknown backend 'onnx'" in result.output
 
 
+@pytest.mark.slow
 def test_python_repository_parses_and_serves_without_the_source_folder(tmp_path, start_server):
     source = make_artifact(tmp_path / "source", scale=3.0)
     folders = export_triton([source], tmp_path / "repo", backend="python", route="onnxruntime",
@@ -93,6 +94,7 @@ def test_python_repository_parses_and_serves_without_the_source_folder(tmp_path,
     np.testing.assert_allclose(grpc_infer(server, x), expected(x, 3.0), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_serve_command_prints_endpoints_and_stops_on_ctrl_c(linear_v1):
     http, grpc, metrics = free_ports()
     # Python's Ctrl-C handler first: a background ``make test &`` hands its children SIGINT ignored.

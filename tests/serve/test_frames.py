@@ -23,6 +23,7 @@ def infer_frames(server, frames: np.ndarray, dtype: str = "UINT8") -> np.ndarray
     return InferenceServerClient(server.url("grpc")).infer("tinyconv", [tensor], client_timeout=30).as_numpy("logits")
 
 
+@pytest.mark.slow
 def test_uint8_frames_are_preprocessed_in_the_server_like_trtforge_does(start_server, tmp_path):
     artifact = make_image_artifact(tmp_path / "image")
     server = start_server([artifact], route="onnxruntime", input_format="uint8")

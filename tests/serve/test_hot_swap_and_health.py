@@ -80,6 +80,7 @@ def _wait_for(predicate, timeout_s: float = 30.0) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_health_failures_fall_back_and_recovery_switches_back(start_server, tmp_path):
     artifact = make_artifact(tmp_path / "flaky", scale=1.0)
     policy = HealthPolicy(interval_s=0.2, timeout_s=2.0, fallback_after=2, recover_after=3)
@@ -116,6 +117,7 @@ def _replace_artifact(source: Path, target: Path) -> None:
         os.replace(staged, target.parent / file.name)
 
 
+@pytest.mark.slow
 def test_watcher_reloads_a_changed_artifact_and_keeps_the_old_one_on_a_corrupt_one(start_server, tmp_path):
     artifact = make_artifact(tmp_path / "served", scale=1.0)
     server = start_server([artifact], route="onnxruntime", watch_s=0.2)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 
 from tests.serve.artifacts import make_artifact, make_image_artifact
 from tests.serve.conftest import metric
 from trtforge.bench.serving import run_load
 
 
+@pytest.mark.slow
 def test_load_over_grpc_and_shared_memory_is_answered_and_counted(start_server, tmp_path):
     server = start_server([make_artifact(tmp_path / "a")], route="onnxruntime", max_delay_ms=5)
     inputs = {"x": np.ones((1, 4), np.float32)}
@@ -37,6 +39,7 @@ def rows_by_device(server) -> dict[str, float]:
     return found
 
 
+@pytest.mark.slow
 def test_null_model_with_uint8_frames_answers_zeros_without_the_model(start_server, tmp_path):
     from tritonclient.grpc import InferenceServerClient, InferInput
 

@@ -25,6 +25,7 @@ def server(linear_v1):
     assert not running.running
 
 
+@pytest.mark.slow
 def test_answers_match_the_model_over_grpc_and_http(server):
     from tritonclient.http import InferenceServerClient, InferInput
 
@@ -112,6 +113,7 @@ def test_admin_without_the_token_is_refused(server, linear_v1):
     assert server.status("linear")["ready"]
 
 
+@pytest.mark.slow
 def test_corrupt_new_artifact_is_refused_while_the_old_one_serves(server, tmp_path):
     x = np.ones((2, 4), np.float32)
     broken_engine = make_artifact(tmp_path / "engine", scale=2.0)
@@ -132,6 +134,7 @@ def test_corrupt_new_artifact_is_refused_while_the_old_one_serves(server, tmp_pa
     assert server.status("linear")["ready"]
 
 
+@pytest.mark.slow
 def test_a_cuda_graph_engine_is_only_called_at_bucket_sizes(start_server, tmp_path):
     from trtforge.serve.batching import graph_buckets
 

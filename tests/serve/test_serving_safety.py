@@ -32,6 +32,7 @@ def _calls(path: Path) -> list[tuple[float, float, str, int]]:
     return [(float(a), float(b), name, int(ident)) for a, b, name, ident in rows]
 
 
+@pytest.mark.slow
 def test_health_checks_go_through_the_instance_lock_on_one_worker(start_server, tmp_path):
     """Before: the health thread called the engine beside a batch (engines reuse output buffers),
     and every timed-out check left one more thread calling the engine."""
@@ -62,6 +63,7 @@ def test_health_checks_go_through_the_instance_lock_on_one_worker(start_server, 
     assert len(health) == 1, f"{len(health)} health-check threads called the engine"
 
 
+@pytest.mark.slow
 def test_admin_token_is_not_on_tritonservers_command_line(start_server, linear_v1):
     server = start_server([linear_v1], admin_token="s3cret-token-for-the-test")
     command = Path(f"/proc/{server._process.pid}/cmdline").read_bytes().decode()
@@ -72,6 +74,7 @@ def test_admin_token_is_not_on_tritonservers_command_line(start_server, linear_v
     assert not any(server._work.glob("admin-token")), "the token file outlives the start-up"
 
 
+@pytest.mark.slow
 def test_reload_refuses_another_signature_unless_allowed(start_server, linear_v1, tmp_path):
     server = start_server([linear_v1])
     image = make_image_artifact(tmp_path / "image", name="linear")  # same name, other inputs and outputs
@@ -130,6 +133,7 @@ def test_export_refuses_a_route_the_artifact_cannot_take(tmp_path):
     assert "--route eager" in result.output and not (tmp_path / "repo").exists()
 
 
+@pytest.mark.slow
 def test_an_exported_stub_env_beside_the_repository_moves_with_it(tmp_path, start_server):
     """Before: EXECUTION_ENV_PATH was the absolute host path, so the deployment could not move."""
     deploy = tmp_path / "deploy"
@@ -156,6 +160,7 @@ def test_gpu_metrics_are_on_where_there_is_a_gpu(tmp_path):
     assert flag(1) == "--allow-gpu-metrics=true" and flag(0) == "--allow-gpu-metrics=false"
 
 
+@pytest.mark.slow
 def test_a_model_that_fails_to_load_is_reported_in_one_line(linear_v1):
     server = Server([linear_v1], serve_config(engine_factory="tests.serve.doubles:refusing_to_load"))
     with pytest.raises(Unsupported) as failed:

@@ -97,6 +97,7 @@ def _graph_and_plain(engine, task: str, preprocessing: dict) -> tuple[Predictor,
     return graph, plain
 
 
+@pytest.mark.slow
 def test_one_graph_path_matches_plain_path_classification(lite0):
     engine = TorchEngine(lite0, [TensorSpec("images", "float32", (-1, 3, 224, 224))], ["logits"], device="cpu")
     graph, plain = _graph_and_plain(engine, "classification", LITE0_PREPROCESSING)
@@ -145,6 +146,7 @@ def test_one_graph_path_matches_plain_path_detection():
     assert graph._graphs.replays == 2
 
 
+@pytest.mark.slow
 def test_compiled_preprocessing_gives_the_eager_results(lite0):
     """compile_preprocessing=True: one fused kernel (Inductor, here its CPU code), same classes and scores."""
     engine = TorchEngine(lite0, [TensorSpec("images", "float32", (-1, 3, 224, 224))], ["logits"], device="cpu")

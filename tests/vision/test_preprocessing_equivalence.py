@@ -90,6 +90,7 @@ def float64_reference(path, pp: dict) -> np.ndarray:
     return (x.transpose(2, 0, 1) if pp["layout"] == "NCHW" else x)[None]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("interpolation", "antialias", "layout", "order"), MODES, ids=IDS)
 def test_calibration_inputs_equal_inference_inputs(photo_dir, interpolation, antialias, layout, order):
     pp = record(interpolation, antialias, layout, order)
@@ -107,6 +108,7 @@ def test_calibration_inputs_equal_inference_inputs(photo_dir, interpolation, ant
 @pytest.mark.parametrize(("interpolation", "antialias", "layout", "order"),
                          [("bicubic", True, "NHWC", "BGR"), ("nearest", False, "NCHW", "RGB")],
                          ids=["bicubic-aa-NHWC-BGR", "nearest-noaa-NCHW-RGB"])
+@pytest.mark.slow
 def test_fused_preprocessing_feeds_the_calibrated_inputs(photo_dir, interpolation, antialias, layout, order):
     """compile_preprocessing=True (torch.compile, one Inductor kernel): the same function within float rounding.
 
@@ -123,6 +125,7 @@ def test_fused_preprocessing_feeds_the_calibrated_inputs(photo_dir, interpolatio
         np.testing.assert_allclose(inf, cal, rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_fused_preprocessing_past_the_recompile_limit_runs_the_same_function(caplog):
     """A tenth frame size in one process (Dynamo compiles 8): unfused, same values, one warning; no failure."""
     from trtforge.vision.preprocess import _warn_unfused

@@ -158,6 +158,7 @@ def test_detr_fp16_selection_matches_fp32_on_fp16_logits():
         detr_topk(logits, boxes, k=100)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("route", ["onnxruntime", "eager"])
 def test_predictor_classifies_real_photo_like_the_model(lite0_sidecar, lite0, route):
     photo = data.chelsea()  # a tabby cat
@@ -204,6 +205,7 @@ def test_artifact_predictor_uses_the_sidecar_record(lite0_sidecar):
     assert predict(data.chelsea()).class_id[0] in (281, 282, 285)
 
 
+@pytest.mark.slow
 def test_predictor_feeds_an_fp16_input_engine_in_fp16(lite0):
     from trtforge.core.specs import TensorSpec
     from trtforge.runtime.torch_routes import TorchEngine
@@ -217,6 +219,7 @@ def test_predictor_feeds_an_fp16_input_engine_in_fp16(lite0):
     np.testing.assert_allclose(a.score, b.score, atol=2e-2)
 
 
+@pytest.mark.slow
 def test_frames_on_another_device_are_refused_by_name(lite0_sidecar):
     """A frame on a device other than the predictor's (meta here, another GPU on a GPU machine) is
     refused with the frame's index and both devices; host frames keep the staged copy."""

@@ -136,7 +136,7 @@ def built_line(art: Any) -> str:
 
     if isinstance(art, PartitionedArtifact):  # a folder of engine parts and PyTorch parts
         return (f"[green]built[/] a partitioned module: {escape(str(art.folder))} ({len(art.engines)} engine part(s), "
-                f"{len(art.pytorch)} part(s) kept in PyTorch)")
+                f"{len(art.cache_hits)} of them from the engine cache; {len(art.pytorch)} part(s) kept in PyTorch)")
     size = f"{art.sidecar.engine_size / 1e6:.1f} MB"
     files = f"{escape(str(art.engine_path))} ({size}) + {escape(art.sidecar_path.name)}"
     if (art.sidecar.builder.cache or {}).get("hit"):

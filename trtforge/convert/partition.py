@@ -121,31 +121,40 @@ class PartitionReport:
     optimization_level: int = 3
 
 
-def propose(graph_module: torch.fx.GraphModule, min_block_size: int = 1,
-            settings: Settings = DEFAULT_SETTINGS) -> list[list[torch.fx.Node]]:
-    """The supported runs (as node lists, in graph order) the partitioner would make engines of."""
-    mark_constants(graph_module.graph, {})
-    partitioner = CapabilityBasedPartitioner(graph_module, _Supported(settings), allows_single_node_partition=True)
-    order = _order(graph_module)
-    runs = sorted((sorted(p.nodes, key=order) for p in partitioner.propose_partitions()), key=lambda r: order(r[-1]))
-    return [r for r in runs if _compute_nodes(r) >= min_block_size]
-
-
-def _order(graph_module: torch.fx.GraphModule):
-    index = {n: i for i, n in enumerate(graph_module.graph.nodes)}
-    return lambda n: index[n]
-
-
 def _compute_nodes(nodes) -> int:
     return sum(1 for n in nodes if node_status(n)[0] == "converted" and target_name(n) != "_operator.getitem")
 
 
-def _engine(parent: torch.fx.GraphModule, node: torch.fx.Node, *, batch, config: CompileConfig, runner: Runner,
-            build: bool):
-    """Lower one fused submodule and build it with ``config`` (its shapes the partition's own); its
-    arguments that are the parent's parameters become constants."""
+@dataclass(frozen=True)
+class PartBuild:
+    """One engine part built: its plan, and its profile as the builder derived it (None: derive it again)."""
+
+    plan: bytes
+    profile: dict | None = None
+
+
+#: Builds one engine part: ``(lowered network, the part's config, its name) → PartBuild``. ``build_part`` builds
+#: it; ``trtforge.compile`` passes one that asks the engine cache first (``pipeline.partitioned_path``).
+PartBuilder = Callable[[Any, CompileConfig, str], PartBuild]
+
+
+def build_part(net, config: CompileConfig, name: str) -> PartBuild:
+    """Build ``net`` (a lowered part) with the one builder and ``config`` (its shapes the part's own)."""
     from trtforge.builder.build import build_network
 
+    built = build_network(net.builder, net.net, net.logger, config, name=name, progress=False)
+    return PartBuild(built.plan, built.profiles[0] if built.profiles else None)
+
+
+def part_config(config: CompileConfig, net, batch) -> CompileConfig:
+    """The config one engine part is built with: ``config``, its shapes the part's inputs' over ``batch``."""
+    return replace(config, shapes=symbolic_shapes(net, batch), batch=None, batched_inputs=None, progress=False)
+
+
+def _engine(parent: torch.fx.GraphModule, node: torch.fx.Node, *, batch, config: CompileConfig, runner: Runner,
+            builder: PartBuilder | None):
+    """Lower one fused submodule and (with a ``builder``) build it with ``config``, its shapes the partition's
+    own; its arguments that are the parent's parameters become constants."""
     sub = getattr(parent, node.target)
     placeholders = [n.name for n in sub.graph.find_nodes(op="placeholder")]
     constants = {name: _attr(parent, arg.target) for name, arg in zip(placeholders, node.args, strict=True)
@@ -153,15 +162,11 @@ def _engine(parent: torch.fx.GraphModule, node: torch.fx.Node, *, batch, config:
     lowered = lower_graph(sub.graph, constants, precision=precision_dtype(config.precision),
                           attrs=lambda t: _attr(sub, t), name=node.target)
     net = lowered.net
-    built = None
-    if build:
-        engine_config = replace(config, shapes=symbolic_shapes(net, batch), batch=None, batched_inputs=None,
-                                progress=False)
-        built = build_network(net.builder, net.net, net.logger, engine_config, name=node.target, progress=False)
+    built = None if builder is None else builder(net, part_config(config, net, batch), node.target)
     (out,) = sub.graph.find_nodes(op="output")
     values = [n.meta["val"] for n in (out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]])]
     outputs = [(name, v.dtype, static_shape(v)) for name, v in zip(net.record.outputs, values, strict=True)]
-    profile = built.profiles[0] if built is not None and built.profiles else _profile(net, batch)
+    profile = built.profile if built is not None and built.profile else _profile(net, batch)
     return EngineModule(None if built is None else built.plan, net.record, placeholders, runner, profile, outputs)
 
 
@@ -195,39 +200,52 @@ def partition(model: torch.nn.Module, example_inputs: tuple, config: CompileConf
     """
     base = config if config is not None else CompileConfig(**PARTITION_DEFAULTS)
     return partition_module(model, tuple(example_inputs), base.with_overrides(**overrides), runner=runner,
-                            build=build)
+                            builder=build_part if build else None)
 
 
 def partition_module(model: torch.nn.Module, args: tuple, config: CompileConfig, *,
-                     runner: Runner = reference_runner, build: bool = True
+                     runner: Runner = reference_runner, builder: PartBuilder | None = build_part
                      ) -> tuple[torch.fx.GraphModule, PartitionReport]:
     """The one partitioning code: ``trtforge.compile(path="direct")`` with ``min_block_size`` or
-    ``torch_executed_ops`` set, and ``partition()``, run this."""
+    ``torch_executed_ops`` set, and ``partition()``, run this. ``builder`` builds each engine part (None: the
+    parts are lowered, not built)."""
     batch = export_batch(config.batch) if config.batch is not None else None
     program = export_program(model, args, batch)
     sizes = batch or example_batch(args)
     report = PartitionReport(program=program, min_block_size=config.block_size, precision=config.precision,
                              torch_executed_ops=config.torch_executed_ops,
                              optimization_level=config.optimization_level)
-    make = functools.partial(_engine, batch=sizes, config=config, runner=runner, build=build)
+    make = functools.partial(_engine, batch=sizes, config=config, runner=runner, builder=builder)
     return split(program, report, make), report
+
+
+def fuse(module: torch.fx.GraphModule, precision: str, torch_executed_ops: tuple[str, ...] = ()
+         ) -> torch.fx.GraphModule:
+    """``module`` with its supported runs fused into ``fused_N`` submodules (the partitioner's proposal; the
+    ops ``torch_executed_ops`` names and those with no converter stay outside). ``coverage`` shows these."""
+    mark_constants(module.graph, {})
+    settings = Settings(compute=precision_dtype(precision))
+    partitioner = CapabilityBasedPartitioner(module, _Supported(settings, torch_executed_ops),
+                                             allows_single_node_partition=True)
+    return partitioner.fuse_partitions(partitioner.propose_partitions())
+
+
+def blocks(fused: torch.fx.GraphModule) -> list[tuple[torch.fx.Node, torch.fx.GraphModule, int]]:
+    """Each fused run of ``fuse(...)``, in graph order: its call node, its graph module and its compute-op count."""
+    found = []
+    for node in [n for n in fused.graph.nodes if n.op == "call_module"]:
+        sub = getattr(fused, node.target)
+        if isinstance(sub, torch.fx.GraphModule) and node.target.startswith("fused_"):
+            found.append((node, sub, _compute_nodes([n for n in sub.graph.nodes if n.op == "call_function"])))
+    return found
 
 
 def split(program, report: PartitionReport, make: Callable[[torch.fx.GraphModule, torch.fx.Node], EngineModule]
           ) -> torch.fx.GraphModule:
     """Fuse ``program``'s supported runs and turn each of at least ``report.min_block_size`` compute nodes
     into the ``EngineModule`` that ``make(parent, call_node)`` returns; fills ``report``."""
-    module = program.module()
-    mark_constants(module.graph, {})
-    settings = Settings(compute=precision_dtype(report.precision))
-    partitioner = CapabilityBasedPartitioner(module, _Supported(settings, report.torch_executed_ops),
-                                             allows_single_node_partition=True)
-    fused = partitioner.fuse_partitions(partitioner.propose_partitions())
-    for node in [n for n in fused.graph.nodes if n.op == "call_module"]:
-        sub = getattr(fused, node.target)
-        if not isinstance(sub, torch.fx.GraphModule) or not node.target.startswith("fused_"):
-            continue
-        count = _compute_nodes([n for n in sub.graph.nodes if n.op == "call_function"])
+    fused = fuse(program.module(), report.precision, report.torch_executed_ops)
+    for node, _sub, count in blocks(fused):
         if count < report.min_block_size:
             report.pytorch[node.target] = f"{count} compute node(s) < min_block_size={report.min_block_size}"
             continue

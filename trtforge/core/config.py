@@ -69,7 +69,7 @@ OPTIMIZATION_LEVELS = range(0, 6)
 LAYER_PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS
 CALIBRATORS: tuple[str, ...] = ("max", "percentile", "entropy", "mse")
 PLACEMENTS: tuple[str, ...] = ("default", "auto")
-ROUNDINGS: tuple[str, ...] = ("nearest", "learned")  # INT8 weights: to nearest, or learned (quantize.adaround)
+ROUNDINGS: tuple[str, ...] = ("nearest", "learned", "gptq")  # quantize.adaround: learned; quantize.gptq
 TASKS: tuple[str, ...] = ("auto", "classification", "embedding", "other")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: Longest name: the files add up to ~60 characters (precision, targets, ``.tmp`` prefixes) to it,
@@ -202,8 +202,7 @@ def check_layer_precision(pairs: tuple[tuple[str, str], ...], precision: str) ->
 def check_quant_options(quant: QuantConfig, precision: str) -> None:
     """Refuse a quantization option the precision has no use for (one line, before any work).
 
-    Example:
-        >>> check_quant_options(QuantConfig(awq=True), "int4-wo")   # fine
+    Example: ``check_quant_options(QuantConfig(awq=True), "int4-wo")`` passes; with ``"int8"`` it raises.
     """
     if precision == AUTO_PRECISION and quant.error_budget is None:
         raise ConfigError("precision='auto' (--precision auto) keeps per layer the cheapest precision within an error "
@@ -221,8 +220,9 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
     if quant.calibrator == "entropy" and precision == "fp8":  # bench: ViT cosine 0.52, top-1 0.0 (docs/benchmarks.md)
         raise ConfigError("calibrator='entropy' (--calibrator entropy) fits INT8's 128 uniform levels and clips FP8 "
                           "activations far too hard; with fp8 use calibrator='mse' (the default) or 'max'")
-    if quant.rounding == "learned" and precision not in ("int8", "int8-wo"):  # per-channel integer weights
-        raise ConfigError(f"rounding='learned' (--rounding learned) is for int8/int8-wo weights, not {precision}")
+    rounds = {"learned": ("int8", "int8-wo"), "gptq": WEIGHT_ONLY_PRECISIONS}.get(quant.rounding, (precision,))
+    if precision not in rounds:  # learned: per-channel integer weights; GPTQ: weight-only GEMM weights
+        raise ConfigError(f"rounding={quant.rounding!r} (--rounding {quant.rounding}) is for {'/'.join(rounds)}, not {precision}: drop it")
     if quant.block_size is not None and not weight_only and precision != AUTO_PRECISION:
         raise ConfigError(f"block_size= (--block-size) is for int8-wo/int4-wo weights; {precision} quantizes "
                           "weights per output channel. Drop it")
@@ -296,7 +296,7 @@ class QuantConfig:
              "for int4-wo, one scale per output channel for int8-wo")
     awq: bool = option(False, affects=GRAPH, cli=CliFlag(bool),
                        help="int8-wo/int4-wo: AWQ-lite activation-aware weight scaling (kept only when it helps)")
-    rounding: str = option("nearest", help="int8 weights: nearest | learned", affects=GRAPH, cli=CliFlag(str))
+    rounding: str = option("nearest", help="nearest | learned (int8) | gptq (int4-wo)", affects=GRAPH, cli=CliFlag(str))
     rounding_seconds: float = option(120.0, help="learned rounding: seconds", affects=GRAPH, cli=CliFlag(float))
 
     def __post_init__(self) -> None:

@@ -165,8 +165,9 @@ class QuantizationRecord(SidecarRecord):
     precision: str | None = optional_field()  # int8, fp8, int8-wo, int4-wo (absent in INT8-era sidecars)
     block_size: int | None = optional_field()  # weight-only: weights per scale along the reduction axis
     awq: Mapping[str, Any] | None = optional_field()  # weight-only AWQ-lite: applied, held-back error before/after
-    rounding: str | None = optional_field()  # nearest | learned (absent in older sidecars)
+    rounding: str | None = optional_field()  # nearest | learned | gptq (absent in older sidecars)
     learned_rounding: Mapping[str, Any] | None = optional_field()  # applied, held-back error, per-layer MSE
+    gptq: Mapping[str, Any] | None = optional_field()  # weight-only GPTQ: applied, held-back error before/after
     #: The methods that ran, in order: {"method", "applied", "seconds", "held_back": metrics after it} each.
     methods: list[Mapping[str, Any]] | None = optional_field()
     quantized_layers: int | None = optional_field()

@@ -53,14 +53,14 @@ def compile(  # noqa: A001 - the public verb users expect
         >>> art = compile(model, (x,), CompileConfig(precision="int8"), calibration_data=Path("calib/"))
     """
     config, paths = validate(model_or_onnx, example_inputs, config, calibration_data, overrides)
-    if config.path == "direct" and config.partitions:  # ops stay in PyTorch: a partitioned module's folder
-        with training_flags_kept(model_or_onnx):
-            return compile_partitioned(model_or_onnx, example_inputs, config, paths)
-    # Bound to today's stderr: the exporter's quiet block swaps sys.stderr while the export spinner runs.
-    console = console or Console(file=sys.stderr)
     engine_cache = open_engine_cache(config.cache_dir) if config.cache else None
     if engine_cache is None and config.cache:  # unwritable: warned once; the op-support table stays in memory
         config = replace(config, cache=False)
+    if config.path == "direct" and config.partitions:  # ops stay in PyTorch: a partitioned module's folder
+        with training_flags_kept(model_or_onnx):
+            return compile_partitioned(model_or_onnx, example_inputs, config, paths, engine_cache)
+    # Bound to today's stderr: the exporter's quiet block swaps sys.stderr while the export spinner runs.
+    console = console or Console(file=sys.stderr)
     with contextlib.ExitStack() as stack:
         stack.enter_context(training_flags_kept(model_or_onnx))
         request = request_key_of(model_or_onnx, example_inputs, config, engine_cache)

@@ -128,8 +128,8 @@ def _checked(config: QuantConfig) -> None:
     """The options the direct path has no use for, refused in one line before any work."""
     check_quant_options(config, "int8")
     if config.rounding != "nearest":
-        raise InvalidArgument("the direct path's INT8 rounds weights to nearest; drop rounding='learned' "
-                              "(--rounding learned), or build with path='onnx' (--path onnx)")
+        raise InvalidArgument(f"the direct path's INT8 rounds weights to nearest; drop rounding={config.rounding!r} "
+                              f"(--rounding {config.rounding}), or build with path='onnx' (--path onnx)")
     if config.smoothquant is not None or config.placement == "auto":
         raise InvalidArgument("the direct path's INT8 has no SmoothQuant and no auto placement; drop smoothquant= "
                               "(--smoothquant) and placement='auto' (--placement auto), or build with path='onnx' "

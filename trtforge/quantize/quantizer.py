@@ -3,7 +3,8 @@
 The steps, in order, on the FP32 graph: load and check the calibration data (errors before any
 work), SmoothQuant (optional; W8A8 precisions) or AWQ-lite (optional; weight-only), observers and
 calibrators (or the calibration cache), the placement (rules or measured), the frozen ``QuantPlan``,
-bias correction (optional), the accuracy report on held-back samples (ONNX Runtime, FP32 scales).
+learned rounding or GPTQ (optional; GPTQ rewrites weight-only weights and their scales), bias
+correction (optional), the accuracy report on held-back samples (ONNX Runtime, FP32 scales).
 What differs between precisions is data (``trtforge.quantize.precision.SPECS``). The graph handed to
 TensorRT is ``trtforge.passes.process(result.fp32, precision, result.plan)``: the FP16 pass, then the
 same plan with FP16 scales.
@@ -36,7 +37,7 @@ from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.passes.graph import ensure_node_names, ensure_opset, fresh_ir, to_proto
 from trtforge.passes.process import Processed, process
 from trtforge.passes.qdq import QuantPlan, apply_plan
-from trtforge.quantize import adaround, awq, bias_correction, placement, sensitivity, smoothquant
+from trtforge.quantize import adaround, awq, bias_correction, gptq, placement, sensitivity, smoothquant
 from trtforge.quantize.calibration import (
     CalibrationSet,
     build_full_plan,
@@ -150,6 +151,15 @@ def _learn_rounding(reference_out, model: ir.Model, plan: QuantPlan, data: Calib
     return rounded if keep else model
 
 
+def _gptq(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationSet, report: dict, bar,
+          ) -> tuple[ir.Model, QuantPlan]:
+    """``model`` and ``plan`` with GPTQ-rounded weight-only weights (``trtforge.quantize.gptq``), when that helps."""
+    start = time.perf_counter()
+    model, plan, out = gptq.gptq_if_better(reference_out, model, plan, data, report, progress=bar)
+    _method(report, "gptq", start, report["gptq"]["applied"], reference_out, out)
+    return model, plan
+
+
 def _method(report: dict, name: str, start: float, applied: bool, reference_out, out) -> None:
     """One entry of ``report["methods"]``: a method that ran, its time, and the held-back metrics of the
     graph it produced (whether kept or not)."""
@@ -238,6 +248,8 @@ def quantize_model(
         plan, model = _place(model, spec.candidates(analysis), full, data, config, budget, report, bar, ref_out)
         if config.awq:
             model, plan = awq.awq_if_better(ref_out, model, plan, spec, data, report, bar)
+        if config.rounding == "gptq":
+            model, plan = _gptq(ref_out, model, plan, data, report, bar)
         if config.rounding == "learned" and config.placement != "auto":  # auto: learned before placement
             model = _learn_rounding(ref_out, model, plan, data, config, report, bar)
         model, sim, sim_out = _correct(ref_out, model, plan, data, config, budget, report, bar)

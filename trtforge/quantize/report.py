@@ -138,6 +138,10 @@ def print_report(report: dict) -> None:
         lr = report["learned_rounding"]
         rows.append(("learned rounding", f"{'applied' if lr['applied'] else 'not applied (did not help)'}: rel L2 "
                                          f"{lr['rel_l2_before']:.4f} → {lr['rel_l2_after']:.4f}"))
+    if report.get("gptq"):
+        g = report["gptq"]
+        rows.append(("GPTQ", f"{'applied' if g['applied'] else 'not applied (did not help)'} to {g['layers']} layers: "
+                             f"rel L2 {g['rel_l2_before']:.4f} → {g['rel_l2_after']:.4f}"))
     for method in report.get("methods", []):
         rows.append((f"time: {method['method'].replace('_', ' ')}", f"{method['seconds']:.1f} s"))
     m = report["measured"]

@@ -13,17 +13,25 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
+import itertools
+import logging
 import math
 import threading
-from collections.abc import Sequence
-from typing import Any
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from trtforge.runtime.placement import on_device
 
-__all__ = ["BATCH_COPY_THREADS", "HostBuffer", "copy_frames", "copy_rows", "host_copy"]
+__all__ = ["BAND_MIN_BYTES", "BATCH_COPY_THREADS", "HostBuffer", "InPlace", "PinnedInPlace", "copy_frames", "copy_rows", "host_copy"]
+
+log = logging.getLogger(__name__)
 
 
 #: Threads of each frame's copy when a call stages several frames. Measured on the H200's host
@@ -62,10 +70,23 @@ def host_copy(dst: np.ndarray, src: Any, threads: int = 1) -> None:
     list(_copy_pool().map(lambda i: np.copyto(d[i:i + step], s[i:i + step]), range(0, len(d), step)))
 
 
+#: A frame smaller than this is never split into bands: handing a band to the pool costs more than
+#: copying it (a (32, 224, 224, 3) batch split 4 ways per frame ran at 0.24× one ``np.copyto`` on the
+#: H200's host: 3.3 k against 13.6 k img/s offline, docs/benchmark-history.md).
+BAND_MIN_BYTES = 1 << 20
+
+
 def copy_frames(dst: np.ndarray, frames: Sequence[Any]) -> None:
     """Frames ``i`` into ``dst[i]`` (a list of frames, or a (B, H, W, 3) array): one frame in one
-    ``np.copyto``, several each on ``BATCH_COPY_THREADS`` bands (see there for the measurements)."""
-    threads = BATCH_COPY_THREADS if len(frames) > 1 else 1
+    ``np.copyto``; several large frames (``BAND_MIN_BYTES``) each on ``BATCH_COPY_THREADS`` bands (see
+    there for the measurements); a batch array of small frames in one ``np.copyto``."""
+    if len(frames) == 0:
+        return
+    large = np.asarray(frames[0]).nbytes >= BAND_MIN_BYTES
+    if not (len(frames) > 1 and large) and isinstance(frames, np.ndarray) and frames.shape == dst.shape:
+        np.copyto(dst, frames)
+        return
+    threads = BATCH_COPY_THREADS if len(frames) > 1 and large else 1
     for i, frame in enumerate(frames):
         host_copy(dst[i], frame, threads)
 
@@ -119,3 +140,152 @@ class HostBuffer:
             return array.__array_interface__["data"][0] == self._bytes.data_ptr() and array.nbytes <= self._bytes.numel()
         return isinstance(array, torch.Tensor) and array.device.type == "cpu" and \
             array.data_ptr() == self._bytes.data_ptr()
+
+
+#: At most this many caller arrays, and this many bytes of them, stay pinned in place (each pin locks
+#: the caller's pages in RAM); the least recently used is unpinned first. Smaller arrays are copied.
+PIN_IN_PLACE_ARRAYS = 32
+PIN_IN_PLACE_BYTES = 1 << 30
+PIN_IN_PLACE_MIN_BYTES = 1 << 16
+_SEEN, _PINNED, _REFUSED = "seen", "pinned", "refused"
+
+
+def _clear_cuda_error() -> None:
+    """A failed runtime call leaves its error for the next check, which torch makes after a kernel
+    launch: read it here (the runtime library torch loaded, found by its soname)."""
+    try:
+        ctypes.CDLL(f"libcudart.so.{(torch.version.cuda or '0').split('.')[0]}").cudaGetLastError()
+    except (OSError, AttributeError) as exc:
+        log.warning("could not clear the CUDA error of a failed cudaHostRegister (%s)", exc)
+
+
+def cuda_register(address: int, nbytes: int) -> bool:
+    """``cudaHostRegister`` (portable: every GPU's DMA may read the pages); False when refused."""
+    code = int(torch.cuda.cudart().cudaHostRegister(address, nbytes, 1))
+    if code:
+        _clear_cuda_error()
+        log.debug("cudaHostRegister refused %d bytes at %#x (error %d): copying instead", nbytes, address, code)
+    return code == 0
+
+
+def cuda_unregister(address: int) -> None:
+    code = int(torch.cuda.cudart().cudaHostUnregister(address))
+    if code:
+        _clear_cuda_error()
+        log.debug("cudaHostUnregister(%#x) failed with error %d", address, code)
+
+
+@dataclass
+class _Pin:
+    ref: weakref.ref
+    address: int
+    nbytes: int
+    state: str = _SEEN
+    serial: int = 0  # this registration's number: never reused, so a graph keyed by it never outlives it
+
+
+_SERIALS = itertools.count(1)
+
+
+class InPlace(NamedTuple):
+    """A caller's array pinned in place: the array, its first byte's address, its registration's number."""
+
+    array: np.ndarray
+    address: int
+    serial: int
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        """A CPU tensor over the array's own (pinned) bytes."""
+        return torch.from_numpy(self.array)
+
+
+def _owner(array: Any) -> np.ndarray | None:
+    """The NumPy array that owns ``array``'s bytes, when NumPy allocated them and they may be pinned."""
+    if type(array) is not np.ndarray:
+        return None
+    owner = array
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    ok = owner.base is None and owner.flags.owndata and owner.flags.writeable
+    return owner if ok and owner.nbytes >= PIN_IN_PLACE_MIN_BYTES else None
+
+
+class PinnedInPlace:
+    """The caller's own NumPy arrays pinned where they are (``cudaHostRegister``) from their second
+    upload on, so a decoder that fills the same few arrays frame after frame gets them uploaded by
+    DMA, as from ``frame_buffer()``, without the host memcpy into our buffer.
+
+    One-off arrays (a new array per frame) are never pinned: pinning costs more than one copy. The
+    owning array is pinned whole, so views of it (``frames[i]``) share the pin. An owner is unpinned
+    when it is collected (a weak reference's callback, which NumPy runs before it frees the bytes), or
+    when newer pins push it past ``max_arrays``/``max_bytes`` (an array unpinned that way is copied from
+    then on, so arrays that take turns never pin and unpin on every call). Uploads from pinned
+    arrays are asynchronous: the owner (a Preprocessor) synchronizes before its call returns.
+
+    Example:
+        >>> pins = PinnedInPlace()
+        >>> pins.pin(frame) is None                # first sighting: copied as before
+        >>> pins.pin(frame).tensor.is_pinned()     # second: the caller's pages, pinned
+    """
+
+    def __init__(self, register: Callable[[int, int], bool] = cuda_register,
+                 unregister: Callable[[int], None] = cuda_unregister, *,
+                 max_arrays: int = PIN_IN_PLACE_ARRAYS, max_bytes: int = PIN_IN_PLACE_BYTES) -> None:
+        self._register, self._unregister = register, unregister
+        self.max_arrays, self.max_bytes = max_arrays, max_bytes
+        self._pins: OrderedDict[int, _Pin] = OrderedDict()
+        self._lock = threading.RLock()  # a collection inside a call runs _gone on this thread
+
+    def pin(self, array: Any) -> InPlace | None:
+        """``array`` with its address and registration number when its bytes are pinned in place
+        (pinning them if this is their second sighting), else None: stage it.
+
+        A CUDA graph that captured the DMA from the array stays valid while its ``serial`` is
+        pinned: key the graph by it (a new registration at the same address gets a new number)."""
+        owner = _owner(array)
+        if owner is None:
+            return None
+        key = id(owner)
+        with self._lock:
+            pin = self._pins.get(key)
+            if pin is None or pin.ref() is not owner:
+                self._note(key, owner)
+                return None
+            self._pins.move_to_end(key)
+            if pin.state == _SEEN:
+                self._make_room(pin.nbytes)
+                pin.state = _PINNED if self._register(pin.address, pin.nbytes) else _REFUSED
+                pin.serial = next(_SERIALS)
+            if pin.state != _PINNED:
+                return None
+            address = pin.address if array is owner else array.__array_interface__["data"][0]
+            return InPlace(array, address, pin.serial)
+
+    def pinned_bytes(self) -> int:
+        with self._lock:
+            return sum(p.nbytes for p in self._pins.values() if p.state == _PINNED)
+
+    def _note(self, key: int, owner: np.ndarray) -> None:
+        stale = self._pins.pop(key, None)
+        if stale is not None and stale.state == _PINNED:
+            self._unregister(stale.address)
+        ref = weakref.ref(owner, lambda _ref, key=key: self._gone(key))
+        self._pins[key] = _Pin(ref, owner.__array_interface__["data"][0], owner.nbytes)
+        if len(self._pins) > 8 * self.max_arrays:  # sightings never repeated: forget the oldest
+            self._pins.pop(next(k for k, p in self._pins.items() if p.state != _PINNED), None)
+
+    def _make_room(self, nbytes: int) -> None:
+        pinned = [k for k, p in self._pins.items() if p.state == _PINNED]
+        total = sum(self._pins[k].nbytes for k in pinned)
+        while pinned and (len(pinned) >= self.max_arrays or total + nbytes > self.max_bytes):
+            pin = self._pins[pinned.pop(0)]
+            total -= pin.nbytes
+            self._unregister(pin.address)
+            pin.state = _REFUSED  # copied from now on: pins that take turns would cost more than copies
+
+    def _gone(self, key: int) -> None:
+        with self._lock:
+            pin = self._pins.pop(key, None)
+            if pin is not None and pin.state == _PINNED:
+                self._unregister(pin.address)

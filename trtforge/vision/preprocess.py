@@ -23,7 +23,7 @@ import torch
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig, transform, transform_tensor
 from trtforge.runtime.placement import Placement, default_device, on_device, placement, refusal
-from trtforge.runtime.staging import HostBuffer, copy_frames, host_copy
+from trtforge.runtime.staging import HostBuffer, InPlace, PinnedInPlace, copy_frames, host_copy
 
 __all__ = ["Preprocessor", "fused_transform", "host_copy", "is_pageable"]
 
@@ -102,6 +102,8 @@ class Preprocessor:
         # Our own pinned bytes for pageable frames (grow-only: batch sizes vary, and pinning costs more
         # than the copy); the caller's frame_buffer() is never written.
         self._pageable = HostBuffer(self.device)
+        # The caller's own arrays, pinned where they are when they come back (a decoder's buffers).
+        self._in_place = PinnedInPlace() if self.device.type == "cuda" else None
 
     def _pinned(self, shape: tuple[int, ...]) -> torch.Tensor:
         entry = self._staging.get(shape)
@@ -138,6 +140,15 @@ class Preprocessor:
         if not (isinstance(images, (np.ndarray, torch.Tensor)) and images.ndim == 4 and self.is_staged(images)):
             copy_frames(buffer.numpy(), images)
         return buffer
+
+    def pinned_in_place(self, images: Sequence[Any]) -> list[InPlace] | None:
+        """The caller's own arrays as tensors over their pinned bytes when every one is pinned in
+        place (``PinnedInPlace``: from an array's second upload on), else None. Each upload from
+        them is one DMA."""
+        if self._in_place is None:
+            return None
+        pins = [self._in_place.pin(im) for im in images]
+        return None if any(p is None for p in pins) else pins
 
     def frame_buffer_of(self, images: Sequence[Any]) -> torch.Tensor | None:
         """The pinned buffer when image ``i`` is exactly ``frame_buffer()[i]`` for every i, else None."""
@@ -190,6 +201,8 @@ class Preprocessor:
                 out[i].copy_(im)
             elif isinstance(im, torch.Tensor) and im.is_pinned() and im.is_contiguous():
                 out[i].copy_(im, non_blocking=True)
+            elif (in_place := self.pinned_in_place([im])) is not None:  # the caller's pages, pinned
+                out[i].copy_(in_place[0].tensor, non_blocking=True)
             else:
                 pageable.append(i)
         if pageable:
