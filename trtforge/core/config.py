@@ -27,7 +27,7 @@ from typing import Any
 from trtforge.core import machine
 from trtforge.core.batch import DEFAULT_BATCH, BatchProfile, parse_batch
 from trtforge.core.budget import ErrorBudget, check_override, resolve_budget
-from trtforge.core.errors import InvalidArgument, WrongType, spelled
+from trtforge.core.errors import ConfigError, WrongType, spelled  # noqa: F401  (ConfigError: re-exported)
 from trtforge.core.options import (  # noqa: F401  (re-exported: the option declarations are this module's API)
     ENGINE,
     FIELD_DEFAULT,
@@ -75,10 +75,6 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: Longest name: the files add up to ~60 characters (precision, targets, ``.tmp`` prefixes) to it,
 #: and most file systems stop at 255.
 MAX_NAME_LENGTH = 120
-
-class ConfigError(InvalidArgument):
-    """An option that cannot work; raised before capture or build starts."""
-
 
 def option_spelling(field_name: str, value: str = "", cls: type | None = None) -> str:
     """How the reader of this call writes option ``field_name`` of ``CompileConfig`` (or ``cls``):

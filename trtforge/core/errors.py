@@ -80,6 +80,10 @@ class InvalidArgument(UserError, ValueError):
     """An argument, option or input value that cannot work."""
 
 
+class ConfigError(InvalidArgument):
+    """An option that cannot work; raised before capture or build starts (``core.config`` checks)."""
+
+
 class WrongType(UserError, TypeError):
     """An argument of a type trtforge cannot take."""
 
