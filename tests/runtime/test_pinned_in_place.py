@@ -117,6 +117,20 @@ def test_an_owner_is_unpinned_before_numpy_frees_it():
     assert pins.pinned_bytes() == 0
 
 
+def test_a_failing_unpin_as_an_array_is_freed_is_logged_not_raised(caplog):
+    """At interpreter exit CUDA may be gone before the caller's arrays: the callback must not raise."""
+    def unregister(address: int) -> None:
+        raise RuntimeError("CUDA driver shutting down")
+
+    pins = PinnedInPlace(lambda address, nbytes: True, unregister)
+    f = frame()
+    pins.pin(f), pins.pin(f)
+    with caplog.at_level("DEBUG", logger="trtforge.runtime.staging"):
+        del f
+        gc.collect()
+    assert "CUDA driver shutting down" in caplog.text and pins.pinned_bytes() == 0
+
+
 def test_pins_stay_within_their_bounds_least_recent_first():
     driver = Driver()
     pins = PinnedInPlace(driver.register, driver.unregister, max_arrays=3)

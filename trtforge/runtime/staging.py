@@ -285,7 +285,13 @@ class PinnedInPlace:
             pin.state = _REFUSED  # copied from now on: pins that take turns would cost more than copies
 
     def _gone(self, key: int) -> None:
+        """An owner is being freed (a weak reference's callback: it must not raise, not even while the
+        interpreter shuts down and CUDA with it)."""
         with self._lock:
             pin = self._pins.pop(key, None)
-            if pin is not None and pin.state == _PINNED:
+            if pin is None or pin.state != _PINNED:
+                return
+            try:
                 self._unregister(pin.address)
+            except Exception as exc:  # noqa: BLE001  (a freed array's callback has no caller to tell)
+                log.debug("unpinning %#x as its array was freed failed: %s", pin.address, exc)
