@@ -105,7 +105,7 @@ def lite0_suite(work: Path, n_eval: int) -> Suite:
                  [{"images": ev[i : i + 32]} for i in range(0, n_eval, 32)], metrics, "top1", pp)
 
 
-def minilm_suite(work: Path, n_eval: int) -> Suite:
+def minilm_suite(work: Path, n_eval: int, n_calib: int = 64, pack: int = 1) -> Suite:
     from trtforge.capture.export import export_onnx
     from trtforge.passes.cleanup import cleanup
     from trtforge.passes.graph import load_ir, save_model
@@ -116,7 +116,12 @@ def minilm_suite(work: Path, n_eval: int) -> Suite:
     raw = export_onnx(model, tokenize(["warm up sentence"] * 2, seq_len=64), work / "minilm_raw.onnx")
     path = work / "minilm.onnx"
     save_model(cleanup(load_ir(raw)), path)
-    cal_text = sentences(64, offset=0)
+    # The evaluation sentences stay the same whatever --calib says: calibration sentences beyond the first 64
+    # come after them (disjoint from them either way).
+    # --calib-pack N joins N consecutive sentences into one calibration sequence (fewer padding tokens).
+    n_sent = n_calib * pack
+    cal_sent = sentences(min(n_sent, 64), offset=0) + sentences(max(n_sent - 64, 0), offset=64 + n_eval)
+    cal_text = [" ".join(cal_sent[i : i + pack]) for i in range(0, n_sent, pack)]
     ev_text = sentences(n_eval, offset=64)
 
     def feeds(texts, size):
@@ -451,6 +456,9 @@ def main() -> None:
     parser.add_argument("--models", default="lite0,minilm,ocr")
     parser.add_argument("--eval", type=int, default=500)
     parser.add_argument("--modelopt-python", default="/tmp/mo_venv/bin/python")
+    parser.add_argument("--calib", type=int, help="MiniLM: calibration sequences (default 64), each --calib-pack sentences")
+    parser.add_argument("--calib-pack", type=int, default=1,
+                        help="MiniLM: sentences joined into each calibration sequence (default 1)")
     parser.add_argument("--only", help="regex: run only the trtforge configurations whose name matches")
     parser.add_argument("--save-logits", action="store_true",
                         help="also save each model's FP32 outputs on the evaluation data to OUT (bench/fp8_noise_floor.py)")
@@ -468,7 +476,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, Progress(console=console) as progress:
         task = progress.add_task("models", total=len(names))
         for name in names:
-            suite = SUITES[name](Path(tmp), args.eval)
+            extra = {"n_calib": args.calib or 64, "pack": args.calib_pack} if name == "minilm" else {}
+            suite = SUITES[name](Path(tmp), args.eval, **extra)
             rows += evaluate_suite(suite, Path(tmp), mo, args.only, issue21, args.out if args.save_logits else None)
             progress.advance(task)
             (args.out / f"{stem}.json").write_text(json.dumps(
