@@ -115,7 +115,8 @@ def test_minilm_int4_graph_runs_in_onnxruntime_close_to_fp32(tmp_path):
 
 
 @pytest.mark.skipif(not trt.info().is_rtx, reason="TensorRT-RTX builds")
-def test_tensorrt_rtx_builds_the_gptq_int4_graph_and_the_sidecar_reports_it(linear, tmp_path):
+@pytest.mark.parametrize("block", [16, 32])  # 16: the docs' recommendation for int4-wo with GPTQ
+def test_tensorrt_rtx_builds_the_gptq_int4_graph_and_the_sidecar_reports_it(linear, tmp_path, block):
     import trtforge
 
     proto, _, _ = linear
@@ -123,9 +124,9 @@ def test_tensorrt_rtx_builds_the_gptq_int4_graph_and_the_sidecar_reports_it(line
     onnx.save(proto, str(path))
     art = trtforge.compile(path, precision="int4-wo", targets=["sm86", "sm89", "sm120"],
                            calibration_data=_correlated(np.random.default_rng(0), 48), output_dir=tmp_path / "out",
-                           progress=False, cache=False, quant=QuantConfig(rounding="gptq", block_size=32))
+                           progress=False, cache=False, quant=QuantConfig(rounding="gptq", block_size=block))
     assert art.sidecar.precision.built == "int4-wo" and art.engine_path.stat().st_size > 0
     quant = art.sidecar.quantization
-    assert quant.rounding == "gptq" and quant.block_size == 32
+    assert quant.rounding == "gptq" and quant.block_size == block
     assert quant.gptq["applied"] and quant.gptq["rel_l2_after"] < quant.gptq["rel_l2_before"]
     assert quant.methods[0]["method"] == "gptq" and quant.methods[0]["seconds"] > 0
