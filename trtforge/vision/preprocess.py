@@ -131,8 +131,8 @@ class Preprocessor:
     def stage(self, images: Sequence[np.ndarray | torch.Tensor] | np.ndarray) -> torch.Tensor:
         """Same-size host images (or one (B, H, W, 3) array) → our pinned (B, H, W, 3) buffer.
 
-        One copy per frame (``copy_frames``: one thread for one frame, a few per frame for a
-        batch); frames that already are the buffer (``staged``) are not copied. The
+        ``copy_frames`` copies (large frames of a batch in bands on a few threads, anything else in
+        one ``np.copyto`` per frame or batch); frames that already are the buffer (``staged``) are not copied. The
         buffer is reused: synchronize before the next call overwrites it (the predictor does).
         """
         shape = (len(images), *tuple(images[0].shape))
