@@ -28,7 +28,7 @@ from trtforge.core.atomic import folder_lock
 from trtforge.core.config import CompileConfig
 from trtforge.core.errors import FileConflict, WrongType
 from trtforge.pipeline.paths import OutputPaths
-from trtforge.pipeline.store import direct_converter_hash, warn_cache
+from trtforge.pipeline.store import direct_converter_hash, store_in_cache
 
 
 def partitioned_folder(paths: OutputPaths) -> Path:
@@ -66,11 +66,8 @@ class CachedPartBuilder:
             part = build_part(net, config, name)
             meta = {"model": f"{self.model}/{name}", "precision": config.precision, "targets": list(config.targets),
                     "options": "partitioned", "engine_size": len(part.plan)}
-            try:
-                self.engine_cache.put(key, {"engine": part.plan, "profile.json": json.dumps(part.profile).encode()},
-                                      meta)
-            except OSError as exc:
-                warn_cache(self.engine_cache, exc)
+            files = {"engine": part.plan, "profile.json": json.dumps(part.profile).encode()}
+            store_in_cache(self.engine_cache, key, files, meta)  # a cache that cannot store warns once
             return part
 
 

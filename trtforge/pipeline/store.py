@@ -47,16 +47,17 @@ def lookup_request(stack: contextlib.ExitStack, engine_cache: EngineCache | None
 def store_built(engine_cache: EngineCache | None, built: Built, config: CompileConfig) -> None:
     """Put a fresh build into the engine cache (when there is one; a cache that cannot store warns)."""
     if engine_cache is not None:
-        store_in_cache(engine_cache, built.key, built, {
+        store_in_cache(engine_cache, built.key, built.files(), {
             "model": config.name, "precision": built.record.precision.built, "targets": list(config.targets),
             "options": file_suffix(config).lstrip("_"), "engine_size": built.engine_size,
         })
 
 
-def store_in_cache(engine_cache: EngineCache, key: str, built: Built, meta: dict) -> bool:
-    """Store a finished build; a cache that cannot store (full disk, no permission) warns, never fails the build."""
+def store_in_cache(engine_cache: EngineCache, key: str, files: dict[str, bytes], meta: dict) -> bool:
+    """Store a finished build's files; a cache that cannot store (full disk, no permission) warns, never fails
+    the build."""
     try:
-        engine_cache.put(key, built.files(), meta)
+        engine_cache.put(key, files, meta)
     except OSError as exc:
         warn_cache(engine_cache, exc)
         return False
