@@ -23,8 +23,9 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 
-from trtforge.passes.graph import attr, copy_model, nodes_by_output, ort_session
+from trtforge.passes.graph import copy_model, nodes_by_output, ort_session
 from trtforge.passes.qdq import QuantInput, QuantLayer, QuantPlan, apply_plan, dequantized_weight
+from trtforge.quantize.gemm_weights import weight_gemms
 from trtforge.quantize.precision import PrecisionSpec
 from trtforge.quantize.report import compare_outputs, run_model
 
@@ -80,16 +81,7 @@ def _reduction(w: QuantInput) -> int:
 def awq_scale(model: ir.Model, plan: QuantPlan, spec: PrecisionSpec, calib_batches,
               ) -> tuple[ir.Model, QuantPlan, list[dict]]:
     """A copy of ``model`` with AWQ scales folded in (a Mul before each scaled layer) and the plan for it."""
-    nodes = nodes_by_output(model.graph)
-    todo = []
-    for layer in plan.layers:
-        node = nodes[layer.output]
-        w = next(q for q in layer.inputs if q.is_weight)
-        value = node.inputs[w.index]
-        if (value.const_value is None or len(value.uses()) != 1 or value.const_value.numpy().ndim != 2
-                or attr(node, "transA", 0)):
-            continue
-        todo.append((layer, node.inputs[0].name, _reduction(w)))
+    todo = [(layer, activation, _reduction(w)) for layer, w, activation in weight_gemms(model, plan)]
     stats = _stats(model, sorted({t for _, t, _ in todo}), calib_batches)
     out = copy_model(model)
     inits, out_nodes = out.graph.initializers, nodes_by_output(out.graph)

@@ -32,8 +32,9 @@ import numpy as np
 import onnx_ir as ir
 
 from trtforge.core.quant_plan import MIN_SCALE, QuantInput, QuantLayer, QuantPlan
-from trtforge.passes.graph import attr, copy_model, nodes_by_output, ort_session
+from trtforge.passes.graph import copy_model, ort_session
 from trtforge.passes.qdq import apply_plan
+from trtforge.quantize.gemm_weights import weight_gemms
 from trtforge.quantize.report import compare_outputs, run_model
 
 #: Dampening of H's diagonal (a share of its mean), GPTQ's default.
@@ -132,23 +133,6 @@ def gptq_weight(w_nk: np.ndarray, h: Prepared | np.ndarray, block: int, qmax: fl
     return q[:, np.argsort(perm)], scales
 
 
-def _targets(model: ir.Model, plan: QuantPlan) -> list[tuple[QuantLayer, QuantInput, str]]:
-    """(layer, its weight input, the activation tensor it multiplies) for each layer GPTQ can rewrite:
-    a 2-D constant weight as input 1, used by this layer alone, without transA."""
-    nodes = nodes_by_output(model.graph)
-    out = []
-    for layer in plan.layers:
-        w, node = layer.weight, nodes.get(layer.output)
-        if w is None or node is None or w.index != 1 or not layer.inputs or len(layer.inputs) != 1:
-            continue
-        value = node.inputs[1]
-        if value.const_value is None or len(value.uses()) != 1 or value.const_value.numpy().ndim != 2 \
-                or attr(node, "transA", 0):
-            continue
-        out.append((layer, w, node.inputs[0].name))
-    return out
-
-
 def hessians(model: ir.Model, tensors: list[str], batches) -> dict[str, np.ndarray]:
     """``XᵀX`` (float64, K × K) of each tensor's rows (its last axis is K) over ``batches``."""
     sess = ort_session(model, extra_outputs=tensors)
@@ -189,7 +173,7 @@ def gptq_quantize(model: ir.Model, plan: QuantPlan, calib_batches, progress=None
     GPTQ's "true sequential", cost MiniLM-L6 3x the time for no measurable gain: cosine 0.98545 vs 0.98538.)
     """
     groups: dict[str, list[tuple[QuantLayer, QuantInput]]] = {}
-    for layer, w, tensor in _targets(model, plan):
+    for layer, w, tensor in weight_gemms(model, plan):
         groups.setdefault(tensor, []).append((layer, w))
     task = progress.add_task("GPTQ", total=len(groups)) if progress is not None else None
     out = copy_model(model)
