@@ -64,10 +64,9 @@ def blocks_table(report: Any, config: CompileConfig) -> Table:
     table = Table(title=f"partitioning at {escape(size)}")
     for column in ("block", "compute ops", "nodes", "becomes"):
         table.add_column(column)
-    for block in report.blocks:
-        nodes = f"{block.nodes[0]} … {block.nodes[-1]}" if len(block.nodes) > 1 else block.nodes[0]
+    for block, (name, compute, nodes, _) in zip(report.blocks, report.block_rows(), strict=True):
         becomes = "[green]engine[/]" if block.engine else f"PyTorch ({block.compute} < {config.block_size})"
-        table.add_row(block.name, str(block.compute), escape(nodes), becomes)
+        table.add_row(name, compute, escape(nodes), becomes)
     return table
 
 
