@@ -207,6 +207,8 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
     if precision == AUTO_PRECISION and quant.smoothquant is not None:
         raise ConfigError("smoothquant= (--smoothquant) is for one W8A8 precision (int8, fp8), not auto; drop it")
     weight_only = precision in WEIGHT_ONLY_PRECISIONS
+    if quant.equalize and (weight_only or precision == AUTO_PRECISION):  # the ONNX path's int8/fp8 flow runs it
+        raise ConfigError(f"equalize=True (--equalize) is for one W8A8 precision (int8, fp8), not {precision}: drop it")
     if quant.awq and not weight_only:
         raise ConfigError(f"awq=True (--awq) scales weights for the weight-only precisions (int8-wo, int4-wo), not "
                           f"{precision}; drop it, or use smoothquant=0.5 (--smoothquant 0.5) with int8/fp8")
@@ -294,6 +296,8 @@ class QuantConfig:
                        help="int8-wo/int4-wo: AWQ-lite activation-aware weight scaling (kept only when it helps)")
     rounding: str = option("nearest", help="nearest | learned (int8) | gptq (int4-wo)", affects=GRAPH, cli=CliFlag(str))
     rounding_seconds: float = option(120.0, help="learned rounding: seconds", affects=GRAPH, cli=CliFlag(float))
+    equalize: bool = option(False, help="int8/fp8: Conv pairs equalized, biases absorbed (kept when it helps)",
+                            affects=GRAPH, cli=CliFlag(bool))
 
     def __post_init__(self) -> None:
         if self.rounding not in ROUNDINGS or not (isinstance(self.rounding_seconds, (int, float)) and self.rounding_seconds > 0):
