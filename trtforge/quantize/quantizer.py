@@ -141,6 +141,9 @@ def _equalize(reference_out, model: ir.Model, analysis: placement.Analysis, full
     start = time.perf_counter()
     held = data.held_batches
     equalized, info = equalize_for_quantization(model, data.calib_batches, held)
+    if not info["pairs"]:  # nothing to equalize (absorption needs a pair too): no second calibration
+        report["equalization"] = {"applied": False, **info}
+        return model, analysis, full
     scratch: dict[str, Any] = {}
     eq_analysis, eq_full, _ = _calibrated(equalized, data, config, spec, scratch, bar)
     before = run_model(apply_plan(model, _start_plan(spec.candidates(analysis), full, config)), held)

@@ -137,9 +137,10 @@ def print_report(report: dict) -> None:
                                  f"{awq['rel_l2_before']:.4f} → {awq['rel_l2_after']:.4f}"))
     if report.get("equalization"):
         eq = report["equalization"]
-        rows.append(("equalization", f"{'applied' if eq['applied'] else 'not applied (did not help)'} "
-                                     f"({eq['pairs']} pairs, {eq['absorbed_channels']} biases absorbed): rel L2 "
-                                     f"{eq['rel_l2_before']:.4f} → {eq['rel_l2_after']:.4f}"))
+        rows.append(("equalization", "no Conv → ReLU/ReLU6 → Conv pair" if not eq["pairs"] else
+                     f"{'applied' if eq['applied'] else 'not applied (did not help)'} ({eq['pairs']} pairs, "
+                     f"{eq['absorbed_channels']} biases absorbed): rel L2 {eq['rel_l2_before']:.4f} → "
+                     f"{eq['rel_l2_after']:.4f}"))
     if report.get("learned_rounding"):
         lr = report["learned_rounding"]
         rows.append(("learned rounding", f"{'applied' if lr['applied'] else 'not applied (did not help)'}: rel L2 "
