@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
+from operator import not_
 from pathlib import Path
 from typing import Any
 
@@ -110,10 +111,6 @@ def _names(value: Any) -> tuple[str, ...] | None:
     if isinstance(value, str):
         return (value,)
     return None if value is None else tuple(str(v) for v in value)
-
-
-def _not(value: bool) -> bool:
-    return not value
 
 
 def parse_shapes(specs: list[str] | None) -> tuple[tuple[str, tuple[tuple[int, ...], ...]], ...]:
@@ -384,7 +381,7 @@ class CompileConfig:
                                          help="JSON preprocessing (or a sidecar), for --calib images"),
         help="image preprocessing for the sidecar (and int8 image calibration; the graph shows its effect)")
     progress: bool = option(True, help="progress bars", affects=OUTPUT,
-                            cli=CliFlag(bool, False, ("-q", "--quiet"), name="quiet", to_field=_not,
+                            cli=CliFlag(bool, False, ("-q", "--quiet"), name="quiet", to_field=not_,
                                         help="no progress bars"))
     cache: bool = option(True, help="use the engine cache", affects=OUTPUT, cli=CliFlag(bool))
     cache_dir: Path | None = option(None, help="engine cache folder", affects=OUTPUT, cli=CliFlag(Path | None))
