@@ -1,5 +1,6 @@
 """Inputs in CUDA shared memory reach the Python backend on the GPU (DLPack, no host copy) and are
-answered like the same inputs sent over gRPC: on a real tritonserver with a GPU model instance.
+answered like the same inputs sent over gRPC (uploaded request by request into the batch on the
+GPU) and like the route offline: on a real tritonserver with a GPU model instance.
 GPU-only: skipped without CUDA; run on the H200 (docs/serving.md, "Inputs on the GPU")."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import trtforge
 from tests.serve.conftest import metric
 from trtforge.bench.routes import write_zoo_sidecar
 from trtforge.bench.serving import CUDA_PREFIX, _release, _request, run_load
@@ -51,6 +53,10 @@ def test_inputs_in_cuda_shared_memory_are_taken_on_the_gpu_and_answered_like_hos
         _release(regions)
     np.testing.assert_allclose(on_gpu, host, rtol=1e-4, atol=1e-4)
     assert np.abs(host).max() > 0  # a real model's logits, not zeros
+    with trtforge.load(sidecar, route="cuda_graph", device="cuda:0") as engine:  # the route offline
+        offline = engine(torch.from_numpy(x).cuda())[output].float().cpu().numpy()
+    np.testing.assert_allclose(host, offline, rtol=2e-2, atol=2e-2)  # 2 rows padded to 4 when served
+    np.testing.assert_array_equal(host.argmax(1), offline.argmax(1))
     assert metric(server, "trtforge_gpu_input_rows", model) == 2  # the DLPack path, not a host copy
 
     load = run_load(server.url("grpc"), model, {spec.name: x[:1]}, requests=40, processes=2, threads=2,
