@@ -105,6 +105,23 @@ def test_fp8_relu_survives_onnxruntime():
     assert (y[:2] == 0).all() and y[3] == pytest.approx(3, rel=0.1)
 
 
+def test_fp8_clip_runs_in_onnxruntime_and_still_clips():
+    """Conv → Clip (ReLU6) → FP8 QuantizeLinear: onnxruntime's ClipQuantRewrite refused to create the
+    session (it read the FP8 zero point as an integer range); with it off, the graph clips to [0, 6]."""
+    h, nh = onnx.helper, onnx.numpy_helper
+    graph = h.make_graph(
+        [h.make_node("Conv", ["x", "w"], ["c"]), h.make_node("Clip", ["c", "lo", "hi"], ["r"]),
+         h.make_node("QuantizeLinear", ["r", "s", "z"], ["q"]), h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])],
+        "g", [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1, 1, 4])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 1, 1, 4])],
+        [nh.from_array(np.ones((1, 1, 1, 1), np.float32), "w"), nh.from_array(np.array(0.0, np.float32), "lo"),
+         nh.from_array(np.array(6.0, np.float32), "hi"), nh.from_array(np.array(0.05, np.float32), "s"),
+         h.make_tensor("z", F8, [], b"\x00", raw=True)])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 19)])
+    y = session(model.SerializeToString()).run(None, {"x": np.array([[[[-3, 1, 5, 9]]]], np.float32)})[0].ravel()
+    assert y[0] == 0 and y[1] == pytest.approx(1, rel=0.1) and y[3] == pytest.approx(6, rel=0.1)
+
+
 def test_mse_on_the_fp8_grid_clips_less_than_on_int8():
     """E4M3's relative precision makes clipping less worth it than on INT8's uniform grid."""
     rng = np.random.default_rng(1)
