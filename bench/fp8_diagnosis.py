@@ -8,6 +8,7 @@ on the held-out evaluation data. Steps (comma-separated, default all):
 * ``calib``: the ``max`` and ``percentile`` calibrators;
 * ``headroom``: activation scales multiplied by k (k binades of log2 headroom above the calibrated range);
 * ``alone``: each sensitivity group alone in FP8 (everything else FP16), on the evaluation data;
+* ``combo``: the ``max`` calibrator, the attention products in FP16, then the scan at >= 90 %;
 * ``scan``: each sensitivity group moved to FP16 alone, ranked on the calibration samples (relative L2 per
   share of MACs, not on the evaluation data), then the most harmful per MAC moved to FP16 while the plan
   keeps at least 90 / 85 / 80 % of Conv/GEMM MACs.
@@ -130,9 +131,14 @@ def main() -> None:
             record(row)
     if "scan" in steps:
         scan(res, plan, orig, analysis, data, evaluate)
+    if "combo" in steps:  # the measured gains together: max calibrator, attention products FP16, then the scan
+        r = quantize_model(suite.fp32, suite.calib, QuantConfig(calibrator="max"), progress=False, precision="fp8")
+        products = [layer.output for layer in r.plan.layers if layer.weight is None]
+        scan(r, r.plan.without(products, "combo"), orig, analysis, data, evaluate, (0.90,),
+             "max calibrator, attention products in FP16, scan")
 
 
-def scan(res, plan, orig, analysis, data, evaluate) -> None:
+def scan(res, plan, orig, analysis, data, evaluate, floors=(0.90, 0.85, 0.80), label="scan") -> None:
     """Each group to FP16 alone, ranked on the calibration samples; then the best per MAC to FP16."""
     held = data.calib_batches
     href = run_model(orig, held)
@@ -147,13 +153,13 @@ def scan(res, plan, orig, analysis, data, evaluate) -> None:
         ranking.append({"group": group, "outs": outs, "share": share, "gain": base - err})
         print(f"{group[:60]:60s} share {share:.4f} rel. L2 {base:.4f} -> {err:.4f}", flush=True)
     ranking.sort(key=lambda r: -r["gain"] / max(r["share"], 1e-3))
-    for floor in (0.90, 0.85, 0.80):
+    for floor in floors:
         drop, cov = [], plan.coverage
         for r in ranking:
             if r["gain"] > 0 and cov - r["share"] >= floor:
                 drop += r["outs"]
                 cov -= r["share"]
-        evaluate(plan.without(drop, "scan"), f"scan: most harmful per MAC in FP16, coverage >= {floor}",
+        evaluate(plan.without(drop, "scan"), f"{label}: most harmful per MAC in FP16, coverage >= {floor}",
                  dropped=len(drop), ranking=[{k: v for k, v in r.items() if k != "outs"} for r in ranking])
 
 
