@@ -299,6 +299,12 @@ TRTFORGE_CONFIGS: tuple[tuple[str, QuantConfig], ...] = (
     ("trtforge INT8 placement=auto (rel. L2 ≤ 0.1)", QuantConfig(placement="auto", error_budget=ErrorBudget.of(rel_l2=0.1))),
     # Depthwise convolutions kept in FP16 (their INT8 weights bloat TensorRT-RTX engines; docs/quantization.md).
     ("trtforge INT8 default, depthwise convs FP16", QuantConfig(exclude=("DepthwiseConv",))),
+    # Issue 25: cross-layer equalization and bias absorption (kept only when they help), beside the same
+    # placement without them. Run: --models lite0 --only 'equaliz|default \(mse|every Conv|auto \(task'
+    ("trtforge INT8 default + equalization", QuantConfig(equalize=True)),
+    ("trtforge INT8 every Conv/Gemm", QuantConfig(include=("Conv", "Gemm"))),
+    ("trtforge INT8 every Conv/Gemm + equalization", QuantConfig(include=("Conv", "Gemm"), equalize=True)),
+    ("trtforge INT8 placement=auto (task budget) + equalization", QuantConfig(placement="auto", equalize=True)),
 )
 
 
@@ -365,14 +371,17 @@ def evaluate_suite(suite: Suite, work: Path, modelopt_python: str | None, only: 
     for name, cfg in TRTFORGE_CONFIGS:
         if only is not None and not re.search(only, name):
             continue
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         result = quantize_model(suite.fp32, suite.calib, cfg, suite.preprocessing, progress=False)
+        cpu = time.process_time() - cpu  # this process's CPU time, ONNX Runtime's threads included
         excluded = len(result.plan.excluded)
         bc = result.report.get("bias_correction")
         budget = result.report["error_budget"]
         placed = result.report.get("auto_placement")
         record(name, result.sim_model, time.perf_counter() - t,
-               extra={"fp16_layers": excluded, "plan_coverage": result.plan.coverage,
+               extra={"quantize_cpu_s": round(cpu, 1), "methods": result.report.get("methods", []),
+                      "equalization": result.report.get("equalization"),
+                      "fp16_layers": excluded, "plan_coverage": result.plan.coverage,
                       "bias_correction_applied": bool(bc and bc.get("applied")),
                       "smoothquant_sites": len(result.report.get("smoothquant", {}).get("sites", [])),
                       "task": budget["task"], "budget": budget["description"], "budget_held_back": budget["limits"],

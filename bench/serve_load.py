@@ -93,6 +93,8 @@ def counters(server: Server, model: str) -> dict[str, float]:
                 found["calls"] += s.value
             elif s.name == "trtforge_padded_rows_total":
                 found["padded"] = found.get("padded", 0.0) + s.value
+            elif s.name == "trtforge_gpu_input_rows_total":
+                found["gpu_input_rows"] = found.get("gpu_input_rows", 0.0) + s.value
             elif s.name == "trtforge_model_rows_total":
                 key = f"rows@{s.labels.get('device', 'cpu')}"
                 found[key] = found.get(key, 0.0) + s.value
@@ -138,7 +140,8 @@ def _one_run(server: Server, name: str, inputs: dict, args: argparse.Namespace, 
     console.print(f"{label}: {load.throughput:.1f} req/s over {load.seconds:.1f} s, p50 {load.p50_ms:.1f} ms, "
                   f"p99 {load.p99_ms:.1f} ms, mean batch {batch:.1f}, padded rows {padded:.1%}, failed {load.failed}")
     return {**label, "mean_batch": batch, "engine_calls": delta["calls"], "padded_fraction": padded,
-            "rows_per_device": per_device, "startup_s": startup_s, **load.as_dict()}
+            "rows_per_device": per_device, "gpu_input_rows": delta.get("gpu_input_rows", 0.0), "startup_s": startup_s,
+            **load.as_dict()}
 
 
 def offline(sidecar: Path, route: str, device: str | None, batches: set[int], repeats: int,
@@ -178,7 +181,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--instances", default="1", type=ints, help="model instances per GPU (separate processes), "
                                                                 "e.g. 1,4: each is a configuration")
     p.add_argument("--input-format", default="native", type=words, help="native and/or uint8 (configurations)")
-    p.add_argument("--transport", default="grpc", type=words, help="grpc and/or shm (per configuration)")
+    p.add_argument("--transport", default="grpc", type=words, help="grpc, shm and/or cuda_shm (GPU inputs; per configuration)")
     p.add_argument("--devices", default="", help="GPU indices for the instances, e.g. 0 or 0,1")
     p.add_argument("--servers", default="served,null", type=words,
                    help="served and/or null (the null model is the serving path's ceiling)")

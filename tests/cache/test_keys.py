@@ -136,6 +136,14 @@ def test_each_graph_option_changes_the_request_key_only(field, tiny_onnx):
     assert changed_engine == engine  # the engine key sees these through the processed graph's bytes
 
 
+def test_equalize_changes_the_request_key_only(tiny_onnx):
+    """Two INT8 configs that differ only in ``quant.equalize`` (a QuantConfig field: the request key reads it)."""
+    on, off = (CompileConfig(precision="int8", name="m", quant=QuantConfig(equalize=value)) for value in (True, False))
+    assert on.graph_fields()["quant"]["equalize"] is True
+    assert request_key(tiny_onnx, None, on) != request_key(tiny_onnx, None, off)
+    assert _keys(on, tiny_onnx)[0] == _keys(off, tiny_onnx)[0]  # the engine key reads the graph's bytes
+
+
 @pytest.mark.parametrize("field", sorted(NOT_AFFECTING))
 def test_options_that_do_not_affect_the_engine_change_no_key(field, tiny_onnx):
     changed = dataclasses.replace(BASE, **{field: NOT_AFFECTING[field]})

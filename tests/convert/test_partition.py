@@ -29,6 +29,8 @@ def test_custom_op_stays_in_pytorch_and_the_rest_becomes_engines():
         torch.testing.assert_close(module(*_inputs(batch)), model(*_inputs(batch)), rtol=1e-4, atol=1e-5)
     code = module.code
     assert "jiggle" in code  # the custom op runs in PyTorch, between the engines
+    [(node, why)] = report.pytorch.items()  # and the report says so (the build line counts it)
+    assert "jiggle" in node and why == "no converter for trtforge_doubles.jiggle.default"
 
 
 @pytest.mark.slow

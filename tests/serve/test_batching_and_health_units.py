@@ -191,3 +191,36 @@ def test_host_buffer_grows_only_and_views_any_dtype():
     assert small.__array_interface__["data"][0] == big.__array_interface__["data"][0]  # reused, not new
     grown = buf.view((64, 8), torch.float32)
     assert grown.shape == (64, 8) and not buf.holds(big)
+
+
+def test_host_requests_for_an_engine_on_a_device_are_uploaded_there_and_get_host_outputs():
+    """Host rows for an engine on a device go into one tensor there, request by request, padding rows
+    zeroed (no join on the host); the requests still get NumPy back. The CPU stands in for the GPU
+    (``_upload`` takes the device; tests/serve/test_gpu_inputs.py runs it on a real one)."""
+    import torch
+
+    from trtforge.serve.batching import _upload
+
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(size=(n, 3, 4, 4)).astype(np.float32) for n in (2, 1, 3)]
+    joined = _upload(parts, 8, torch.device("cpu"))
+    assert isinstance(joined, torch.Tensor) and joined.dtype == torch.float32 and tuple(joined.shape) == (8, 3, 4, 4)
+    np.testing.assert_array_equal(joined[:6].numpy(), np.concatenate(parts))
+    assert not joined[6:].any()
+
+    seen = []
+
+    class DeviceEngine:
+        device = "cpu"  # a CPU engine: the host join as before
+
+        def __call__(self, a):
+            seen.append(type(a))
+            return {"y": torch.as_tensor(a) * 2}
+
+    specs = (TensorSpec("a", "float32", (-1, 3, 4, 4)),)
+    checked = [check_request(specs, {"a": p}, max_batch=8) for p in parts]
+    results = run_together(DeviceEngine(), checked, ["y"], batched=True, buckets=(8,))
+    assert seen == [np.ndarray]
+    for part, result in zip(parts, results, strict=True):
+        assert isinstance(result["y"], np.ndarray)
+        np.testing.assert_array_equal(result["y"], part * 2)

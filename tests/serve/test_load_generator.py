@@ -26,6 +26,7 @@ def test_load_over_grpc_and_shared_memory_is_answered_and_counted(start_server, 
         assert metric(server, "nv_inference_request_success") == sent  # every request reached the model
     assert not [f for f in set(os.listdir("/dev/shm")) - before if f.startswith("trtforge-load")]  # released
     assert rows_by_device(server) == {"cpu": 48.0}  # our per-device counter: one row per request
+    assert metric(server, "trtforge_gpu_input_rows") == 0  # host inputs (tests/serve/test_gpu_inputs.py: GPU ones)
 
 
 def rows_by_device(server) -> dict[str, float]:
@@ -53,3 +54,15 @@ def test_null_model_with_uint8_frames_answers_zeros_without_the_model(start_serv
     load = run_load(server.url("grpc"), "tinyconv", {"image": frames[:1]}, requests=10, processes=1, threads=2,
                     transport="shm")
     assert (load.answered, load.failed) == (10, 0)
+
+
+@pytest.mark.slow
+def test_the_cuda_shared_memory_transport_without_a_gpu_fails_with_the_reason_and_leaves_nothing():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the refusal on a machine without CUDA (tests/serve/test_gpu_inputs.py runs it on one)")
+    with pytest.raises(RuntimeError, match=r"load clients \(cuda_shm\) could not start: RuntimeError: "
+                                           r"transport cuda_shm needs a CUDA GPU"):
+        run_load("127.0.0.1:1", "linear", {"x": np.ones((1, 4), np.float32)}, requests=2, processes=1, threads=1,
+                 transport="cuda_shm")

@@ -5,6 +5,9 @@ The load runs in ``processes`` client processes with ``threads`` synchronous gRP
 ``max_seconds`` pass, whichever comes first. ``transport="shm"`` puts each client's inputs in a
 Triton system shared-memory region (registered once, ``tritonclient.utils.shared_memory``): the
 gRPC message then carries only the region's name, not the tensor bytes (local clients only).
+``transport="cuda_shm"`` puts them in GPU memory of device 0 instead, shared with Triton through a
+CUDA IPC handle (``DeviceRegion``): the Python backend then receives them on the GPU and takes them
+through DLPack (``FORCE_CPU_ONLY_INPUT_TENSORS: "no"``), with no host copy on the server's side.
 
 Example:
     >>> load = run_load("127.0.0.1:8001", "lite0", {"images": frame}, requests=2000, processes=4, threads=16)
@@ -71,8 +74,57 @@ class LoadResult:
                 "p99_ms": self.p99_ms, "in_flight": self.in_flight, "throughput": self.throughput}
 
 
-#: How a load client sends its inputs: in the gRPC message, or through system shared memory.
-TRANSPORTS: tuple[str, ...] = ("grpc", "shm")
+#: Region names of the CUDA shared-memory transport start with this.
+CUDA_PREFIX = "trtforge-load-cuda"
+
+#: How a load client sends its inputs: in the gRPC message, through system shared memory, or
+#: through CUDA shared memory (a GPU allocation the server opens by its IPC handle).
+TRANSPORTS: tuple[str, ...] = ("grpc", "shm", "cuda_shm")
+
+
+class DeviceRegion:
+    """One input's bytes in a CUDA allocation, with the base64 IPC handle that Triton's
+    ``register_cuda_shared_memory`` takes. The CUDA runtime is called through ctypes (the library
+    torch loaded), so the load clients need no CUDA Python package."""
+
+    #: ``sizeof(cudaIpcMemHandle_t)``; ``cudaMemcpyHostToDevice``.
+    HANDLE_BYTES, HOST_TO_DEVICE = 64, 1
+
+    def __init__(self, value: np.ndarray, device_id: int = 0) -> None:
+        import base64
+        import ctypes
+
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("transport cuda_shm needs a CUDA GPU beside the server; use shm or grpc here")
+        torch.cuda.init()
+        from trtforge.runtime.staging import libcudart
+
+        host = np.ascontiguousarray(value)
+        self.cuda, self.device_id, self.nbytes = libcudart(), device_id, host.nbytes
+        self.pointer = ctypes.c_void_p()
+        self._check(self.cuda.cudaSetDevice(device_id), "cudaSetDevice")
+        self._check(self.cuda.cudaMalloc(ctypes.byref(self.pointer), ctypes.c_size_t(self.nbytes)), "cudaMalloc")
+        handle = (ctypes.c_char * self.HANDLE_BYTES)()
+        try:
+            self._check(self.cuda.cudaMemcpy(self.pointer, ctypes.c_void_p(host.ctypes.data),
+                                             ctypes.c_size_t(self.nbytes), self.HOST_TO_DEVICE), "cudaMemcpy")
+            self._check(self.cuda.cudaIpcGetMemHandle(handle, self.pointer), "cudaIpcGetMemHandle")
+        except RuntimeError:
+            self.free()
+            raise
+        self.raw_handle = base64.b64encode(bytes(handle))
+
+    @staticmethod
+    def _check(code: int, call: str) -> None:
+        if code:
+            raise RuntimeError(f"{call} failed with CUDA error {code}")
+
+    def free(self) -> None:
+        if self.pointer.value:
+            self.cuda.cudaFree(self.pointer)
+            self.pointer.value = None
 
 
 def _request(url: str, inputs: dict[str, np.ndarray], shm_prefix: str | None, regions: list) -> tuple[Any, list[Any]]:
@@ -86,6 +138,12 @@ def _request(url: str, inputs: dict[str, np.ndarray], shm_prefix: str | None, re
         tensor = InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
         if shm_prefix is None:
             tensor.set_data_from_numpy(value)
+        elif shm_prefix.startswith(CUDA_PREFIX):
+            region = f"{shm_prefix}-{i}"
+            device = DeviceRegion(value)
+            regions.append((client, region, device))
+            client.register_cuda_shared_memory(region, device.raw_handle, device.device_id, device.nbytes)
+            tensor.set_shared_memory(region, device.nbytes)
         else:
             import tritonclient.utils.shared_memory as shm
 
@@ -105,11 +163,15 @@ def _release(regions: list) -> None:
     from tritonclient.utils import InferenceServerException
 
     for client, region, handle in regions:
+        device = isinstance(handle, DeviceRegion)
         try:
-            client.unregister_system_shared_memory(region)
+            (client.unregister_cuda_shared_memory if device else client.unregister_system_shared_memory)(region)
         except InferenceServerException as exc:  # never registered, or the server is gone: destroy it anyway
             print(f"shared memory {region}: not unregistered ({exc})")
-        shm.destroy_shared_memory_region(handle)
+        if device:
+            handle.free()
+        else:
+            shm.destroy_shared_memory_region(handle)
 
 
 def _client_process(url: str, model: str, inputs: dict[str, np.ndarray], count: int, threads: int,
@@ -119,7 +181,8 @@ def _client_process(url: str, model: str, inputs: dict[str, np.ndarray], count: 
     latencies: list[float] = []
     failed = [0]
     lock = threading.Lock()
-    prefix = f"trtforge-load-{os.getpid()}" if transport == "shm" else None
+    prefix = {"shm": "trtforge-load", "cuda_shm": CUDA_PREFIX}.get(transport)
+    prefix = prefix and f"{prefix}-{os.getpid()}"
     prepared, regions = [], []
     try:
         for t in range(threads):

@@ -256,8 +256,11 @@ def split(program, report: PartitionReport, make: Callable[[torch.fx.GraphModule
             continue
         setattr(fused, node.target, engine)
         report.engines[node.target] = count
-    for node in [n for n in fused.graph.nodes if n.op == "call_function"]:
+    settings = Settings(compute=precision_dtype(report.precision))
+    for node in [n for n in fused.graph.nodes if n.op == "call_function"]:  # outside every fused run
         if is_torch_executed(target_name(node), report.torch_executed_ops):
             report.pytorch[node.name] = f"{target_name(node)} is in torch_executed_ops"
+        elif target_name(node) != "_operator.getitem" and node_status(node, settings)[0] in ("unsupported", "refused"):
+            report.pytorch[node.name] = node_status(node, settings)[1]  # no converter, or its validator's reason
     fused.recompile()
     return fused

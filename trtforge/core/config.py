@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
+from operator import not_
 from pathlib import Path
 from typing import Any
 
@@ -110,10 +111,6 @@ def _names(value: Any) -> tuple[str, ...] | None:
     if isinstance(value, str):
         return (value,)
     return None if value is None else tuple(str(v) for v in value)
-
-
-def _not(value: bool) -> bool:
-    return not value
 
 
 def parse_shapes(specs: list[str] | None) -> tuple[tuple[str, tuple[tuple[int, ...], ...]], ...]:
@@ -207,6 +204,8 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
     if precision == AUTO_PRECISION and quant.smoothquant is not None:
         raise ConfigError("smoothquant= (--smoothquant) is for one W8A8 precision (int8, fp8), not auto; drop it")
     weight_only = precision in WEIGHT_ONLY_PRECISIONS
+    if quant.equalize and (weight_only or precision == AUTO_PRECISION):  # the ONNX path's int8/fp8 flow runs it
+        raise ConfigError(f"equalize=True (--equalize) is for one W8A8 precision (int8, fp8), not {precision}: drop it")
     if quant.awq and not weight_only:
         raise ConfigError(f"awq=True (--awq) scales weights for the weight-only precisions (int8-wo, int4-wo), not "
                           f"{precision}; drop it, or use smoothquant=0.5 (--smoothquant 0.5) with int8/fp8")
@@ -299,6 +298,8 @@ class QuantConfig:
                        help="int8-wo/int4-wo: AWQ-lite activation-aware weight scaling (kept only when it helps)")
     rounding: str = option("nearest", help="nearest | learned (int8) | gptq (int4-wo)", affects=GRAPH, cli=CliFlag(str))
     rounding_seconds: float = option(120.0, help="learned rounding: seconds", affects=GRAPH, cli=CliFlag(float))
+    equalize: bool = option(False, help="int8/fp8: Conv pairs equalized, biases absorbed (kept when it helps)",
+                            affects=GRAPH, cli=CliFlag(bool))
 
     def __post_init__(self) -> None:
         if self.rounding not in ROUNDINGS or not (isinstance(self.rounding_seconds, (int, float)) and self.rounding_seconds > 0):
@@ -385,7 +386,7 @@ class CompileConfig:
                                          help="JSON preprocessing (or a sidecar), for --calib images"),
         help="image preprocessing for the sidecar (and int8 image calibration; the graph shows its effect)")
     progress: bool = option(True, help="progress bars", affects=OUTPUT,
-                            cli=CliFlag(bool, False, ("-q", "--quiet"), name="quiet", to_field=_not,
+                            cli=CliFlag(bool, False, ("-q", "--quiet"), name="quiet", to_field=not_,
                                         help="no progress bars"))
     cache: bool = option(True, help="use the engine cache", affects=OUTPUT, cli=CliFlag(bool))
     cache_dir: Path | None = option(None, help="engine cache folder", affects=OUTPUT, cli=CliFlag(Path | None))

@@ -168,6 +168,9 @@ class QuantizationRecord(SidecarRecord):
     rounding: str | None = optional_field()  # nearest | learned | gptq (absent in older sidecars)
     learned_rounding: Mapping[str, Any] | None = optional_field()  # applied, held-back error, per-layer MSE
     gptq: Mapping[str, Any] | None = optional_field()  # weight-only GPTQ: applied, held-back error before/after
+    equalize: bool | None = optional_field()  # the option asked for (absent in older sidecars)
+    #: Cross-layer equalization and bias absorption: applied, held-back error before/after, pairs, absorbed layers.
+    equalization: Mapping[str, Any] | None = optional_field()
     #: The methods that ran, in order: {"method", "applied", "seconds", "held_back": metrics after it} each.
     methods: list[Mapping[str, Any]] | None = optional_field()
     quantized_layers: int | None = optional_field()

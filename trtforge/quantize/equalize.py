@@ -38,6 +38,8 @@ from trtforge.passes.graph import (
 )
 
 S_MIN, S_MAX = 1e-3, 1e3
+#: The passes' rule: a transformation of the FP32 graph keeps each sample's outputs within this relative L2.
+FP32_TOLERANCE = 1e-5
 ACTIVATIONS = ("Relu", "Clip")
 
 
@@ -333,3 +335,39 @@ def absorb_biases(model: ir.Model | onnx.ModelProto, batches) -> tuple[ir.Model,
             layers.append(layer_label(pair.first))
             channels += int((c > 0).sum())
     return out, {"pairs": len(pairs), "absorbed_layers": layers, "channels": channels}
+
+
+def equalize_for_quantization(model: ir.Model | onnx.ModelProto, batches, check_batches) -> tuple[ir.Model, dict]:
+    """``quantize_model(equalize=True)``'s graph: high biases absorbed (measured on ``batches``), then weight ranges
+    equalized, with a record of what was done. Absorbing first gives the graph equalizing first would (each shift
+    scales with its channel's factor), and ``equalize`` writes each ReLU6 as per-channel Min/Max, which
+    ``absorb_biases`` does not read. Absorption holds only where the pre-activations stay in the range measured:
+    when the result moves any output of ``check_batches`` (samples it did not see) by more than
+    ``FP32_TOLERANCE`` (relative L2), the absorption is dropped and the graph is only equalized (exact).
+    ``fp32_rel_l2_max``: the returned graph's largest change there (``absorbed_fp32_rel_l2_max``: the dropped
+    absorption's).
+
+    Example:
+        >>> graph, info = equalize_for_quantization(model, calib_batches, held_batches)
+        >>> info["pairs"], info["absorption"], info["absorbed_channels"]
+        (34, 'dropped', 412)
+    """
+    from trtforge.core.metrics import per_sample_errors
+    from trtforge.quantize.report import run_model
+
+    base = load_ir(model)
+    reference = run_model(base, check_batches)
+
+    def moved(graph: ir.Model) -> float:
+        return float(per_sample_errors(reference, run_model(graph, check_batches))[0].max())
+
+    absorbed, absorption = absorb_biases(base, batches)
+    out, info = equalize(absorbed) if absorption["channels"] else equalize(base)
+    record = {"absorption": "none" if not absorption["channels"] else "applied",
+              "absorbed_layers": absorption["absorbed_layers"], "absorbed_channels": absorption["channels"],
+              "fp32_rel_l2_max": moved(out)}
+    if record["fp32_rel_l2_max"] > FP32_TOLERANCE and absorption["channels"]:
+        out, info = equalize(base)
+        record.update(absorption="dropped", absorbed_fp32_rel_l2_max=record["fp32_rel_l2_max"],
+                      fp32_rel_l2_max=moved(out))
+    return out, {**info, **record}

@@ -130,10 +130,10 @@ def _checked(config: QuantConfig) -> None:
     if config.rounding != "nearest":
         raise InvalidArgument(f"the direct path's INT8 rounds weights to nearest; drop rounding={config.rounding!r} "
                               f"(--rounding {config.rounding}), or build with path='onnx' (--path onnx)")
-    if config.smoothquant is not None or config.placement == "auto":
-        raise InvalidArgument("the direct path's INT8 has no SmoothQuant and no auto placement; drop smoothquant= "
-                              "(--smoothquant) and placement='auto' (--placement auto), or build with path='onnx' "
-                              "(--path onnx)")
+    if config.smoothquant is not None or config.placement == "auto" or config.equalize:
+        raise InvalidArgument("the direct path's INT8 has no SmoothQuant, equalization or auto placement; drop "
+                              "smoothquant= (--smoothquant), equalize=True (--equalize) and placement='auto' "
+                              "(--placement auto), or build with path='onnx' (--path onnx)")
 
 
 def quantize_module(model: torch.nn.Module, input_names: Sequence[str], samples: list[dict[str, np.ndarray]],

@@ -2,7 +2,9 @@
 
 The steps, in order, on the FP32 graph: load and check the calibration data (errors before any
 work), SmoothQuant (optional; W8A8 precisions) or AWQ-lite (optional; weight-only), observers and
-calibrators (or the calibration cache), the placement (rules or measured), the frozen ``QuantPlan``,
+calibrators (or the calibration cache), cross-layer equalization and bias absorption (optional; W8A8:
+the equalized graph is calibrated too and kept when it quantizes closer to FP32 on the held-back
+samples), the placement (rules or measured, on the graph kept), the frozen ``QuantPlan``,
 learned rounding or GPTQ (optional; GPTQ rewrites weight-only weights and their scales), bias
 correction (optional), the accuracy report on held-back samples (ONNX Runtime, FP32 scales).
 What differs between precisions is data (``trtforge.quantize.precision.SPECS``). The graph handed to
@@ -46,6 +48,7 @@ from trtforge.quantize.calibration import (
     split_samples,
 )
 from trtforge.quantize.data import CalibrationDataError, data_hash
+from trtforge.quantize.equalize import equalize_for_quantization
 from trtforge.quantize.precision import PrecisionSpec, spec_of
 from trtforge.quantize.progress import progress_bar
 from trtforge.quantize.report import compare_outputs, finish_report, print_report, run_model, settings_report
@@ -111,16 +114,59 @@ def _calibrate_cached(model: ir.Model, analysis: placement.Analysis, data: Calib
     return amax, shapes, data_sha
 
 
+def _calibrated(model: ir.Model, data: CalibrationSet, config: QuantConfig, spec: PrecisionSpec, report: dict,
+                bar) -> tuple[placement.Analysis, QuantPlan, str]:
+    """The graph's analysis, its full plan (every candidate, calibrated) and the data hash; refuses a graph
+    with nothing to quantize before calibrating."""
+    analysis = placement.analyse(model)
+    if not spec.candidates(analysis).candidates:
+        raise InvalidArgument(f"the graph has no {_what(spec)} to quantize; build it with precision='fp16' instead")
+    amax, shapes, data_sha = _calibrate_cached(model, analysis, data, config, spec, report, bar)
+    return analysis, build_full_plan(model, analysis, amax, shapes, config.calibrator, spec), data_sha
+
+
+def _start_plan(analysis: placement.Analysis, full: QuantPlan, config: QuantConfig) -> QuantPlan:
+    """The plan placement starts from: the rules' decisions, or (placement="auto") every candidate but the
+    user's exclusions. ``analysis`` holds the candidates of the plan's precision (``PrecisionSpec.candidates``)."""
+    rules = spec_of(full.precision).rules if config.placement != "auto" else False
+    return plan_from_decisions(full, placement.decide(analysis, config.exclude, config.include, rules=rules))
+
+
+def _equalize(reference_out, model: ir.Model, analysis: placement.Analysis, full: QuantPlan, data: CalibrationSet,
+              config: QuantConfig, spec: PrecisionSpec, budget: ErrorBudget, report: dict, bar,
+              ) -> tuple[ir.Model, placement.Analysis, QuantPlan]:
+    """(graph, analysis, full plan), equalized and bias-absorbed (``trtforge.quantize.equalize``) and calibrated
+    again, when that graph, quantized at the plan placement starts from, is closer to FP32 on the held-back
+    samples (``bias_correction.verdict``: lower relative L2, and a budget that held still holds)."""
+    start = time.perf_counter()
+    held = data.held_batches
+    equalized, info = equalize_for_quantization(model, data.calib_batches, held)
+    if not info["pairs"]:  # nothing to equalize (absorption needs a pair too): no second calibration
+        report["equalization"] = {"applied": False, **info}
+        return model, analysis, full
+    scratch: dict[str, Any] = {}
+    eq_analysis, eq_full, _ = _calibrated(equalized, data, config, spec, scratch, bar)
+    before = run_model(apply_plan(model, _start_plan(spec.candidates(analysis), full, config)), held)
+    after = run_model(apply_plan(equalized, _start_plan(spec.candidates(eq_analysis), eq_full, config)), held)
+    keep, verdict = bias_correction.verdict(reference_out, before, after, budget, info["pairs"])
+    report["equalization"] = {"applied": keep, "rel_l2_before": verdict["rel_l2_before"],
+                              "rel_l2_after": verdict["rel_l2_after"], **info}
+    _method(report, "equalization", start, keep, reference_out, after)
+    if not keep:
+        return model, analysis, full
+    report["cache"] = scratch["cache"]
+    return equalized, eq_analysis, eq_full
+
+
 def _place(model: ir.Model, analysis: placement.Analysis, full: QuantPlan, data: CalibrationSet,
            config: QuantConfig, budget: ErrorBudget, report: dict, bar, reference_out) -> tuple[QuantPlan, ir.Model]:
     """The plan: the rules' decisions, or measured placement against ``budget`` (placement="auto").
 
     ``analysis`` holds the candidates of the plan's precision (``PrecisionSpec.candidates``).
     """
-    rules = spec_of(full.precision).rules
     if config.placement != "auto":
-        return plan_from_decisions(full, placement.decide(analysis, config.exclude, config.include, rules=rules)), model
-    base = plan_from_decisions(full, placement.decide(analysis, config.exclude, config.include, rules=False))
+        return _start_plan(analysis, full, config), model
+    base = _start_plan(analysis, full, config)
     original = model
     if config.rounding == "learned":  # placement measures the learned weights, so fewer layers go back to FP16
         model = _learn_rounding(reference_out, model, base, data, config, report, bar)
@@ -238,13 +284,10 @@ def quantize_model(
         if config.smoothquant is not None:
             model, report["smoothquant"] = smoothquant.smooth(model, data.calib_batches, config.smoothquant,
                                                               progress=bar)
-        analysis = placement.analyse(model)
-        if not spec.candidates(analysis).candidates:
-            raise InvalidArgument(f"the graph has no {_what(spec)} to quantize; build it with precision='fp16' "
-                                  "instead")
-        amax, shapes, data_sha = _calibrate_cached(model, analysis, data, config, spec, report, bar)
-        full = build_full_plan(model, analysis, amax, shapes, config.calibrator, spec)
+        analysis, full, data_sha = _calibrated(model, data, config, spec, report, bar)
         ref_out = run_model(reference, data.held_batches)
+        if config.equalize:  # before placement: placement="auto" searches on the graph kept
+            model, analysis, full = _equalize(ref_out, model, analysis, full, data, config, spec, budget, report, bar)
         plan, model = _place(model, spec.candidates(analysis), full, data, config, budget, report, bar, ref_out)
         if config.awq:
             model, plan = awq.awq_if_better(ref_out, model, plan, spec, data, report, bar)

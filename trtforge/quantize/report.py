@@ -69,6 +69,7 @@ def settings_report(config: QuantConfig, task: str, samples: tuple[int, int], pr
         "bias_correction": config.bias_correction,
         "placement": config.placement,
         "rounding": config.rounding,
+        "equalize": config.equalize,
         "block_size": block_size,
         "task": task,
         "samples": {"calibration": samples[0], "held_back": samples[1]},
@@ -134,6 +135,12 @@ def print_report(report: dict) -> None:
         awq = report["awq"]
         rows.append(("AWQ-lite", f"{'applied' if awq['applied'] else 'not applied (did not help)'}: rel L2 "
                                  f"{awq['rel_l2_before']:.4f} → {awq['rel_l2_after']:.4f}"))
+    if report.get("equalization"):
+        eq = report["equalization"]
+        rows.append(("equalization", "no Conv → ReLU/ReLU6 → Conv pair" if not eq["pairs"] else
+                     f"{'applied' if eq['applied'] else 'not applied (did not help)'} ({eq['pairs']} pairs, "
+                     f"{eq['absorbed_channels']} biases absorbed): rel L2 {eq['rel_l2_before']:.4f} → "
+                     f"{eq['rel_l2_after']:.4f}"))
     if report.get("learned_rounding"):
         lr = report["learned_rounding"]
         rows.append(("learned rounding", f"{'applied' if lr['applied'] else 'not applied (did not help)'}: rel L2 "

@@ -150,11 +150,17 @@ PIN_IN_PLACE_MIN_BYTES = 1 << 16
 _SEEN, _PINNED, _REFUSED = "seen", "pinned", "refused"
 
 
+def libcudart() -> ctypes.CDLL:
+    """The CUDA runtime library torch loaded, found by its soname (``OSError`` where there is none):
+    for the calls ``torch.cuda.cudart()`` does not offer."""
+    return ctypes.CDLL(f"libcudart.so.{(torch.version.cuda or '0').split('.')[0]}")
+
+
 def _clear_cuda_error() -> None:
     """A failed runtime call leaves its error for the next check, which torch makes after a kernel
-    launch: read it here (the runtime library torch loaded, found by its soname)."""
+    launch: read it here."""
     try:
-        ctypes.CDLL(f"libcudart.so.{(torch.version.cuda or '0').split('.')[0]}").cudaGetLastError()
+        libcudart().cudaGetLastError()
     except (OSError, AttributeError) as exc:
         log.warning("could not clear the CUDA error of a failed cudaHostRegister (%s)", exc)
 

@@ -122,12 +122,15 @@ class Metrics:
         self._rows = family("trtforge_model_rows_total", "rows (images) the engine ran", family.COUNTER)
         self._padded = family("trtforge_padded_rows_total", "zero rows added to reach a captured batch size",
                               family.COUNTER)
+        self._gpu_rows = family("trtforge_gpu_input_rows_total", "rows whose inputs arrived in GPU memory "
+                                "(CUDA shared memory, taken through DLPack)", family.COUNTER)
         self.degraded = self._degraded.Metric(labels=self.labels)
         self.fallbacks = self._fallbacks.Metric(labels=self.labels)
         self.failures = self._failures.Metric(labels=self.labels)
         self.calls = self._calls.Metric(labels=self.labels)
         self.rows = self._rows.Metric(labels=self.labels)
         self.padded = self._padded.Metric(labels=self.labels)
+        self.gpu_rows = self._gpu_rows.Metric(labels=self.labels)
 
     def set_route(self, route: str, sha256: str) -> None:
         self.route.select(route=route, sha256=sha256)
@@ -258,6 +261,9 @@ class TritonPythonModel:
             self.metrics.rows.increment(sum(c.rows for c in checked))
             if padded:
                 self.metrics.padded.increment(padded)
+            gpu_rows = sum(c.rows for c in checked if not all(isinstance(a, np.ndarray) for a in c.arrays))
+            if gpu_rows:
+                self.metrics.gpu_rows.increment(gpu_rows)
         except Exception as exc:  # an engine failure fails this batch's requests, with the reason
             message = f"{self.name}: inference failed on route {engine.route}: {type(exc).__name__}: {exc}"
             for i in good:

@@ -110,14 +110,49 @@ def padded_rows(rows: int, buckets: Sequence[int]) -> int:
     return next((b for b in buckets if b >= rows), rows)
 
 
-def _join(parts: Sequence[Any], rows: int) -> Any:
-    """The requests' rows in one array of ``rows`` rows (zeros after them): one copy, padding included.
+def _device_of(engine: Any) -> Any:
+    """The engine's CUDA device as a ``torch.device``, or None (a CPU engine, or none named)."""
+    device = getattr(engine, "device", None)
+    if not str(device).startswith("cuda"):
+        return None
+    import torch
 
-    A new array per batch: joining a float32 batch into one reused pinned buffer instead measured no
-    faster on the H200 (docs/benchmark-history.md, issue 26)."""
+    return torch.device(device)
+
+
+def _upload(parts: Sequence[np.ndarray], rows: int, device: Any) -> Any:
+    """Host rows straight into one new tensor of ``rows`` rows on ``device``, a request at a time,
+    the padding rows zeroed there: no join on the host, and no padding bytes over the bus. (A copy
+    from pageable memory returns once the driver has staged the bytes, so the requests' arrays may
+    go as soon as this returns.)"""
+    import torch
+
+    from trtforge.runtime.placement import on_device
+
+    first = parts[0]
+    with on_device(device):  # the copies and the engine's replay share that device's current stream
+        joined = torch.empty((rows, *first.shape[1:]), dtype=torch.from_numpy(first[:0]).dtype, device=device)
+        start = 0
+        for part in parts:
+            joined[start:start + len(part)].copy_(torch.from_numpy(np.ascontiguousarray(part)), non_blocking=True)
+            start += len(part)
+        if start < rows:
+            joined[start:].zero_()
+    return joined
+
+
+def _join(parts: Sequence[Any], rows: int, device: Any = None) -> Any:
+    """The requests' rows in one array of ``rows`` rows (zeros after them): one copy, padding included.
+    Host rows for an engine on a CUDA ``device`` are uploaded into one tensor there (``_upload``).
+
+    For a host array, a new one per batch: joining a float32 batch into one reused pinned buffer
+    instead measured no faster on the H200 (docs/benchmark-history.md, issue 26)."""
     if len(parts) == 1 and parts[0].shape[0] == rows:
         return parts[0]
-    if not all(isinstance(p, np.ndarray) for p in parts):  # torch tensors (DLPack): joined on their device
+    host = all(isinstance(p, np.ndarray) for p in parts)
+    if host and device is not None:
+        return _upload(parts, rows, device)
+    if not host:  # torch tensors (DLPack): joined on their device
         import torch
 
         device = next((p.device for p in parts if _on_device(p)), torch.device("cpu"))
@@ -149,8 +184,9 @@ def run_together(engine_call: Callable[..., Mapping[str, Any]], checked: Sequenc
     columns = list(zip(*(c.arrays for c in checked), strict=True))
     join = getattr(engine_call, "join", None)
     joined = join(columns[0], rows) if join is not None and len(columns) == 1 else None
-    joined = [joined] if joined is not None else [_join(parts, rows) for parts in columns]
-    device = any(_on_device(a) for a in joined)
+    engine_device = _device_of(engine_call) if joined is None else None
+    joined = [joined] if joined is not None else [_join(parts, rows, engine_device) for parts in columns]
+    device = any(_on_device(p) for parts in columns for p in parts)  # host requests get host outputs
     outputs = _outputs(engine_call(*joined), output_names, device)
     for name, value in outputs.items():
         if value.shape[0] != rows:
