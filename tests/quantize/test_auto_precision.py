@@ -204,6 +204,10 @@ def test_python_refuses_auto_without_a_budget_and_on_the_direct_path(tmp_path):
                          quant=QuantConfig(error_budget=0.1))
     with pytest.raises(ConfigError, match="smoothquant="):
         CompileConfig(precision="auto", quant=QuantConfig(error_budget=0.1, smoothquant=0.5))
+    # auto may pick FP8, so entropy (refused with fp8) is refused with auto too, in Python terms
+    with pytest.raises(ConfigError, match=r"^calibrator='entropy' fits INT8's .* with precision='fp8' or 'auto' "
+                                          r"\(which may pick FP8\) use calibrator='mse' \(the default\) or 'max'$"):
+        CompileConfig(precision="auto", quant=QuantConfig(error_budget=0.1, calibrator="entropy"))
     config = CompileConfig(precision="auto", quant=QuantConfig(error_budget=0.1))
     assert config.float_dtype == "float16" and "fp8" in config.possible_precisions
 

@@ -201,7 +201,7 @@ def test_awq_is_dropped_when_the_held_back_error_does_not_improve(mlp):
 @pytest.mark.parametrize(("precision", "config", "match"), [
     ("int8", QuantConfig(awq=True), r"awq=True \(--awq\) scales weights for the weight-only precisions"),
     ("int4-wo", QuantConfig(smoothquant=0.5), r"smoothquant= \(--smoothquant\) moves activation outliers"),
-    ("fp8", QuantConfig(calibrator="entropy"), r"calibrator='entropy' \(--calibrator entropy\) fits INT8's"),
+    ("fp8", QuantConfig(calibrator="entropy"), r"^calibrator='entropy' fits INT8's .* with precision='fp8' "),
 ])
 def test_options_the_precision_has_no_use_for_are_refused(mlp, precision, config, match):
     proto, x = mlp
@@ -291,6 +291,11 @@ def test_compile_builds_fp8_for_sm89_and_sm120(mlp, tmp_path):
     (["--precision", "int4-wo", "--smoothquant", "0.5"], "smoothquant= (--smoothquant) moves activation outliers"),
     (["--precision", "fp8", "--block-size", "64"], "block_size= (--block-size) is for int8-wo/int4-wo"),
     (["--precision", "int8", "--rounding", "gptq"], "rounding='gptq' (--rounding gptq) is for int8-wo/int4-wo, not int8: drop it"),
+    (["--precision", "fp8", "--calibrator", "entropy"], "--calibrator entropy fits INT8's 128 uniform levels"),
+    # auto may pick FP8 (the capability table decides per target), so it refuses entropy alike, in CLI terms
+    (["--precision", "auto", "--error-budget", "0.1", "--calibrator", "entropy"],
+     "--calibrator entropy fits INT8's 128 uniform levels and clips FP8 activations far too hard; with "
+     "--precision fp8 or auto (which may pick FP8) use --calibrator mse (the default) or max"),
 ])
 @pytest.mark.slow
 def test_cli_refuses_options_the_precision_cannot_use(mlp, tmp_path, flags, match):

@@ -212,9 +212,14 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
     if quant.smoothquant is not None and weight_only:
         raise ConfigError(f"smoothquant= (--smoothquant) moves activation outliers into the weights; {precision} "
                           "keeps activations in FP16. Drop it, or use awq=True (--awq)")
-    if quant.calibrator == "entropy" and precision == "fp8":  # bench: ViT cosine 0.52, top-1 0.0 (docs/benchmarks.md)
-        raise ConfigError("calibrator='entropy' (--calibrator entropy) fits INT8's 128 uniform levels and clips FP8 "
-                          "activations far too hard; with fp8 use calibrator='mse' (the default) or 'max'")
+    if quant.calibrator == "entropy" and precision in ("fp8", AUTO_PRECISION):  # auto may pick FP8. Bench: ViT
+        # cosine 0.52, top-1 0.0 (docs/benchmarks.md)
+        raise ConfigError(spelled(cli="--calibrator entropy", python="calibrator='entropy'") + " fits INT8's 128 "
+                          "uniform levels and clips FP8 activations far too hard; with "
+                          + spelled(cli="--precision fp8 or auto (which may pick FP8) use --calibrator mse (the "
+                                        "default) or max",
+                                    python="precision='fp8' or 'auto' (which may pick FP8) use calibrator='mse' "
+                                           "(the default) or 'max'"))
     rounds = {"learned": ("int8", "int8-wo"), "gptq": WEIGHT_ONLY_PRECISIONS}.get(quant.rounding, (precision,))
     if precision not in rounds:  # learned: per-channel integer weights; GPTQ: weight-only GEMM weights
         raise ConfigError(f"rounding={quant.rounding!r} (--rounding {quant.rounding}) is for {'/'.join(rounds)}, not {precision}: drop it")
