@@ -21,7 +21,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
-from operator import not_
 from pathlib import Path
 from typing import Any
 
@@ -212,14 +211,11 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
     if quant.smoothquant is not None and weight_only:
         raise ConfigError(f"smoothquant= (--smoothquant) moves activation outliers into the weights; {precision} "
                           "keeps activations in FP16. Drop it, or use awq=True (--awq)")
-    if quant.calibrator == "entropy" and precision in ("fp8", AUTO_PRECISION):  # auto may pick FP8. Bench: ViT
-        # cosine 0.52, top-1 0.0 (docs/benchmarks.md)
+    if quant.calibrator == "entropy" and precision in ("fp8", AUTO_PRECISION):  # bench: ViT top-1 0.0 with fp8
+        fix = spelled(cli="--precision fp8 or auto (which may pick FP8) use --calibrator mse (the default) or max",
+                      python="precision='fp8' or 'auto' (which may pick FP8) use calibrator='mse' (the default) or 'max'")
         raise ConfigError(spelled(cli="--calibrator entropy", python="calibrator='entropy'") + " fits INT8's 128 "
-                          "uniform levels and clips FP8 activations far too hard; with "
-                          + spelled(cli="--precision fp8 or auto (which may pick FP8) use --calibrator mse (the "
-                                        "default) or max",
-                                    python="precision='fp8' or 'auto' (which may pick FP8) use calibrator='mse' "
-                                           "(the default) or 'max'"))
+                          f"uniform levels and clips FP8 activations far too hard; with {fix}")
     rounds = {"learned": ("int8", "int8-wo"), "gptq": WEIGHT_ONLY_PRECISIONS}.get(quant.rounding, (precision,))
     if precision not in rounds:  # learned: per-channel integer weights; GPTQ: weight-only GEMM weights
         raise ConfigError(f"rounding={quant.rounding!r} (--rounding {quant.rounding}) is for {'/'.join(rounds)}, not {precision}: drop it")
@@ -298,8 +294,7 @@ class QuantConfig:
                        help="int8-wo/int4-wo: AWQ-lite activation-aware weight scaling (kept only when it helps)")
     rounding: str = option("nearest", help="nearest | learned (int8) | gptq (int4-wo)", affects=GRAPH, cli=CliFlag(str))
     rounding_seconds: float = option(120.0, help="learned rounding: seconds", affects=GRAPH, cli=CliFlag(float))
-    equalize: bool = option(False, help="int8/fp8: Conv pairs equalized, biases absorbed (kept when it helps)",
-                            affects=GRAPH, cli=CliFlag(bool))
+    equalize: bool = option(False, help="int8/fp8: equalize Conv pairs (kept if it helps)", affects=GRAPH, cli=CliFlag(bool))
 
     def __post_init__(self) -> None:
         if self.rounding not in ROUNDINGS or not (isinstance(self.rounding_seconds, (int, float)) and self.rounding_seconds > 0):
@@ -386,7 +381,7 @@ class CompileConfig:
                                          help="JSON preprocessing (or a sidecar), for --calib images"),
         help="image preprocessing for the sidecar (and int8 image calibration; the graph shows its effect)")
     progress: bool = option(True, help="progress bars", affects=OUTPUT,
-                            cli=CliFlag(bool, False, ("-q", "--quiet"), name="quiet", to_field=not_,
+                            cli=CliFlag(bool, False, ("-q", "--quiet"), name="quiet", to_field=lambda quiet: not quiet,
                                         help="no progress bars"))
     cache: bool = option(True, help="use the engine cache", affects=OUTPUT, cli=CliFlag(bool))
     cache_dir: Path | None = option(None, help="engine cache folder", affects=OUTPUT, cli=CliFlag(Path | None))
