@@ -109,10 +109,10 @@ for _name, _flag, _value, _match, _good in [
     ("layer_precision_unknown", "--layer-precision", "Conv:int8", r"can be given fp32, fp16, bf16, not 'int8'", None),
     ("layer_precision_other_float", "--layer-precision", "Conv:bf16",
      r"Conv:bf16 with precision fp16: a graph computes in one float type", "Conv:fp32"),
-    ("calibrator_unknown", "--calibrator", "magic", r"calibrator='magic'", None),
-    ("holdout_out_of_range", "--holdout", "1.5", r"holdout=1.5 must lie in", None),
-    ("calib_batch_size_zero", "--calib-batch-size", "0", r"calibration batch size must be a positive", None),
-    ("smoothquant_out_of_range", "--smoothquant", "3", r"smoothquant alpha=3", None),
+    ("calibrator_unknown", "--calibrator", "magic", r"--calibrator magic; choose one of", None),
+    ("holdout_out_of_range", "--holdout", "1.5", r"--holdout 1.5 must lie in", None),
+    ("calib_batch_size_zero", "--calib-batch-size", "0", r"--calib-batch-size 0: the calibration batch size must be a positive", None),
+    ("smoothquant_out_of_range", "--smoothquant", "3", r"--smoothquant 3.0: the SmoothQuant alpha must lie in", None),
 ]:
     CASES[_name] = bad_option(_flag, _value, _match, _good)
 

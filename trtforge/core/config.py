@@ -38,6 +38,7 @@ from trtforge.core.options import (  # noqa: F401  (re-exported: the option decl
     cli_default,
     option,
     options_of,
+    said,
 )
 from trtforge.core.partition_options import DEFAULT_MIN_BLOCK_SIZE, check_min_block_size, op_names
 from trtforge.core.preprocessing import PreprocessConfig, read_preprocessing_json
@@ -298,24 +299,23 @@ class QuantConfig:
 
     def __post_init__(self) -> None:
         if self.rounding not in ROUNDINGS or not (isinstance(self.rounding_seconds, (int, float)) and self.rounding_seconds > 0):
-            raise ConfigError(f"rounding={self.rounding!r}, rounding_seconds={self.rounding_seconds!r}: choose one of "
+            raise ConfigError(f"{said(self, 'rounding')}, {said(self, 'rounding_seconds')}: choose one of "
                               f"{', '.join(ROUNDINGS)}, and a positive number of seconds (e.g. 120)")
         if self.calibrator not in CALIBRATORS:
-            raise ConfigError(f"calibrator={self.calibrator!r}; choose one of {', '.join(CALIBRATORS)}")
+            raise ConfigError(f"{said(self, 'calibrator')}; choose one of {', '.join(CALIBRATORS)}")
         if self.placement not in PLACEMENTS:
-            raise ConfigError(f"placement={self.placement!r}; choose 'default' (rules) or 'auto' (measured)")
+            raise ConfigError(f"{said(self, 'placement')}; choose default (rules) or auto (measured)")
         if self.smoothquant is not None and not 0.0 <= self.smoothquant <= 1.0:
-            raise ConfigError(f"smoothquant alpha={self.smoothquant} must lie in [0, 1] (0.5 is usual), or None")
+            raise ConfigError(f"{said(self, 'smoothquant')}: the SmoothQuant alpha must lie in [0, 1] (0.5 is usual)")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ConfigError(f"batch_size={self.batch_size!r}: the calibration batch size must be a positive integer")
+            raise ConfigError(f"{said(self, 'batch_size')}: the calibration batch size must be a positive integer")
         if not 0.0 < self.holdout < 1.0:
-            raise ConfigError(f"holdout={self.holdout} must lie in (0, 1), e.g. 0.2")
+            raise ConfigError(f"{said(self, 'holdout')} must lie in (0, 1), e.g. 0.2")
         if self.task not in TASKS:
-            raise ConfigError(f"task={self.task!r}; choose one of {', '.join(TASKS)}")
+            raise ConfigError(f"{said(self, 'task')}; choose one of {', '.join(TASKS)}")
         if self.block_size is not None and (isinstance(self.block_size, bool) or not isinstance(self.block_size, int)
                                             or self.block_size < 16 or self.block_size & (self.block_size - 1)):
-            raise ConfigError(f"block_size={self.block_size!r}: give a power of two of at least 16 (128 is usual), "
-                              "or None for the precision's default")
+            raise ConfigError(f"{said(self, 'block_size')}: give a power of two of at least 16 (128 is usual), or leave it out")
         check_override(self.error_budget)
         if self.task != "auto":
             resolve_budget(self.task, self.error_budget)  # a float out of the task metric's range fails here
