@@ -1,5 +1,5 @@
 """A bad option value is named the way its reader writes it: the flag in the CLI, the argument in
-Python (``said``); checked on QuantConfig, whose messages named Python arguments on the CLI before."""
+Python (``config.option_spelling``); checked on QuantConfig, whose messages named Python arguments on the CLI before."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from trtforge.core.errors import cli_audience
     ({"smoothquant": 3.0}, "smoothquant=3.0: the SmoothQuant alpha", "--smoothquant 3.0: the SmoothQuant alpha"),
     ({"block_size": 7}, "block_size=7: give a power of two", "--block-size 7: give a power of two"),
     ({"calibrator": "magic"}, "calibrator='magic'; choose one of", "--calibrator magic; choose one of"),
-    ({"task": "x"}, "task='x'; choose one of", "task='x'; choose one of"),  # no CLI flag: Python's spelling
 ])
 def test_bad_quant_options_are_named_for_their_reader(fields, python, cli):
     with pytest.raises(ConfigError) as caught:

@@ -38,7 +38,6 @@ from trtforge.core.options import (  # noqa: F401  (re-exported: the option decl
     cli_default,
     option,
     options_of,
-    said,
 )
 from trtforge.core.partition_options import DEFAULT_MIN_BLOCK_SIZE, check_min_block_size, op_names
 from trtforge.core.preprocessing import PreprocessConfig, read_preprocessing_json
@@ -77,9 +76,9 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: and most file systems stop at 255.
 MAX_NAME_LENGTH = 120
 
-def option_spelling(field_name: str, value: str = "", cls: type | None = None) -> str:
+def option_spelling(field_name: str, value: str = "", cls: type | None = None, python: str | None = None) -> str:
     """How the reader of this call writes option ``field_name`` of ``CompileConfig`` (or ``cls``):
-    ``--cache-dir DIR`` on the command line, ``cache_dir=DIR`` in Python (``core.errors.spelled``).
+    ``--cache-dir DIR`` on the command line, ``cache_dir=DIR`` (or ``python``) in Python (``core.errors.spelled``).
 
     Example:
         >>> option_spelling("cache_dir", "DIR")
@@ -89,7 +88,7 @@ def option_spelling(field_name: str, value: str = "", cls: type | None = None) -
     long = next((d for d in (flag.decls if flag else ()) if d.startswith("--")), None)
     if long is None:
         long = "--" + ((flag.name if flag and flag.name else None) or field_name).replace("_", "-")
-    return spelled(cli=f"{long} {value}".strip(), python=f"{field_name}={value}")
+    return spelled(cli=f"{long} {value}".strip(), python=python or f"{field_name}={value}")
 
 
 def _mib(value: int | None) -> int | None:
@@ -255,9 +254,8 @@ class QuantConfig:
     """How to quantize. Defaults: MSE calibrator, guarded bias correction, RF-DETR placement rules, 20 % held back.
 
     Example:
-        >>> QuantConfig(calibrator="percentile", percentile=99.99, smoothquant=0.5,
-        ...             bias_correction=True, placement="auto", error_budget=0.005,  # KL for a classifier
-        ...             exclude=(r"_fc",))
+        >>> QuantConfig(calibrator="percentile", percentile=99.99, smoothquant=0.5, bias_correction=True,
+        ...             placement="auto", error_budget=0.005, exclude=(r"_fc",))  # 0.005: a classifier's KL
         >>> QuantConfig(placement="auto", error_budget=ErrorBudget.of(cosine=0.995, rel_l2=0.1))
     """
 
@@ -298,24 +296,26 @@ class QuantConfig:
     equalize: bool = option(False, help="int8/fp8: equalize Conv pairs (kept if it helps)", affects=GRAPH, cli=CliFlag(bool))
 
     def __post_init__(self) -> None:
+        def said(name: str) -> str:  # the option and its value as the reader writes it (--holdout 1.5 in the CLI)
+            return option_spelling(name, str(getattr(self, name)), QuantConfig, f"{name}={getattr(self, name)!r}")
         if self.rounding not in ROUNDINGS or not (isinstance(self.rounding_seconds, (int, float)) and self.rounding_seconds > 0):
-            raise ConfigError(f"{said(self, 'rounding')}, {said(self, 'rounding_seconds')}: choose one of "
+            raise ConfigError(f"{said('rounding')}, {said('rounding_seconds')}: choose one of "
                               f"{', '.join(ROUNDINGS)}, and a positive number of seconds (e.g. 120)")
         if self.calibrator not in CALIBRATORS:
-            raise ConfigError(f"{said(self, 'calibrator')}; choose one of {', '.join(CALIBRATORS)}")
+            raise ConfigError(f"{said('calibrator')}; choose one of {', '.join(CALIBRATORS)}")
         if self.placement not in PLACEMENTS:
-            raise ConfigError(f"{said(self, 'placement')}; choose default (rules) or auto (measured)")
+            raise ConfigError(f"{said('placement')}; choose default (rules) or auto (measured)")
         if self.smoothquant is not None and not 0.0 <= self.smoothquant <= 1.0:
-            raise ConfigError(f"{said(self, 'smoothquant')}: the SmoothQuant alpha must lie in [0, 1] (0.5 is usual)")
+            raise ConfigError(f"{said('smoothquant')}: the SmoothQuant alpha must lie in [0, 1] (0.5 is usual)")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ConfigError(f"{said(self, 'batch_size')}: the calibration batch size must be a positive integer")
+            raise ConfigError(f"{said('batch_size')}: the calibration batch size must be a positive integer")
         if not 0.0 < self.holdout < 1.0:
-            raise ConfigError(f"{said(self, 'holdout')} must lie in (0, 1), e.g. 0.2")
+            raise ConfigError(f"{said('holdout')} must lie in (0, 1), e.g. 0.2")
         if self.task not in TASKS:
-            raise ConfigError(f"{said(self, 'task')}; choose one of {', '.join(TASKS)}")
+            raise ConfigError(f"{said('task')}; choose one of {', '.join(TASKS)}")
         if self.block_size is not None and (isinstance(self.block_size, bool) or not isinstance(self.block_size, int)
                                             or self.block_size < 16 or self.block_size & (self.block_size - 1)):
-            raise ConfigError(f"{said(self, 'block_size')}: give a power of two of at least 16 (128 is usual), or leave it out")
+            raise ConfigError(f"{said('block_size')}: give a power of two of at least 16 (128 is usual), or leave it out")
         check_override(self.error_budget)
         if self.task != "auto":
             resolve_budget(self.task, self.error_budget)  # a float out of the task metric's range fails here

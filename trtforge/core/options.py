@@ -67,21 +67,3 @@ def cli_default(cls: type, name: str) -> Any:
     if flag.default is not FIELD_DEFAULT:
         return flag.default
     return f.default if f.default is not MISSING else f.default_factory()
-
-
-def said(config: Any, name: str) -> str:
-    """Option ``name`` of ``config`` with its value, as the reader of an error writes it: the flag in the
-    CLI (``--holdout 1.5``), the argument in Python (``holdout=1.5``; also for options the CLI lacks).
-
-    Example:
-        >>> said(QuantConfig(holdout=0.5), "holdout")
-        'holdout=0.5'
-    """
-    from trtforge.core.errors import spelled
-
-    value, flag = getattr(config, name), dict(options_of(type(config)))[name].cli
-    python = f"{name}={value!r}"
-    if flag is None:
-        return python
-    decl = next((d for d in flag.decls if d.startswith("--")), "--" + (flag.name or name).replace("_", "-"))
-    return spelled(cli=f"{decl} {value}", python=python)
