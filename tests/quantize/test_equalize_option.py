@@ -14,8 +14,9 @@ from onnx import TensorProto, helper, numpy_helper
 from trtforge.core import trt
 from trtforge.core.config import CompileConfig, ConfigError, QuantConfig, check_quant_options
 from trtforge.core.metrics import per_sample_errors
+from trtforge.passes.evaluate import FP32_TOLERANCE
 from trtforge.passes.graph import load_ir, ort_session, to_proto
-from trtforge.quantize.equalize import FP32_TOLERANCE, equalize_for_quantization
+from trtforge.quantize.equalize import equalize_for_quantization
 from trtforge.quantize.quantizer import quantize_model
 
 REFUSAL = "equalize=True (--equalize) is for one W8A8 precision (int8, fp8), not {}: drop it"

@@ -30,7 +30,7 @@ import onnx
 
 from trtforge.builder.build import BuildFailedError, OnnxParseError, ShapeInputError
 from trtforge.core.errors import TrtforgeError
-from trtforge.passes.evaluate import relative_error, run_ort, run_strict
+from trtforge.passes.evaluate import FP32_TOLERANCE, relative_error, run_ort, run_strict
 from trtforge.passes.graph import load_ir
 from trtforge.passes.process import reference_graph
 from trtforge.pipeline import compile as compile_model
@@ -38,8 +38,6 @@ from trtforge.pipeline import compile as compile_model
 FP16_TOLERANCE = 1e-2
 #: Numpy kinds a float32 case may feed besides float32 (indices, shapes, masks).
 OTHER_INPUT_KINDS = frozenset({"i", "u", "b"})
-#: Relative tolerance for "the processed FP32 graph equals the original" (constant folding reorders sums).
-FP32_TOLERANCE = 1e-5
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,10 @@ import onnx_ir as ir
 
 from trtforge.passes.graph import ort_session, to_proto
 
+#: The passes' rule: a transformation of the FP32 graph keeps its outputs within this relative error
+#: (constant folding and equalization reorder sums).
+FP32_TOLERANCE = 1e-5
+
 
 def run_strict(model: ir.Model, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """The graph's outputs with each node computed in its declared type (``onnx.reference``)."""

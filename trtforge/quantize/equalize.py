@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from trtforge.passes.evaluate import FP32_TOLERANCE
 from trtforge.passes.graph import (
     attr,
     constant_value,
@@ -38,8 +39,6 @@ from trtforge.passes.graph import (
 )
 
 S_MIN, S_MAX = 1e-3, 1e3
-#: The passes' rule: a transformation of the FP32 graph keeps each sample's outputs within this relative L2.
-FP32_TOLERANCE = 1e-5
 ACTIVATIONS = ("Relu", "Clip")
 
 
