@@ -193,3 +193,18 @@ def test_the_equalization_record_reaches_the_sidecar_of_a_real_build(skewed, tmp
     assert [m["method"] for m in quant.methods] == ["equalization"]
     saved = (tmp_path / "out").rglob("*.json")
     assert any('"equalization"' in p.read_text() for p in saved)
+
+
+def test_the_printed_report_says_whether_bias_absorption_was_kept(capsys, monkeypatch):
+    """A dropped absorption is not printed as biases absorbed (the record keeps the channels it tried)."""
+    from trtforge.quantize.report import print_report
+
+    monkeypatch.setenv("COLUMNS", "250")  # one table row per line
+
+    base = {"calibrator": "mse", "placement": "default", "samples": {"calibration": 8, "held_back": 2},
+            "int8_layers": 3, "layers_total": 3, "coverage": 1.0,
+            "measured": {"rel_l2_mean": 0.1, "rel_l2_max": 0.2, "cosine_mean": 0.99, "cosine_min": 0.98}}
+    for absorption in ("dropped", "applied"):
+        print_report({**base, "equalization": {"applied": True, "pairs": 2, "absorption": absorption,
+                                               "absorbed_channels": 8, "rel_l2_before": 0.2, "rel_l2_after": 0.1}})
+        assert f"bias absorption {absorption}" in capsys.readouterr().out

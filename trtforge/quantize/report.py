@@ -139,7 +139,7 @@ def print_report(report: dict) -> None:
         eq = report["equalization"]
         rows.append(("equalization", "no Conv → ReLU/ReLU6 → Conv pair" if not eq["pairs"] else
                      f"{'applied' if eq['applied'] else 'not applied (did not help)'} ({eq['pairs']} pairs, "
-                     f"{eq['absorbed_channels']} biases absorbed): rel L2 {eq['rel_l2_before']:.4f} → "
+                     f"bias absorption {eq['absorption']}): rel L2 {eq['rel_l2_before']:.4f} → "
                      f"{eq['rel_l2_after']:.4f}"))
     if report.get("learned_rounding"):
         lr = report["learned_rounding"]
