@@ -224,3 +224,13 @@ def test_host_requests_for_an_engine_on_a_device_are_uploaded_there_and_get_host
     for part, result in zip(parts, results, strict=True):
         assert isinstance(result["y"], np.ndarray)
         np.testing.assert_array_equal(result["y"], part * 2)
+
+
+def test_gpu_rows_counts_the_requests_whose_inputs_arrived_on_the_gpu():
+    from types import SimpleNamespace
+
+    from trtforge.serve.batching import Checked, gpu_rows
+
+    on_gpu = SimpleNamespace(is_cuda=True)  # what DLPack hands over from CUDA shared memory
+    checked = [Checked((np.zeros((2, 3)),), 2), Checked((on_gpu,), 3), Checked((np.zeros((1, 3)), on_gpu), 1)]
+    assert gpu_rows(checked) == 4 and gpu_rows(checked[:1]) == 0

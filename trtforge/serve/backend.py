@@ -36,7 +36,14 @@ import numpy as np
 
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.sidecar import read_sidecar
-from trtforge.serve.batching import BadRequest, check_request, graph_buckets, max_shapes, run_together
+from trtforge.serve.batching import (
+    BadRequest,
+    check_request,
+    gpu_rows,
+    graph_buckets,
+    max_shapes,
+    run_together,
+)
 from trtforge.serve.health import FallbackState, HealthPolicy, HealthWorker
 
 
@@ -261,9 +268,9 @@ class TritonPythonModel:
             self.metrics.rows.increment(sum(c.rows for c in checked))
             if padded:
                 self.metrics.padded.increment(padded)
-            gpu_rows = sum(c.rows for c in checked if not all(isinstance(a, np.ndarray) for a in c.arrays))
-            if gpu_rows:
-                self.metrics.gpu_rows.increment(gpu_rows)
+            on_gpu = gpu_rows(checked)
+            if on_gpu:
+                self.metrics.gpu_rows.increment(on_gpu)
         except Exception as exc:  # an engine failure fails this batch's requests, with the reason
             message = f"{self.name}: inference failed on route {engine.route}: {type(exc).__name__}: {exc}"
             for i in good:

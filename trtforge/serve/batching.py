@@ -53,6 +53,11 @@ def _on_device(value: Any) -> bool:
     return not isinstance(value, np.ndarray) and getattr(value, "is_cuda", False)
 
 
+def gpu_rows(checked: Sequence[Checked]) -> int:
+    """Rows of the requests whose inputs arrived on the GPU (CUDA shared memory, taken through DLPack)."""
+    return sum(c.rows for c in checked if any(_on_device(a) for a in c.arrays))
+
+
 def _check_tensor(spec: TensorSpec, value: Any, batched: bool, limit: Sequence[int] | None) -> None:
     if _dtype(value) != spec.dtype:
         raise BadRequest(f"input {spec.name!r} is {_dtype(value)}; the model takes {spec.dtype}")
