@@ -119,3 +119,24 @@ def test_config_errors():
         QuantConfig(placement="smart")
     with pytest.raises(ValueError, match="regular expression"):
         QuantConfig(exclude=("blocks.(",))
+
+
+def test_a_batch_dim_written_as_minus_one_is_dynamic_and_quantizes():
+    """PaddlePaddle exports (PP-OCR's direction classifier in the rapidocr wheel) write the batch dim as
+    dim_value -1. It was read as a static batch of -1: no calibration batch at all, and an IndexError deep
+    inside; now it calibrates in batches of ``batch_size`` and the report measures every held-back sample."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from trtforge.core.config import QuantConfig
+    from trtforge.quantize.quantizer import quantize_model
+
+    weight = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "paddle_like",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 4])],
+                              [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_value == -1
+    x = np.random.default_rng(1).normal(size=(20, 8)).astype(np.float32)
+    result = quantize_model(model, x, QuantConfig(bias_correction=False, task="other"), progress=False)
+    assert result.report["measured"]["samples"] == 4 and result.report["measured"]["cosine_min"] > 0.99

@@ -45,8 +45,9 @@ class CalibrationSet:
 
 
 def batch_size(specs, config: QuantConfig) -> int:
-    """The graph's static batch when its inputs have one, else ``config.batch_size``."""
-    static = {s[2][0] for s in specs if s[2] and s[2][0] not in (None, 0)}
+    """The graph's static batch when its inputs have one, else ``config.batch_size``. A batch dim written as
+    -1 (PaddlePaddle's exports, e.g. PP-OCR's classifier) or 0 is dynamic, like a named one."""
+    static = {s[2][0] for s in specs if s[2] and isinstance(s[2][0], int) and s[2][0] > 0}
     return int(next(iter(static))) if static else config.batch_size
 
 
