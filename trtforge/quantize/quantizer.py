@@ -5,9 +5,9 @@ work), SmoothQuant (optional; W8A8 precisions) or AWQ-lite (optional; weight-onl
 calibrators (or the calibration cache), cross-layer equalization and bias absorption (optional; W8A8:
 the equalized graph is calibrated too and kept when it quantizes closer to FP32 on the held-back
 samples), the placement (rules or measured, on the graph kept), the frozen ``QuantPlan``,
-learned rounding or GPTQ (optional; GPTQ rewrites weight-only weights and their scales),
-quantization-aware fine-tuning (optional, INT8; ``trtforge.quantize.finetune``, kept when it helps), bias
-correction (optional), the accuracy report on held-back samples (ONNX Runtime, FP32 scales).
+learned rounding or GPTQ (optional; GPTQ rewrites weight-only weights and their scales), bias
+correction (optional), quantization-aware fine-tuning (optional, INT8; ``trtforge.quantize.finetune``: it starts
+from the finished graph and is kept only when it beats it on the held-back samples), the accuracy report on held-back samples (ONNX Runtime, FP32 scales).
 What differs between precisions is data (``trtforge.quantize.precision.SPECS``). The graph handed to
 TensorRT is ``trtforge.passes.process(result.fp32, precision, result.plan)``: the FP16 pass, then the
 same plan with FP16 scales.
@@ -207,25 +207,27 @@ def _gptq(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationSet,
     return model, plan
 
 
-def _finetune(reference: ir.Model, reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationSet,
-              config: QuantConfig, budget: ErrorBudget, report: dict, bar) -> ir.Model:
-    """``model`` with its quantized layers' weights and biases fine-tuned under the plan's fake quantization,
-    distilled from ``reference`` on the calibration samples (``trtforge.quantize.finetune``), when that lowers
-    the held-back error (``bias_correction.verdict``)."""
+def _finetune(reference: ir.Model, reference_out, model: ir.Model, sim: ir.Model, sim_out, plan: QuantPlan,
+              data: CalibrationSet, config: QuantConfig, budget: ErrorBudget, report: dict, bar,
+              ) -> tuple[ir.Model, ir.Model, list]:
+    """(FP32 graph, its Q/DQ simulation, the simulation's held-back outputs), with the quantized layers' weights and
+    biases fine-tuned under the plan's fake quantization, distilled from ``reference`` on the calibration samples
+    (``trtforge.quantize.finetune``), when that lowers the held-back error of the graph it starts from, the
+    finished (bias-corrected) one (``bias_correction.verdict``)."""
     from trtforge.quantize import finetune  # torch: imported only when asked for
 
     start = time.perf_counter()
     if not plan.layers:
         report["finetune"] = {"applied": False, "reason": "no quantized layer"}
-        return model
+        return model, sim, sim_out
     tuned, info = finetune.finetune(model, plan, data.calib_batches, config.finetune_seconds, progress=bar,
                                     reference=reference)
-    held = data.held_batches
-    before, after = run_model(apply_plan(model, plan), held), run_model(apply_plan(tuned, plan), held)
-    keep, verdict = bias_correction.verdict(reference_out, before, after, budget, info["weights"])
+    tuned_sim = apply_plan(tuned, plan)
+    tuned_out = run_model(tuned_sim, data.held_batches)
+    keep, verdict = bias_correction.verdict(reference_out, sim_out, tuned_out, budget, info["weights"])
     report["finetune"] = {**verdict, **info}
-    _method(report, "finetune", start, keep, reference_out, after)
-    return tuned if keep else model
+    _method(report, "finetune", start, keep, reference_out, tuned_out)
+    return (tuned, tuned_sim, tuned_out) if keep else (model, sim, sim_out)
 
 
 def _method(report: dict, name: str, start: float, applied: bool, reference_out, out) -> None:
@@ -323,9 +325,10 @@ def quantize_model(
             model, plan = _gptq(ref_out, model, plan, data, report, bar)
         if config.rounding == "learned" and config.placement != "auto":  # auto: learned before placement
             model = _learn_rounding(ref_out, model, plan, data, config, report, bar)
-        if config.finetune_seconds is not None:
-            model = _finetune(reference, ref_out, model, plan, data, config, budget, report, bar)
         model, sim, sim_out = _correct(ref_out, model, plan, data, config, budget, report, bar)
+        if config.finetune_seconds is not None:  # last: it starts from, and must beat, the finished graph
+            model, sim, sim_out = _finetune(reference, ref_out, model, sim, sim_out, plan, data, config, budget,
+                                            report, bar)
     _finish_report(report, config, budget, plan, len(spec.candidates(analysis).candidates), ref_out, sim_out, model,
                    data_sha)
     if progress:
