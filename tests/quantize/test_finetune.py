@@ -245,3 +245,16 @@ def test_the_cli_flag_parses_and_is_refused_in_cli_terms(tmp_path):
                                        "60", "--calib", str(tmp_path / "x.npy"), "-o", str(tmp_path / "out")])
     text = " ".join(refused.output.split())
     assert refused.exit_code == 2 and REFUSAL.format("fp8") in text and "Traceback" not in text, text
+
+
+def test_it_must_beat_the_bias_corrected_graph_it_starts_from(planned):
+    """Fine-tuning runs last: its "before" is the finished graph (bias correction applied), not the plan without
+    bias correction (the first version compared with that and kept a worse graph on Lite0)."""
+    model, _ = planned
+    x = np.concatenate([_images(60, 0), _images(20, 11)])
+    base = {"include": ("Conv", "Gemm"), "task": "other"}
+    plain = quantize_model(model, x, QuantConfig(**base), progress=False)
+    assert plain.report["bias_correction"]["applied"]
+    result = quantize_model(model, x, QuantConfig(**base, finetune_seconds=2), progress=False)
+    assert [m["method"] for m in result.report["methods"]] == ["bias_correction", "finetune"]
+    assert result.report["finetune"]["rel_l2_before"] == pytest.approx(plain.report["measured"]["rel_l2_mean"], rel=1e-6)
