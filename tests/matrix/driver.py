@@ -33,6 +33,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import matrix_models  # noqa: E402
 
+from trtforge.builder.portability import file_suffix  # noqa: E402
+from trtforge.core.config import CompileConfig  # noqa: E402
+
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
 #: The line ``compare`` prints for each side that runs an ONNX graph (``A runs GRAPH``).
 RUNS_LINE = re.compile(r"^([AB]) runs (\S+\.onnx)", re.MULTILINE)
@@ -102,13 +105,15 @@ def cells(name: str, work: Path) -> list[tuple[str, list[str]]]:
     fixed = matrix_models.SHAPES.get(name, {})
     calib = _calibration(specs, fixed, work / "calib.npz") if specs else work / "calib.npz"
     shape_flags = [x for n, dims in fixed.items() for x in ("--shapes", ":".join([n] + ["x".join(map(str, dims))] * 3))]
-    art = {p: out / f"{name}_{p}{'_sm89_sm120' if p == 'fp8' else ''}.json" for p in PRECISIONS}  # targets: a suffix
+    targets = {"fp8": ("sm89", "sm120")}  # FP8 builds with TensorRT-RTX for the GPUs that run it
+    art = {p: out / f"{name}_{p}{file_suffix(CompileConfig(targets=targets.get(p, ())))}.json"
+           for p in PRECISIONS}
     table: list[tuple[str, list[str]]] = [("inspect onnx", ["inspect", str(onnx_path)])]
     for precision in PRECISIONS:
         # TensorRT-RTX runs no W8A8 INT8 (builder/capability.py): built anyway, the sidecar says what runs as what
         # FP8 builds with TensorRT-RTX for the GPUs that run it (sm89, sm120); ONNX Runtime checks it on the CPU
         extra = {"int8": ["--calib", str(calib), "--allow-unaccelerated"],
-                 "fp8": ["--calib", str(calib), "--target", "sm89", "--target", "sm120"]}.get(precision, [])
+                 "fp8": ["--calib", str(calib), *[x for t in targets["fp8"] for x in ("--target", t)]]}.get(precision, [])
         table.append((f"build {precision}", ["build", str(onnx_path), "--precision", precision, "-o", str(out),
                                              "--name", name, "-q", *shape_flags, *extra]))
     for precision in PRECISIONS:
