@@ -305,6 +305,13 @@ TRTFORGE_CONFIGS: tuple[tuple[str, QuantConfig], ...] = (
     ("trtforge INT8 every Conv/Gemm", QuantConfig(include=("Conv", "Gemm"))),
     ("trtforge INT8 every Conv/Gemm + equalization", QuantConfig(include=("Conv", "Gemm"), equalize=True)),
     ("trtforge INT8 placement=auto (task budget) + equalization", QuantConfig(placement="auto", equalize=True)),
+    # Issue 25: quantization-aware fine-tuning (distilled from FP32 on the calibration samples, kept only when it
+    # helps), beside the same placement without it. Run: --models lite0 --only 'fine-tun|every Conv/Gemm$|rel. L2'
+    ("trtforge INT8 every Conv/Gemm + fine-tuning 180 s", QuantConfig(include=("Conv", "Gemm"), finetune_seconds=180)),
+    ("trtforge INT8 placement=auto (rel. L2 ≤ 0.1) + fine-tuning 180 s",
+     QuantConfig(placement="auto", error_budget=ErrorBudget.of(rel_l2=0.1), finetune_seconds=180)),
+    ("trtforge INT8 placement=auto (task budget) + fine-tuning 180 s",
+     QuantConfig(placement="auto", finetune_seconds=180)),
 )
 
 
@@ -381,6 +388,7 @@ def evaluate_suite(suite: Suite, work: Path, modelopt_python: str | None, only: 
         record(name, result.sim_model, time.perf_counter() - t,
                extra={"quantize_cpu_s": round(cpu, 1), "methods": result.report.get("methods", []),
                       "equalization": result.report.get("equalization"),
+                      "finetune": result.report.get("finetune"),
                       "fp16_layers": excluded, "plan_coverage": result.plan.coverage,
                       "bias_correction_applied": bool(bc and bc.get("applied")),
                       "smoothquant_sites": len(result.report.get("smoothquant", {}).get("sites", [])),

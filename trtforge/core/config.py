@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from trtforge.core import machine
-from trtforge.core.batch import DEFAULT_BATCH, BatchProfile, parse_batch
+from trtforge.core.batch import BatchProfile, parse_batch
 from trtforge.core.budget import ErrorBudget, check_override, resolve_budget
 from trtforge.core.errors import ConfigError, WrongType, spelled  # noqa: F401  (ConfigError: re-exported)
 from trtforge.core.options import (  # noqa: F401  (re-exported: the option declarations are this module's API)
@@ -41,6 +41,11 @@ from trtforge.core.options import (  # noqa: F401  (re-exported: the option decl
 )
 from trtforge.core.partition_options import DEFAULT_MIN_BLOCK_SIZE, check_min_block_size, op_names
 from trtforge.core.preprocessing import PreprocessConfig, read_preprocessing_json
+from trtforge.core.shapes import (  # noqa: F401  (parse_shapes: re-exported)
+    check_batch_and_shapes,
+    normalise_shapes,
+    parse_shapes,
+)
 
 #: Every precision trtforge builds, named here once: import it, never re-list it.
 #: The precisions with no quantization: the whole graph computes in one float type.
@@ -110,27 +115,6 @@ def _names(value: Any) -> tuple[str, ...] | None:
     if isinstance(value, str):
         return (value,)
     return None if value is None else tuple(str(v) for v in value)
-
-
-def parse_shapes(specs: list[str] | None) -> tuple[tuple[str, tuple[tuple[int, ...], ...]], ...]:
-    """``--shapes NAME:MIN:OPT:MAX`` (dims joined by ``x``), repeatable → the ``shapes`` field.
-
-    Example:
-        >>> parse_shapes(["x:1x3x32x32:1x3x640x640:1x3x1280x1280"])[0][1][1]
-        (1, 3, 640, 640)
-    """
-    out = []
-    for spec in specs or ():
-        parts = spec.rsplit(":", 3)
-        if len(parts) != 4 or not parts[0]:
-            raise ConfigError(f"--shapes {spec!r}: write NAME:MIN:OPT:MAX with dims joined by x, "
-                              "e.g. x:1x3x32x32:1x3x640x640:1x3x1280x1280")
-        try:
-            triple = tuple(tuple(int(d) for d in shape.split("x")) for shape in parts[1:])
-        except ValueError as exc:
-            raise ConfigError(f"--shapes {spec!r}: dims must be integers joined by x, e.g. 1x3x640x640") from exc
-        out.append((parts[0], triple))
-    return tuple(out)
 
 
 def parse_layer_precision(specs: list[str] | None) -> tuple[tuple[str, str], ...]:
@@ -205,6 +189,9 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
     weight_only = precision in WEIGHT_ONLY_PRECISIONS
     if quant.equalize and (weight_only or precision == AUTO_PRECISION):  # the ONNX path's int8/fp8 flow runs it
         raise ConfigError(f"equalize=True (--equalize) is for one W8A8 precision (int8, fp8), not {precision}: drop it")
+    if quant.finetune_seconds is not None and precision != "int8":  # fake quantization of INT8 Q/DQ only
+        raise ConfigError(f"finetune_seconds= (--finetune-seconds) fine-tunes INT8 (W8A8) weights, not {precision}: "
+                          "drop it, or build with precision int8")
     if quant.awq and not weight_only:
         raise ConfigError(f"awq=True (--awq) scales weights for the weight-only precisions (int8-wo, int4-wo), not "
                           f"{precision}; drop it, or use smoothquant=0.5 (--smoothquant 0.5) with int8/fp8")
@@ -294,6 +281,9 @@ class QuantConfig:
     rounding: str = option("nearest", help="nearest | learned (int8) | gptq (int4-wo)", affects=GRAPH, cli=CliFlag(str))
     rounding_seconds: float = option(120.0, help="learned rounding: seconds", affects=GRAPH, cli=CliFlag(float))
     equalize: bool = option(False, help="int8/fp8: equalize Conv pairs (kept if it helps)", affects=GRAPH, cli=CliFlag(bool))
+    finetune_seconds: float | None = option(None, affects=GRAPH, cli=CliFlag(float | None), help=(
+        "int8: quantization-aware fine-tuning on the calibration data, distilled from FP32, for this many seconds "
+        "(kept if it helps; off when absent)"))
 
     def __post_init__(self) -> None:
         def said(name: str) -> str:  # the option and its value as the reader writes it (--holdout 1.5 in the CLI)
@@ -303,6 +293,9 @@ class QuantConfig:
                               f"{', '.join(ROUNDINGS)}, and a positive number of seconds (e.g. 120)")
         if self.calibrator not in CALIBRATORS:
             raise ConfigError(f"{said('calibrator')}; choose one of {', '.join(CALIBRATORS)}")
+        seconds = self.finetune_seconds
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0):
+            raise ConfigError(f"{said('finetune_seconds')}: give a positive number of seconds (e.g. 120), or leave it out")
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"{said('placement')}; choose default (rules) or auto (measured)")
         if self.smoothquant is not None and not 0.0 <= self.smoothquant <= 1.0:
@@ -447,7 +440,7 @@ class CompileConfig:
                             f"not {type(self.preprocessing).__name__}")
         normalised = {
             "precision": precision, "path": path, "batch": None if self.batch is None else parse_batch(self.batch), "targets": machine.normalise_targets(self.targets),
-            "shapes": _shapes(self.shapes), "hardware_compatibility": hardware, "quant": quant,
+            "shapes": normalise_shapes(self.shapes), "hardware_compatibility": hardware, "quant": quant,
             "name": None if self.name is None else validate_name(self.name),
             "output_dir": Path(self.output_dir), "cache_dir": _path(self.cache_dir),
             "input_names": _names(self.input_names), "output_names": _names(self.output_names),
@@ -538,45 +531,6 @@ class CompileConfig:
 
 #: The options that do not change the engine (no key reads them).
 NOT_IN_KEY: tuple[str, ...] = tuple(name for name, opt in options_of(CompileConfig) if opt.affects == OUTPUT)
-
-
-def _shapes(shapes: Any) -> tuple[tuple[str, tuple[tuple[int, ...], ...]], ...]:
-    """``{name: (min, opt, max)}`` (or its normalised tuple form) → sorted nested tuples, checked:
-    three shapes of one rank, every dim at least 1, min <= opt <= max per dim, each input once."""
-    items = list(shapes.items() if isinstance(shapes, Mapping) else (shapes or ()))
-    try:
-        norm = tuple(sorted((str(name), tuple(tuple(int(d) for d in s) for s in triple)) for name, triple in items))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"shapes={shapes!r}: give {{input: (min_shape, opt_shape, max_shape)}} with integer "
-                          "dims, e.g. {'x': ((1, 3, 32, 32), (1, 3, 640, 640), (1, 3, 1280, 1280))}") from exc
-    names = [name for name, _ in norm]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"shapes names an input twice ({sorted(n for n in set(names) if names.count(n) > 1)}); "
-                          "give each input one (min, opt, max)")
-    for name, triple in norm:
-        if len(triple) != 3:
-            raise ConfigError(f"shapes[{name!r}] needs (min, opt, max) shapes, got {len(triple)}")
-        lo, mid, hi = triple
-        if not len(lo) == len(mid) == len(hi):
-            raise ConfigError(f"shapes[{name!r}]: min, opt and max have different ranks {[len(s) for s in triple]}")
-        if any(d < 1 for s in triple for d in s):
-            raise ConfigError(f"shapes[{name!r}] = {triple}: every dim must be at least 1")
-        if not all(a <= b <= c for a, b, c in zip(lo, mid, hi, strict=True)):
-            raise ConfigError(f"shapes[{name!r}] = {triple}: needs min <= opt <= max in every dim")
-    return norm
-
-
-def check_batch_and_shapes(batch: tuple[BatchProfile, ...] | None, shapes: tuple) -> None:
-    """Refuse a non-default ``batch`` that ``shapes`` would silently override (its dim 0 differs)."""
-    if not shapes or batch is None or batch == DEFAULT_BATCH:
-        return
-    for name, (lo, mid, hi) in shapes:
-        for profile in batch:
-            if (lo[:1], mid[:1], hi[:1]) != ((profile.min,), (profile.opt,), (profile.max,)):
-                raise ConfigError(
-                    f"batch={profile} and shapes[{name!r}] (batch dims {lo[:1]}, {mid[:1]}, {hi[:1]}) disagree: "
-                    "shapes sets the whole shape of that input. Put the batch range into its shapes and drop "
-                    "batch, or make them agree")
 
 
 def _path(value: Any) -> Path | None:

@@ -171,6 +171,9 @@ class QuantizationRecord(SidecarRecord):
     equalize: bool | None = optional_field()  # the option asked for (absent in older sidecars)
     #: Cross-layer equalization and bias absorption: applied, held-back error before/after, pairs, absorbed layers.
     equalization: Mapping[str, Any] | None = optional_field()
+    finetune_seconds: float | None = optional_field()  # the option asked for (absent in older sidecars)
+    #: Quantization-aware fine-tuning: applied, held-back error before/after, steps, loss, seconds.
+    finetune: Mapping[str, Any] | None = optional_field()
     #: The methods that ran, in order: {"method", "applied", "seconds", "held_back": metrics after it} each.
     methods: list[Mapping[str, Any]] | None = optional_field()
     quantized_layers: int | None = optional_field()

@@ -134,6 +134,9 @@ def _checked(config: QuantConfig) -> None:
         raise InvalidArgument("the direct path's INT8 has no SmoothQuant, equalization or auto placement; drop "
                               "smoothquant= (--smoothquant), equalize=True (--equalize) and placement='auto' "
                               "(--placement auto), or build with path='onnx' (--path onnx)")
+    if config.finetune_seconds is not None:
+        raise InvalidArgument("the direct path's INT8 has no fine-tuning; drop finetune_seconds= (--finetune-seconds), "
+                              "or build with path='onnx' (--path onnx)")
 
 
 def quantize_module(model: torch.nn.Module, input_names: Sequence[str], samples: list[dict[str, np.ndarray]],

@@ -6,7 +6,8 @@ calibrators (or the calibration cache), cross-layer equalization and bias absorp
 the equalized graph is calibrated too and kept when it quantizes closer to FP32 on the held-back
 samples), the placement (rules or measured, on the graph kept), the frozen ``QuantPlan``,
 learned rounding or GPTQ (optional; GPTQ rewrites weight-only weights and their scales), bias
-correction (optional), the accuracy report on held-back samples (ONNX Runtime, FP32 scales).
+correction (optional), quantization-aware fine-tuning (optional, INT8; ``trtforge.quantize.finetune``: it starts
+from the finished graph and is kept only when it beats it on the held-back samples), the accuracy report on held-back samples (ONNX Runtime, FP32 scales).
 What differs between precisions is data (``trtforge.quantize.precision.SPECS``). The graph handed to
 TensorRT is ``trtforge.passes.process(result.fp32, precision, result.plan)``: the FP16 pass, then the
 same plan with FP16 scales.
@@ -206,6 +207,29 @@ def _gptq(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationSet,
     return model, plan
 
 
+def _finetune(reference: ir.Model, reference_out, model: ir.Model, sim: ir.Model, sim_out, plan: QuantPlan,
+              data: CalibrationSet, config: QuantConfig, budget: ErrorBudget, report: dict, bar,
+              ) -> tuple[ir.Model, ir.Model, list]:
+    """(FP32 graph, its Q/DQ simulation, the simulation's held-back outputs), with the quantized layers' weights and
+    biases fine-tuned under the plan's fake quantization, distilled from ``reference`` on the calibration samples
+    (``trtforge.quantize.finetune``), when that lowers the held-back error of the graph it starts from, the
+    finished (bias-corrected) one (``bias_correction.verdict``)."""
+    from trtforge.quantize import finetune  # torch: imported only when asked for
+
+    start = time.perf_counter()
+    if not plan.layers:
+        report["finetune"] = {"applied": False, "reason": "no quantized layer"}
+        return model, sim, sim_out
+    tuned, info = finetune.finetune(model, plan, data.calib_batches, config.finetune_seconds, progress=bar,
+                                    reference=reference)
+    tuned_sim = apply_plan(tuned, plan)
+    tuned_out = run_model(tuned_sim, data.held_batches)
+    keep, verdict = bias_correction.verdict(reference_out, sim_out, tuned_out, budget, info["weights"])
+    report["finetune"] = {**verdict, **info}
+    _method(report, "finetune", start, keep, reference_out, tuned_out)
+    return (tuned, tuned_sim, tuned_out) if keep else (model, sim, sim_out)
+
+
 def _method(report: dict, name: str, start: float, applied: bool, reference_out, out) -> None:
     """One entry of ``report["methods"]``: a method that ran, its time, and the held-back metrics of the
     graph it produced (whether kept or not)."""
@@ -245,6 +269,12 @@ def _checked_start(fp32, calibration_data, config: QuantConfig, preprocessing: P
     """(model, task, budget, data): everything that can refuse the input, before any calibration."""
     check_quant_options(config, precision)
     model = ensure_node_names(ensure_opset(fresh_ir(fp32), opset))
+    if config.finetune_seconds is not None:
+        from trtforge.quantize.torch_graph import unsupported_ops  # torch: imported only when asked for
+
+        if missing := unsupported_ops(model):
+            raise InvalidArgument(f"finetune_seconds= (--finetune-seconds) evaluates the graph in PyTorch, which has no "
+                                  f"{', '.join(missing)} here; drop the option for this model")
     task = detect_task(model, config.task)
     budget = resolve_budget(task, config.error_budget)
     if task == "classification" and len(output_dims(model)) != 2:
@@ -296,6 +326,9 @@ def quantize_model(
         if config.rounding == "learned" and config.placement != "auto":  # auto: learned before placement
             model = _learn_rounding(ref_out, model, plan, data, config, report, bar)
         model, sim, sim_out = _correct(ref_out, model, plan, data, config, budget, report, bar)
+        if config.finetune_seconds is not None:  # last: it starts from, and must beat, the finished graph
+            model, sim, sim_out = _finetune(reference, ref_out, model, sim, sim_out, plan, data, config, budget,
+                                            report, bar)
     _finish_report(report, config, budget, plan, len(spec.candidates(analysis).candidates), ref_out, sim_out, model,
                    data_sha)
     if progress:

@@ -70,6 +70,7 @@ def settings_report(config: QuantConfig, task: str, samples: tuple[int, int], pr
         "placement": config.placement,
         "rounding": config.rounding,
         "equalize": config.equalize,
+        "finetune_seconds": config.finetune_seconds,
         "block_size": block_size,
         "task": task,
         "samples": {"calibration": samples[0], "held_back": samples[1]},
@@ -149,6 +150,10 @@ def print_report(report: dict) -> None:
         g = report["gptq"]
         rows.append(("GPTQ", f"{'applied' if g['applied'] else 'not applied (did not help)'} to {g['layers']} layers: "
                              f"rel L2 {g['rel_l2_before']:.4f} → {g['rel_l2_after']:.4f}"))
+    if report.get("finetune") and "steps" in report["finetune"]:
+        ft = report["finetune"]
+        rows.append(("fine-tuning", f"{'applied' if ft['applied'] else 'not applied (did not help)'} ({ft['steps']} "
+                                    f"steps): rel L2 {ft['rel_l2_before']:.4f} → {ft['rel_l2_after']:.4f}"))
     for method in report.get("methods", []):
         rows.append((f"time: {method['method'].replace('_', ' ')}", f"{method['seconds']:.1f} s"))
     m = report["measured"]
