@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.server
 import threading
 import time
 
@@ -18,6 +19,7 @@ from trtforge.serve.batching import (
     run_together,
 )
 from trtforge.serve.health import FallbackState, HealthPolicy, HealthWorker
+from trtforge.serve.server import endpoints_ready, free_ports
 
 SPECS = (TensorSpec("a", "float32", (-1, 2)), TensorSpec("b", "int64", (-1, 3)))
 
@@ -234,3 +236,37 @@ def test_gpu_rows_counts_the_requests_whose_inputs_arrived_on_the_gpu():
     on_gpu = SimpleNamespace(is_cuda=True)  # what DLPack hands over from CUDA shared memory
     checked = [Checked((np.zeros((2, 3)),), 2), Checked((on_gpu,), 3), Checked((np.zeros((1, 3)), on_gpu), 1)]
     assert gpu_rows(checked) == 4 and gpu_rows(checked[:1]) == 0
+
+
+class _Answer(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        pass
+
+
+def _listening() -> tuple[http.server.HTTPServer, str]:
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_a_server_is_ready_only_once_its_metrics_port_answers_too():
+    """tritonserver opens its metrics port after the HTTP one: a server ready by HTTP alone refused the first
+    status() call (CI, 2026-12-02: Connection refused on the metrics port right after start)."""
+    triton_http, http_url = _listening()
+    closed = free_ports(1)[0]  # nothing listens there
+    try:
+        assert not endpoints_ready(http_url, f"http://127.0.0.1:{closed}/metrics")
+        metrics, metrics_url = _listening()
+        try:
+            assert endpoints_ready(http_url, f"{metrics_url}/metrics")
+        finally:
+            metrics.shutdown()
+            metrics.server_close()
+    finally:
+        triton_http.shutdown()
+        triton_http.server_close()

@@ -236,6 +236,21 @@ def _http(url: str, *, data: bytes | None = None, headers: dict[str, str] | None
         return exc.code, exc.read().decode(errors="replace")
 
 
+def endpoints_ready(http_url: str, metrics_url: str) -> bool:
+    """Whether Triton says it is ready on ``http_url`` **and** its metrics endpoint answers: tritonserver
+    opens the metrics port after the HTTP one, so a server ready by HTTP alone could still refuse the
+    first ``status()`` (which reads our metrics) for a moment on a loaded machine.
+
+    Example:
+        >>> endpoints_ready("http://127.0.0.1:8000", "http://127.0.0.1:8002/metrics")
+        True
+    """
+    with contextlib.suppress(OSError):
+        return (_http(f"{http_url}/v2/health/ready", timeout=2)[0] == 200
+                and _http(metrics_url, timeout=2)[0] == 200)
+    return False
+
+
 class Server:
     """A running tritonserver serving ``artifacts``; a context manager that stops it on exit."""
 
@@ -350,10 +365,9 @@ class Server:
                     if reason:
                         raise ServerFailed(f"tritonserver could not start: {reason}")
                 raise ServerFailed(f"tritonserver exited during startup:\n{self.log_tail()}")
-            with contextlib.suppress(OSError):
-                if _http(f"{self.url('http')}/v2/health/ready", timeout=2)[0] == 200:
-                    self.models = self.models or self._repository_models()
-                    return
+            if endpoints_ready(self.url("http"), self.endpoints["metrics"]):
+                self.models = self.models or self._repository_models()
+                return
             time.sleep(0.2)
         raise ServerFailed(f"tritonserver was not ready after {self.config.startup_timeout_s:g} s:\n{self.log_tail()}")
 
