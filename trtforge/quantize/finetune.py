@@ -61,12 +61,11 @@ def _fake_activation(q: QuantInput):
 
 
 def _fake_weight(q: QuantInput):
-    scales = torch.tensor(q.scales, dtype=torch.float32)
-    zeros = torch.zeros(len(q.scales), dtype=torch.int32)
-    axis = q.axis if q.axis is not None else 0
     if q.axis is None:
         return lambda w: torch.fake_quantize_per_tensor_affine(w, float(q.scales[0]), 0, -127, 127)
-    return lambda w: torch.fake_quantize_per_channel_affine(w, scales, zeros, axis % w.dim(), -127, 127)
+    scales = torch.tensor(q.scales, dtype=torch.float32)
+    zeros = torch.zeros(len(q.scales), dtype=torch.int32)
+    return lambda w: torch.fake_quantize_per_channel_affine(w, scales, zeros, q.axis % w.dim(), -127, 127)
 
 
 def check_plan(plan: QuantPlan) -> None:
