@@ -46,6 +46,8 @@ from trtforge.bench.serving import run_load
 from trtforge.bench.timing import measure
 from trtforge.core.errors import UserError
 from trtforge.core.sidecar import read_sidecar, write_sidecar
+from trtforge.serve.batching import graph_buckets
+from trtforge.serve.repository import batch_range
 from trtforge.serve.server import ServeConfig, Server, free_ports
 
 console = Console(width=200)
@@ -93,8 +95,9 @@ def counters(server: Server, model: str) -> dict[str, float]:
                 found["calls"] += s.value
             elif s.name == "trtforge_padded_rows_total":
                 found["padded"] = found.get("padded", 0.0) + s.value
-            elif s.name == "trtforge_gpu_input_rows_total":
-                found["gpu_input_rows"] = found.get("gpu_input_rows", 0.0) + s.value
+            elif s.name in ("trtforge_gpu_input_rows_total", "trtforge_dma_input_rows_total"):
+                key = s.name.removeprefix("trtforge_").removesuffix("_total")
+                found[key] = found.get(key, 0.0) + s.value
             elif s.name == "trtforge_model_rows_total":
                 key = f"rows@{s.labels.get('device', 'cpu')}"
                 found[key] = found.get(key, 0.0) + s.value
@@ -140,7 +143,8 @@ def _one_run(server: Server, name: str, inputs: dict, args: argparse.Namespace, 
     console.print(f"{label}: {load.throughput:.1f} req/s over {load.seconds:.1f} s, p50 {load.p50_ms:.1f} ms, "
                   f"p99 {load.p99_ms:.1f} ms, mean batch {batch:.1f}, padded rows {padded:.1%}, failed {load.failed}")
     return {**label, "mean_batch": batch, "engine_calls": delta["calls"], "padded_fraction": padded,
-            "rows_per_device": per_device, "gpu_input_rows": delta.get("gpu_input_rows", 0.0), "startup_s": startup_s,
+            "rows_per_device": per_device, "gpu_input_rows": delta.get("gpu_input_rows", 0.0),
+            "dma_input_rows": delta.get("dma_input_rows", 0.0), "startup_s": startup_s,
             **load.as_dict()}
 
 
@@ -200,7 +204,8 @@ def main(argv: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         sidecar = artifact(args.model, Path(tmp), args.max_batch)
         device = f"cuda:{devices[0]}" if devices else None
-        batches = {b for b in {1, 2, 4, 8, 16, 32, 64, 128, args.max_batch} if b <= args.max_batch}
+        # offline at every size the served engine is called with (its graph buckets), to compare at the batch formed
+        batches = set(graph_buckets(*batch_range(read_sidecar(sidecar))))
         before = {f: offline(sidecar, args.route, device, batches, args.offline_repeats, f) for f in args.input_format}
         for instances, input_format in itertools.product(args.instances, args.input_format):
             base = dict(route=args.route, instances=instances, devices=devices, max_delay_ms=args.max_delay_ms,

@@ -141,8 +141,8 @@ def test_a_hung_check_keeps_one_thread_and_later_checks_say_it_is_still_running(
 
 
 def test_cuda_graph_buckets_come_from_the_preferred_sizes_and_padding_is_counted():
-    assert graph_buckets(32, preferred=(16, 32)) == (16, 32)
-    assert graph_buckets(32, preferred=(4, 64)) == (4, 32)
+    assert graph_buckets(32, preferred=(16, 32)) == (1, 2, 4, 8, 16, 32)
+    assert graph_buckets(32, preferred=(4, 64)) == (1, 2, 4, 32)
     calls = []
 
     def engine(a, b):
@@ -270,3 +270,26 @@ def test_a_server_is_ready_only_once_its_metrics_port_answers_too():
     finally:
         triton_http.shutdown()
         triton_http.server_close()
+
+
+def test_preferred_sizes_are_a_grid_of_eight_steps_with_the_profile_sizes():
+    from trtforge.serve.repository import preferred_sizes
+
+    assert preferred_sizes(64, (32, 64)) == (8, 16, 24, 32, 40, 48, 56, 64)
+    assert preferred_sizes(16, (4, 16)) == (2, 4, 6, 8, 10, 12, 14, 16)
+    assert preferred_sizes(100, (50, 100)) == (13, 26, 39, 50, 52, 65, 78, 91, 100)
+    assert preferred_sizes(1, (1, 1)) == (1,)
+    assert len(graph_buckets(256, preferred_sizes(256, (128, 256)))) <= 16  # the engines' graph cache
+
+
+def test_the_grid_pads_a_batch_by_less_than_one_step():
+    """The sizes the batcher formed in the H200 runs (about 17 to 40 rows): the profile's (opt, max)
+    alone padded them by a quarter; the grid's buckets by under one step of 8."""
+    from trtforge.serve.repository import preferred_sizes
+
+    formed = range(17, 41)
+    old = graph_buckets(64, (32, 64))
+    new = graph_buckets(64, preferred_sizes(64, (32, 64)))
+    pad = {name: sum(padded_rows(n, b) - n for n in formed) / sum(formed) for name, b in (("old", old), ("new", new))}
+    assert max(padded_rows(n, new) - n for n in formed) < 8
+    assert pad["old"] > 0.25 and pad["new"] < 0.13, pad

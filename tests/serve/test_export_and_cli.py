@@ -43,7 +43,7 @@ def test_tensorrt_repository_config_parses_with_the_engine_as_model_plan(tmp_pat
     assert config.max_batch_size == 16
     assert [(t.name, list(t.dims)) for t in config.input] == [("x", [4])]
     assert [(t.name, list(t.dims)) for t in config.output] == [("y", [3])]
-    assert list(config.dynamic_batching.preferred_batch_size) == [4, 16]
+    assert list(config.dynamic_batching.preferred_batch_size) == [2, 4, 6, 8, 10, 12, 14, 16]
     assert config.instance_group[0].count == 2
     assert config.instance_group[0].kind == config.instance_group[0].KIND_GPU
     plan = tmp_path / "repo" / "linear" / "1" / "model.plan"

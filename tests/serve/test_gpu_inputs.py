@@ -44,6 +44,7 @@ def test_inputs_in_cuda_shared_memory_are_taken_on_the_gpu_and_answered_like_hos
     tensor.set_data_from_numpy(x)
     host = InferenceServerClient(server.url("grpc")).infer(model, [tensor]).as_numpy(output)
     assert metric(server, "trtforge_gpu_input_rows", model) == 0  # gRPC bytes arrive on the host
+    assert metric(server, "trtforge_dma_input_rows", model) == 2  # ... in Triton's shm, registered: one DMA
 
     regions: list = []
     try:
@@ -63,3 +64,9 @@ def test_inputs_in_cuda_shared_memory_are_taken_on_the_gpu_and_answered_like_hos
                     max_seconds=120, transport="cuda_shm")
     assert (load.answered, load.failed) == (40, 0), load
     assert metric(server, "trtforge_gpu_input_rows", model) == 42
+    assert metric(server, "trtforge_dma_input_rows", model) == 2
+
+    load = run_load(server.url("grpc"), model, {spec.name: x[:1]}, requests=40, processes=2, threads=2,
+                    max_seconds=120, transport="shm")  # system shared memory: host rows, batched by DMA
+    assert (load.answered, load.failed) == (40, 0), load
+    assert metric(server, "trtforge_dma_input_rows", model) == 42

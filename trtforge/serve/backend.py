@@ -10,7 +10,9 @@ route on ``cuda:<model_instance_device_id>``; an engine that replays CUDA graphs
 ``graph_buckets`` sizes (the dynamic batcher's preferred sizes and the largest; padded, each
 captured at load; the padding rows are counted in ``trtforge_padded_rows_total``).
 
-Inputs may arrive on the GPU (``FORCE_CPU_ONLY_INPUT_TENSORS: "no"``, e.g. from CUDA shared
+Host inputs for an engine on a GPU are taken as views of Triton's shared memory (DLPack), which
+``trtforge.serve.pinning`` registers with CUDA once, so each goes to the GPU by one DMA (counted in
+``trtforge_dma_input_rows_total``). Inputs may arrive on the GPU (``FORCE_CPU_ONLY_INPUT_TENSORS: "no"``, e.g. from CUDA shared
 memory): they are taken through DLPack without a host copy, and such a batch's outputs that the
 engine leaves on the GPU go back through DLPack too. Health checks run on one worker thread and go
 through the same per-engine lock as the batches (engines reuse their output buffers).
@@ -45,6 +47,7 @@ from trtforge.serve.batching import (
     run_together,
 )
 from trtforge.serve.health import FallbackState, HealthPolicy, HealthWorker
+from trtforge.serve.pinning import HostRegistry
 
 
 def _parameters(config: dict[str, Any]) -> dict[str, str]:
@@ -131,6 +134,8 @@ class Metrics:
                               family.COUNTER)
         self._gpu_rows = family("trtforge_gpu_input_rows_total", "rows whose inputs arrived in GPU memory "
                                 "(CUDA shared memory, taken through DLPack)", family.COUNTER)
+        self._dma_rows = family("trtforge_dma_input_rows_total", "host rows copied to the GPU by one DMA "
+                                "from Triton's page-locked shared memory", family.COUNTER)
         self.degraded = self._degraded.Metric(labels=self.labels)
         self.fallbacks = self._fallbacks.Metric(labels=self.labels)
         self.failures = self._failures.Metric(labels=self.labels)
@@ -138,6 +143,7 @@ class Metrics:
         self.rows = self._rows.Metric(labels=self.labels)
         self.padded = self._padded.Metric(labels=self.labels)
         self.gpu_rows = self._gpu_rows.Metric(labels=self.labels)
+        self.dma_rows = self._dma_rows.Metric(labels=self.labels)
 
     def set_route(self, route: str, sha256: str) -> None:
         self.route.select(route=route, sha256=sha256)
@@ -148,11 +154,15 @@ class Metrics:
         self.reason.select(reason=reason[:200].replace("\"", "'").replace("\\", "/").replace("\n", " "))
 
 
-def _array(tensor: Any) -> Any:
-    """A Triton input as NumPy (host) or, when it arrived on the GPU, a torch tensor through DLPack."""
-    if tensor.is_cpu():
-        return tensor.as_numpy()
+def _array(tensor: Any, alias: bool = False) -> Any:
+    """A Triton input as NumPy (host) or, when it arrived on the GPU, a torch tensor through DLPack.
+
+    ``alias``: a host input as a NumPy view of Triton's shared memory (through DLPack) rather than
+    the stub's own copy of it, so that it can go to the GPU by one DMA (``trtforge.serve.pinning``)."""
     import torch
+
+    if tensor.is_cpu():
+        return torch.from_dlpack(tensor.to_dlpack()).numpy() if alias else tensor.as_numpy()
 
     return torch.from_dlpack(tensor.to_dlpack())
 
@@ -193,6 +203,8 @@ class TritonPythonModel:
         self.sha256 = read_sidecar(sidecar).engine_sha256
         self.state = FallbackState(self.policy)
         self.metrics = Metrics(pb_utils, self.name, device or "cpu")
+        self.registry = HostRegistry() if device else None  # host inputs to the GPU by DMA
+        self._dma_rows = 0
         self.metrics.set_route(self.routes[0], self.sha256)
         self._stop = threading.Event()
         self._worker: HealthWorker | None = None
@@ -244,10 +256,11 @@ class TritonPythonModel:
         responses: list[Any] = [None] * len(requests)
         good, checked = [], []
         names = [s.name for s in self.primary.inputs]
+        alias = self.registry is not None and getattr(self._active(), "join", None) is None
         for i, request in enumerate(requests):
             try:
                 tensors = {n: pb.get_input_tensor_by_name(request, n) for n in names}
-                arrays = {n: _array(t) for n, t in tensors.items() if t is not None}
+                arrays = {n: _array(t, alias) for n, t in tensors.items() if t is not None}
                 checked.append(check_request(self.primary.inputs, arrays, self.max_batch, self.limits))
                 good.append(i)
             except BadRequest as exc:
@@ -256,14 +269,22 @@ class TritonPythonModel:
             self._run(good, checked, responses)
         return responses
 
+    def _pin(self, array: np.ndarray) -> bool:
+        """Whether ``array`` may go to the GPU by one DMA (counted for ``trtforge_dma_input_rows_total``)."""
+        if self.registry is None or not self.registry.pinned(array):
+            return False
+        self._dma_rows += len(array)
+        return True
+
     def _run(self, good: list[int], checked: list[Any], responses: list[Any]) -> None:
         pb = self.pb
         engine = self._active()
+        self._dma_rows = 0
         output_names = [s.name for s in engine.outputs]
         try:
             with self.locks[id(engine)]:  # engines reuse output buffers: one call at a time per engine
                 results, padded = run_together(engine, checked, output_names, self.max_batch > 0,
-                                               self.buckets[id(engine)], with_padding=True)
+                                               self.buckets[id(engine)], with_padding=True, pin=self._pin)
             self.metrics.calls.increment(1)
             self.metrics.rows.increment(sum(c.rows for c in checked))
             if padded:
@@ -271,6 +292,8 @@ class TritonPythonModel:
             on_gpu = gpu_rows(checked)
             if on_gpu:
                 self.metrics.gpu_rows.increment(on_gpu)
+            if self._dma_rows:
+                self.metrics.dma_rows.increment(self._dma_rows)
         except Exception as exc:  # an engine failure fails this batch's requests, with the reason
             message = f"{self.name}: inference failed on route {engine.route}: {type(exc).__name__}: {exc}"
             for i in good:

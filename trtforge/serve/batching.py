@@ -21,6 +21,9 @@ import numpy as np
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.specs import TensorSpec
 
+#: Whether a host array lies in page-locked memory (``trtforge.serve.pinning.HostRegistry.pinned``).
+Pin = Callable[[np.ndarray], bool]
+
 
 class BadRequest(InvalidArgument):
     """A request's tensors do not fit the model (names, dtype, shape, batch size)."""
@@ -91,23 +94,24 @@ def check_request(specs: Sequence[TensorSpec], tensors: Mapping[str, np.ndarray]
 
 
 def graph_buckets(max_batch: int, preferred: Sequence[int] = ()) -> tuple[int, ...]:
-    """Batch sizes a CUDA-graph engine is called with: the dynamic batcher's ``preferred`` sizes (the
-    profile's opt and max) and ``max_batch``; without preferred sizes, powers of two up to ``max_batch``.
+    """Batch sizes a CUDA-graph engine is called with: the dynamic batcher's ``preferred`` sizes
+    (``trtforge.serve.repository.preferred_sizes``), ``max_batch``, and the powers of two below the
+    smallest preferred size; without preferred sizes, powers of two up to ``max_batch``.
 
     An engine that captures one graph per batch size would otherwise capture (and evict from its
-    16-entry cache) a graph for every size the dynamic batcher happens to form; padding only up to
-    the sizes the batcher aims for keeps the padded rows few under load.
+    16-entry cache) a graph for every size the dynamic batcher happens to form. The batcher sends
+    the largest preferred size it can form, so under load a batch needs no padding; below the
+    smallest preferred size it pads to the next power of two.
 
     Example:
-        >>> graph_buckets(32, preferred=(16, 32)), graph_buckets(48)
-        ((16, 32), (1, 2, 4, 8, 16, 32, 48))
+        >>> graph_buckets(32, preferred=(8, 16, 24, 32)), graph_buckets(48)
+        ((1, 2, 4, 8, 16, 24, 32), (1, 2, 4, 8, 16, 32, 48))
     """
     if max_batch <= 0:
         return ()
-    if preferred:
-        return tuple(sorted({b for b in preferred if 0 < b <= max_batch} | {max_batch}))
-    sizes = {1 << i for i in range(max_batch.bit_length()) if 1 << i <= max_batch}
-    return tuple(sorted(sizes | {max_batch}))
+    sizes = {b for b in preferred if 0 < b <= max_batch} | {max_batch}
+    sizes |= {1 << i for i in range(max_batch.bit_length()) if 1 << i < min(sizes)}
+    return tuple(sorted(sizes))
 
 
 def padded_rows(rows: int, buckets: Sequence[int]) -> int:
@@ -125,38 +129,46 @@ def _device_of(engine: Any) -> Any:
     return torch.device(device)
 
 
-def _upload(parts: Sequence[np.ndarray], rows: int, device: Any) -> Any:
+def _upload(parts: Sequence[np.ndarray], rows: int, device: Any, pin: Pin | None = None) -> Any:
     """Host rows straight into one new tensor of ``rows`` rows on ``device``, a request at a time,
-    the padding rows zeroed there: no join on the host, and no padding bytes over the bus. (A copy
-    from pageable memory returns once the driver has staged the bytes, so the requests' arrays may
-    go as soon as this returns.)"""
+    the padding rows zeroed there: no join on the host, and no padding bytes over the bus.
+
+    A part that ``pin`` says lies in page-locked memory (Triton's shared memory, registered by
+    ``trtforge.serve.pinning``) goes by one DMA; any other from pageable memory (the driver stages
+    it first). Either way the requests' arrays may go as soon as this returns: a pageable copy
+    returns once staged, and the DMAs are waited for."""
     import torch
 
     from trtforge.runtime.placement import on_device
 
     first = parts[0]
+    dma = False
     with on_device(device):  # the copies and the engine's replay share that device's current stream
         joined = torch.empty((rows, *first.shape[1:]), dtype=torch.from_numpy(first[:0]).dtype, device=device)
         start = 0
         for part in parts:
-            joined[start:start + len(part)].copy_(torch.from_numpy(np.ascontiguousarray(part)), non_blocking=True)
+            part = np.ascontiguousarray(part)
+            dma = (pin is not None and pin(part)) or dma
+            joined[start:start + len(part)].copy_(torch.from_numpy(part), non_blocking=True)
             start += len(part)
         if start < rows:
             joined[start:].zero_()
+        if dma:
+            torch.cuda.current_stream(device).synchronize()
     return joined
 
 
-def _join(parts: Sequence[Any], rows: int, device: Any = None) -> Any:
+def _join(parts: Sequence[Any], rows: int, device: Any = None, pin: Pin | None = None) -> Any:
     """The requests' rows in one array of ``rows`` rows (zeros after them): one copy, padding included.
     Host rows for an engine on a CUDA ``device`` are uploaded into one tensor there (``_upload``).
 
     For a host array, a new one per batch: joining a float32 batch into one reused pinned buffer
     instead measured no faster on the H200 (docs/benchmark-history.md, issue 26)."""
-    if len(parts) == 1 and parts[0].shape[0] == rows:
-        return parts[0]
     host = all(isinstance(p, np.ndarray) for p in parts)
     if host and device is not None:
-        return _upload(parts, rows, device)
+        return _upload(parts, rows, device, pin)
+    if len(parts) == 1 and parts[0].shape[0] == rows:
+        return parts[0]
     if not host:  # torch tensors (DLPack): joined on their device
         import torch
 
@@ -173,9 +185,10 @@ def _join(parts: Sequence[Any], rows: int, device: Any = None) -> Any:
 
 def run_together(engine_call: Callable[..., Mapping[str, Any]], checked: Sequence[Checked],
                  output_names: Sequence[str], batched: bool,
-                 buckets: Sequence[int] = (), *, with_padding: bool = False) -> Any:
+                 buckets: Sequence[int] = (), *, with_padding: bool = False, pin: Pin | None = None) -> Any:
     """One engine call for all ``checked`` requests (padded to a bucket size when ``buckets`` are
     given); each gets its own rows of every output. ``with_padding``: also the padded row count.
+    ``pin(array)``: whether a host array may go to the engine's GPU by DMA (``_upload``).
 
     An engine with a ``join(parts, rows)`` method (``FrameEngine``) joins its one input itself (into
     its pinned buffer: one copy). Outputs are NumPy, except when the inputs came on the GPU: then
@@ -190,7 +203,7 @@ def run_together(engine_call: Callable[..., Mapping[str, Any]], checked: Sequenc
     join = getattr(engine_call, "join", None)
     joined = join(columns[0], rows) if join is not None and len(columns) == 1 else None
     engine_device = _device_of(engine_call) if joined is None else None
-    joined = [joined] if joined is not None else [_join(parts, rows, engine_device) for parts in columns]
+    joined = [joined] if joined is not None else [_join(parts, rows, engine_device, pin) for parts in columns]
     device = any(_on_device(p) for parts in columns for p in parts)  # host requests get host outputs
     outputs = _outputs(engine_call(*joined), output_names, device)
     for name, value in outputs.items():

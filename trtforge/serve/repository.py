@@ -68,8 +68,25 @@ def batch_range(sidecar: Sidecar) -> tuple[int, tuple[int, ...]]:
         raise InvalidArgument(
             f"sidecar {sidecar.path} has a dynamic batch axis but no profile; rebuild with --batch min:opt:max"
         )
-    sizes = sorted({int(r["opt"][0]) for r in ranges} | {int(r["max"][0]) for r in ranges})
-    return max(int(r["max"][0]) for r in ranges), tuple(s for s in sizes if s > 0)
+    biggest = max(int(r["max"][0]) for r in ranges)
+    return biggest, preferred_sizes(biggest, [int(r[k][0]) for r in ranges for k in ("opt", "max")])
+
+
+def preferred_sizes(max_batch: int, anchors: Sequence[int] = ()) -> tuple[int, ...]:
+    """The dynamic batcher's preferred sizes: eight evenly spaced sizes up to ``max_batch`` (a step of
+    ``ceil(max_batch / 8)``) and the profiles' opt and max sizes (``anchors``).
+
+    The batcher sends the largest preferred size it can form, and a CUDA-graph route is captured at
+    each of them (``trtforge.serve.batching.graph_buckets``), so a batch is padded by less than one
+    step: with only (opt, max) = (32, 64), a batch of 33 ran as 64 rows.
+
+    Example:
+        >>> preferred_sizes(64, (32, 64))
+        (8, 16, 24, 32, 40, 48, 56, 64)
+    """
+    step = -(-max_batch // 8)
+    sizes = set(range(step, max_batch + 1, step)) | {a for a in anchors if 0 < a <= max_batch} | {max_batch}
+    return tuple(sorted(sizes))
 
 
 def plan_model(path: str | Path, parameters: dict[str, str] | None = None) -> ModelPlan:
