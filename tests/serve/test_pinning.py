@@ -9,7 +9,7 @@ from multiprocessing import shared_memory
 import numpy as np
 import pytest
 
-from trtforge.serve.pinning import HostRegistry, _read_maps, find_mapping, parse_maps
+from trtforge.serve.pinning import HostRegistry, _read_maps, cuda_register, find_mapping, parse_maps
 
 
 @pytest.fixture
@@ -77,3 +77,11 @@ def test_parse_maps_reads_anonymous_private_and_shared_lines():
     assert find_mapping(0x7F0000100000, mappings) is mappings[2]
     assert find_mapping(0x7F00000FFFFF, mappings) is mappings[1]
     assert find_mapping(0x7F0000300000, mappings) is None and find_mapping(0x10, mappings) is None
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the CPU-only fallback")
+def test_without_a_cuda_runtime_registering_says_no_and_the_copy_stays_pageable(segment):
+    array = np.ndarray((100,), np.float32, buffer=segment.buf)
+    assert cuda_register(array.__array_interface__["data"][0], array.nbytes) is False
+    registry = HostRegistry()  # the real cudaHostRegister, on a torch without CUDA
+    assert not registry.pinned(array) and registry.registered_bytes == 0

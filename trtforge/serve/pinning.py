@@ -65,11 +65,15 @@ def find_mapping(address: int, mappings: list[Mapping]) -> Mapping | None:
 
 
 def cuda_register(start: int, size: int) -> bool:
-    """Page-lock ``size`` bytes at ``start`` for the GPU (``cudaHostRegister``); False if CUDA refuses."""
+    """Page-lock ``size`` bytes at ``start`` for the GPU (``cudaHostRegister``); False if CUDA refuses,
+    or this torch has no CUDA runtime to ask: the copy then stays pageable, slower but correct."""
     import torch
 
-    cudart = torch.cuda.cudart()
-    return cudart.cudaHostRegister(start, size, 0) == cudart.cudaError.success
+    try:
+        cudart = torch.cuda.cudart()
+        return cudart.cudaHostRegister(start, size, 0) == cudart.cudaError.success
+    except (AssertionError, AttributeError, RuntimeError):  # a CPU-only torch, or no cudaHostRegister binding
+        return False
 
 
 def _read_maps() -> str:
