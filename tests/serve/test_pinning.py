@@ -9,7 +9,8 @@ from multiprocessing import shared_memory
 import numpy as np
 import pytest
 
-from trtforge.serve.pinning import HostRegistry, _read_maps, cuda_register, find_mapping, parse_maps
+from trtforge.runtime.staging import cuda_register
+from trtforge.serve.pinning import HostRegistry, _read_maps, find_mapping, parse_maps
 
 
 @pytest.fixture

@@ -166,8 +166,13 @@ def _clear_cuda_error() -> None:
 
 
 def cuda_register(address: int, nbytes: int) -> bool:
-    """``cudaHostRegister`` (portable: every GPU's DMA may read the pages); False when refused."""
-    code = int(torch.cuda.cudart().cudaHostRegister(address, nbytes, 1))
+    """``cudaHostRegister`` (portable: every GPU's DMA may read the pages); False when refused, or
+    when this torch has no CUDA runtime to ask (the caller then copies: slower, never wrong)."""
+    try:
+        code = int(torch.cuda.cudart().cudaHostRegister(address, nbytes, 1))
+    except (AssertionError, AttributeError, RuntimeError) as exc:  # a CPU-only torch, or no such binding
+        log.debug("cudaHostRegister unavailable (%s): copying instead", exc)
+        return False
     if code:
         _clear_cuda_error()
         log.debug("cudaHostRegister refused %d bytes at %#x (error %d): copying instead", nbytes, address, code)

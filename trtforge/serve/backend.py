@@ -159,12 +159,12 @@ def _array(tensor: Any, alias: bool = False) -> Any:
 
     ``alias``: a host input as a NumPy view of Triton's shared memory (through DLPack) rather than
     the stub's own copy of it, so that it can go to the GPU by one DMA (``trtforge.serve.pinning``)."""
+    if tensor.is_cpu() and not alias:
+        return tensor.as_numpy()
     import torch
 
-    if tensor.is_cpu():
-        return torch.from_dlpack(tensor.to_dlpack()).numpy() if alias else tensor.as_numpy()
-
-    return torch.from_dlpack(tensor.to_dlpack())
+    view = torch.from_dlpack(tensor.to_dlpack())
+    return view.numpy() if tensor.is_cpu() else view
 
 
 def _tensor(pb: Any, name: str, value: Any) -> Any:

@@ -13,7 +13,7 @@ python_backend's ``src/shm_manager.cc``). Only shared mappings of files under ``
 registered; anything else (a NumPy array on the heap) stays a pageable copy.
 
 Example:
-    >>> registry = HostRegistry(register=cuda_register)
+    >>> registry = HostRegistry()   # registers through trtforge.runtime.staging.cuda_register
     >>> registry.pinned(array)      # True once the mapping holding ``array`` is registered
     True
 """
@@ -64,18 +64,6 @@ def find_mapping(address: int, mappings: list[Mapping]) -> Mapping | None:
     return mappings[index] if index >= 0 and address < mappings[index].end else None
 
 
-def cuda_register(start: int, size: int) -> bool:
-    """Page-lock ``size`` bytes at ``start`` for the GPU (``cudaHostRegister``); False if CUDA refuses,
-    or this torch has no CUDA runtime to ask: the copy then stays pageable, slower but correct."""
-    import torch
-
-    try:
-        cudart = torch.cuda.cudart()
-        return cudart.cudaHostRegister(start, size, 0) == cudart.cudaError.success
-    except (AssertionError, AttributeError, RuntimeError):  # a CPU-only torch, or no cudaHostRegister binding
-        return False
-
-
 def _read_maps() -> str:
     return Path("/proc/self/maps").read_text()
 
@@ -89,8 +77,12 @@ class HostRegistry:
     tried again (a later mapping at the same addresses then stays a pageable copy: slower, never wrong).
     """
 
-    def __init__(self, register: Callable[[int, int], bool] = cuda_register,
+    def __init__(self, register: Callable[[int, int], bool] | None = None,
                  read_maps: Callable[[], str] = _read_maps) -> None:
+        """``register(start, size)``: default ``trtforge.runtime.staging.cuda_register`` (imported
+        when first needed: it loads torch)."""
+        if register is None:
+            from trtforge.runtime.staging import cuda_register as register
         self._register, self._read_maps = register, read_maps
         self._known: list[tuple[int, int, bool]] = []  # [start, end) and registered?, sorted by start
 
