@@ -48,10 +48,22 @@ FORBIDDEN: tuple[tuple[str, tuple[str, ...], str], ...] = (
 )
 
 
+@cache
+def nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every AST node of ``path``: each file is read and parsed once per run, whichever rule walks it."""
+    return tuple(ast.walk(ast.parse(path.read_text())))
+
+
+@cache
+def sources() -> tuple[Path, ...]:
+    """The package's modules, sorted."""
+    return tuple(sorted(PACKAGE.rglob("*.py")))
+
+
 def trtforge_imports(path: Path) -> set[str]:
     """Every ``trtforge.X.Y`` module that ``path`` imports, at module level or inside functions."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in nodes(path):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module.split(".")[0] == "trtforge":
                 found.add(node.module)
@@ -83,7 +95,7 @@ def layer_of(module: str) -> str | None:
 @cache
 def import_graph() -> dict[str, set[str]]:
     return {module_name(p): {m for m in trtforge_imports(p) if module_path(m) is not None}
-            for p in sorted(PACKAGE.rglob("*.py"))}
+            for p in sources()}
 
 
 def test_every_package_and_top_level_module_has_a_layer():
@@ -131,12 +143,11 @@ def test_no_import_cycles_including_function_level_imports():
     assert not cycles, "import cycles:\n" + "\n".join(" → ".join(c) for c in cycles)
 
 
-@pytest.mark.slow
 def test_no_function_over_80_lines():
     long = sorted(
         f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
-        for path in PACKAGE.rglob("*.py")
-        for node in ast.walk(ast.parse(path.read_text()))
+        for path in sources()
+        for node in nodes(path)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80
     )
     assert not long, "split these functions (at most 80 lines):\n" + "\n".join(long)
@@ -149,14 +160,13 @@ def test_the_checks_can_fail(tmp_path):
     assert trtforge_imports(source) >= {"trtforge.core", "trtforge.core.specs", "trtforge.runtime.load"}
 
 
-@pytest.mark.slow
 def test_tensorrt_is_imported_only_through_the_shim():
     direct = [
         str(path.relative_to(PACKAGE.parent))
-        for path in PACKAGE.rglob("*.py")
+        for path in sources()
         if path != PACKAGE / "core" / "trt.py" and {"tensorrt", "tensorrt_rtx"} & {
             (n.module or "").split(".")[0] if isinstance(n, ast.ImportFrom) else a.name.split(".")[0]
-            for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, (ast.Import, ast.ImportFrom))
+            for n in nodes(path) if isinstance(n, (ast.Import, ast.ImportFrom))
             for a in (n.names if isinstance(n, ast.Import) else [n])
         }
     ]
@@ -164,7 +174,7 @@ def test_tensorrt_is_imported_only_through_the_shim():
 
 
 def test_no_module_over_600_lines():
-    long = sorted(f"{path.relative_to(REPO)} ({n} lines)" for path in PACKAGE.rglob("*.py")
+    long = sorted(f"{path.relative_to(REPO)} ({n} lines)" for path in sources()
                   if (n := len(path.read_text().splitlines())) > 600)
     assert not long, "split these modules (at most 600 lines):\n" + "\n".join(long)
 
@@ -227,7 +237,7 @@ def vocabulary_listings(path: Path, names: frozenset[str]) -> list[tuple[int, st
     """``(line, kind, names)`` of every literal in ``path`` that lists two or more of ``names``: a tuple, list
     or set (kind "list"), a dict's keys (kind "table"), or a string such as ``"fp32 | fp16 | bf16"``."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in nodes(path):
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
             kind, items = "list", node.elts
         elif isinstance(node, ast.Dict):
@@ -246,7 +256,6 @@ def vocabulary_listings(path: Path, names: frozenset[str]) -> list[tuple[int, st
     return found
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("vocabulary", ["precision", "route", "metric", "runs_as"])
 def test_each_vocabulary_is_named_in_one_module(vocabulary):
     """A list of precisions (routes, metrics) anywhere but its module is a second vocabulary: import it."""
@@ -256,7 +265,7 @@ def test_each_vocabulary_is_named_in_one_module(vocabulary):
     tables = {m for m, v, _ in TABLES if v == vocabulary}
     selections = {m for m, v, _ in SELECTIONS if v == vocabulary}
     offenders = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sources():
         module = path.relative_to(REPO).as_posix()
         if module == home:
             continue
@@ -287,8 +296,8 @@ def test_the_vocabulary_scan_can_fail(tmp_path):
 
 
 def test_default_batch_is_defined_once():
-    defined = sorted(path.relative_to(REPO).as_posix() for path in PACKAGE.rglob("*.py")
-                     for node in ast.walk(ast.parse(path.read_text()))
+    defined = sorted(path.relative_to(REPO).as_posix() for path in sources()
+                     for node in nodes(path)
                      if isinstance(node, (ast.Assign, ast.AnnAssign))
                      and "DEFAULT_BATCH" in {t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
                                              if isinstance(t, ast.Name)})
@@ -297,18 +306,17 @@ def test_default_batch_is_defined_once():
 
 def _calls_of(path: Path, names: set[str]) -> list[int]:
     """Lines of ``path`` that call a method or function named in ``names`` (docstrings do not count)."""
-    return [node.lineno for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+    return [node.lineno for node in nodes(path) if isinstance(node, ast.Call)
             and (node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")) in names]
 
 
-@pytest.mark.slow
 def test_one_builder_builds_and_derives_profiles():
     """Issue 23: every engine (ONNX path, direct path, partitions) is built by ``builder.build.build_network``,
     and every optimisation profile is made there from ``builder.profiles.resolve_profiles``."""
     owners = {"build_serialized_network": {"trtforge/builder/build.py"},
               "create_optimization_profile": {"trtforge/builder/build.py"}}
     for call, allowed in owners.items():
-        found = {path.relative_to(REPO).as_posix() for path in PACKAGE.rglob("*.py") if _calls_of(path, {call})}
+        found = {path.relative_to(REPO).as_posix() for path in sources() if _calls_of(path, {call})}
         assert found == allowed, f"{call} is called outside the one builder: {sorted(found - allowed)}"
 
 
