@@ -1,7 +1,8 @@
 """Shared fixtures: real models and data (exported once per test run), the tiny model, the doubles.
 
 Tests mirror the package folders (tests/core, tests/passes, ...); the TensorRT and refit doubles and the
-tiny model live in tests/doubles and are importable by name.
+tiny model live in tests/doubles, helpers that are no doubles (the in-process CLI) in tests/support; both are
+importable by name.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent / "doubles"))
+sys.path.insert(0, str(Path(__file__).parent / "support"))
 
 from tiny_model import TinyNet, export_tiny  # noqa: E402
 
@@ -29,13 +31,33 @@ from trtforge.passes.graph import load_ir, save_model  # noqa: E402
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 
 
+def run_folder(tmp_path_factory) -> Path:
+    """The folder this test run owns: pytest's base temp, or its parent, which the workers of one ``-n 2`` run
+    share (each worker's base temp is ``popen-gwN`` inside it)."""
+    import os
+
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def engine_store(tmp_path_factory) -> Path:
+    """The run's store of built artifacts: the product's own engine cache, in a folder the run owns, shared by
+    every test and every worker of the run (the cache is content-addressed and locked, so two workers asking
+    for the same build get one). A test that needs "tiny at FP16" builds it with the cache on and gets a hit
+    after the first. Tests of the cache itself keep their own folders. Never ``~/.cache/trtforge``."""
+    store = run_folder(tmp_path_factory) / "engine_store"
+    store.mkdir(exist_ok=True)
+    return store
+
+
 @pytest.fixture(scope="session", autouse=True)
-def _isolated_engine_cache(tmp_path_factory):
-    """Tests never read or write the user's ~/.cache/trtforge: one fresh engine cache per run."""
+def _isolated_engine_cache(engine_store):
+    """Tests never read or write the user's ~/.cache/trtforge: the run's ``engine_store`` is the default cache."""
     import os
 
     previous = os.environ.get("TRTFORGE_CACHE_DIR")
-    os.environ["TRTFORGE_CACHE_DIR"] = str(tmp_path_factory.mktemp("engine_cache"))
+    os.environ["TRTFORGE_CACHE_DIR"] = str(engine_store)
     yield
     if previous is None:
         os.environ.pop("TRTFORGE_CACHE_DIR", None)
@@ -132,6 +154,12 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(items):
+    """Tests without a TensorRT binding are skipped; under ``-n 2 --dist loadgroup`` each module's tests run in
+    one worker (its module fixtures, a tritonserver say, start once), unless the module names finer groups
+    with ``pytest.mark.xdist_group`` (the matrix: one group per model row)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     if not trt.available():
         skip = pytest.mark.skip(reason="no TensorRT bindings installed")
         for item in items:

@@ -45,6 +45,7 @@ def _params():
         for cell in ONNX_CELLS + (TORCH_CELLS if kind == "torch" else ()):
             marks = ([pytest.mark.xfail(strict=True, reason=f"issue 20: {KNOWN[model, cell]}")]
                      if (model, cell) in KNOWN else [])
+            marks.append(pytest.mark.xdist_group(f"matrix-{model}"))  # a row's cells share its one driver run
             yield pytest.param(model, cell, id=f"{model}-{cell}", marks=marks)
 
 
