@@ -1,6 +1,6 @@
 """The command × model matrix (issue 20): every user-facing command on models nobody here wrote.
 
-One subprocess per model (``driver.py``) runs its whole row; each cell is then one test here, which
+One driver run per model (``driver.py``, in this process) runs its whole row; each cell is then one test here, which
 passes when the command passed or refused in one line, and fails on a traceback, a ``compare`` of a
 graph with itself, or a messy failure. The table of results is docs/conformance.md's "Foreign models"
 section (``python bench/matrix.py``).
@@ -11,9 +11,6 @@ they turn into failures once fixed, so the entry is removed then.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -50,20 +47,23 @@ def _params():
 
 
 @pytest.fixture(scope="session")
-def matrix_rows(tmp_path_factory):
-    """model → its row (the driver's record), each model run once, in its own process, when first asked for."""
+def matrix_rows(tmp_path_factory, engine_store):
+    """model → its row (the driver's record), each model run once, in this process, when first asked for.
+
+    In process, as ``driver.py`` itself runs its commands: a row no longer pays a process's start-up (torch,
+    transformers, TensorRT: about 8 s a row). ``bench/matrix.py`` still runs a process per model."""
+    import warnings
+
+    from cli_in_process import environment
+
     rows: dict[str, dict] = {}
-    cache = tmp_path_factory.mktemp("matrix_engine_cache")
 
     def row(model: str) -> dict:
         if model not in rows:
             work = tmp_path_factory.mktemp(f"matrix_{model}")
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE)]), TRTFORGE_CACHE_DIR=str(cache),
-                       COLUMNS="200", PYTHONWARNINGS="ignore")
-            proc = subprocess.run([sys.executable, str(HERE / "driver.py"), model, str(work), str(work / "row.json")],
-                                  capture_output=True, text=True, env=env, timeout=900, check=False)
-            assert proc.returncode == 0, f"the driver itself failed on {model}:\n{proc.stderr[-4000:]}"
-            rows[model] = json.loads((work / "row.json").read_text())
+            with environment({"TRTFORGE_CACHE_DIR": str(engine_store), "COLUMNS": "200"}), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                rows[model] = driver.run(model, work)
         return rows[model]
 
     return row

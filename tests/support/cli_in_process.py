@@ -36,7 +36,7 @@ class Done:
 
 
 @contextlib.contextmanager
-def _environment(env: Mapping[str, str | None]) -> Iterator[None]:
+def environment(env: Mapping[str, str | None]) -> Iterator[None]:
     """``os.environ`` updated by ``env`` (None removes a variable), restored on the way out."""
     saved = {name: os.environ.get(name) for name in env}
     try:
@@ -84,7 +84,7 @@ def run(argv: Sequence[object], *, env: Mapping[str, str | None] | None = None, 
 
     out, err = io.StringIO(), io.StringIO()
     code: object = None
-    with _environment({"COLUMNS": "200", **(env or {})}), _process_state(cwd), \
+    with environment({"COLUMNS": "200", **(env or {})}), _process_state(cwd), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             main([str(a) for a in argv])
