@@ -57,6 +57,9 @@ class Ctx:
 
 
 CASES: dict[str, Callable[[Ctx], Case]] = {}
+#: The cases whose failing command must be a process of its own: a real signal (``sigint_at``) arrives at it.
+#: Every other command runs in the test process (tests/hardening/test_cli_table.py).
+PROCESS_CASES: set[str] = set()
 
 
 def case(name: str) -> Callable:
@@ -410,6 +413,7 @@ for _stage, _function in [
         return Case(build(ctx, "--batch", "1:3:5"), EXIT_CANCELLED, r"^interrupted\b", sigint_at=function,
                     cache=ctx.tmp / "cache")
     CASES[f"sigint_{_stage}"] = _sigint
+    PROCESS_CASES.add(f"sigint_{_stage}")
 
 
 # -- usage errors (click's own): one line too ---------------------------------------------------------
@@ -552,3 +556,4 @@ for _stage, _function in [("capture", "trtforge.pipeline.onnx_path:_capture"), (
         return Case(build(ctx, "--batch", "1:3:6"), EXIT_CANCELLED, r"terminated \(SIGTERM\)|cancelled",
                     sigint_at=f"{function}@SIGTERM", cache=ctx.tmp / "cache")
     CASES[f"sigterm_{_stage}"] = _sigterm
+    PROCESS_CASES.add(f"sigterm_{_stage}")

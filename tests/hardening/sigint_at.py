@@ -5,8 +5,10 @@ watches calls; when ``QUALNAME`` in ``MODULE`` is first entered the process send
 ``SIGNAL``, e.g. SIGTERM), as a user's Ctrl-C (or ``docker stop``) would arrive at that stage. Production
 code is not changed; only this process is watched.
 
-A command started in the background inherits SIGINT as ignored (``make test &``), and Python then leaves it
-ignored: the harness puts Python's own Ctrl-C handler back first, as an interactive shell would have it.
+A command started in the background inherits SIGINT as ignored (``make test &``, ``nohup``), and Python then
+leaves it ignored: the harness puts Python's own Ctrl-C handler back first, as an interactive shell would have
+it, and SIGTERM to its default (trtforge installs its SIGTERM handler only over the default, and keeps a
+SIGTERM that its parent set to be ignored as it is).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     where, _, name = sys.argv[1].partition("@")
     signum = signal.Signals[name or "SIGINT"]
     module, _, qualname = where.partition(":")

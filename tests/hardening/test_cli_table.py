@@ -1,4 +1,4 @@
-"""The CLI over a table of bad inputs and faults (tests/hardening/cases.py), each run as a subprocess.
+"""The CLI over a table of bad inputs and faults (tests/hardening/cases.py).
 
 Every case asserts the promises of docs/reliability.md:
 - one line on stderr, exit 2 (bad input) or 1 (a failed check, a full disk, Ctrl-C);
@@ -7,21 +7,31 @@ Every case asserts the promises of docs/reliability.md:
   and no temp file lies anywhere under it (the engine cache included);
 - the same command (or the corrected one) succeeds once the cause is removed.
 
-The cases run in parallel (each in its own folder) the first time a test asks for an outcome.
+Each case runs in its own folder, with its own ``$TMPDIR`` inside it (a temporary folder left behind changes
+the snapshot). The commands run in the test process (``harness.run_cli_in_process``: a CLI process pays 3 to
+7 CPU s of start-up), one at a time on the main thread, since the environment, the working folder and the
+signal handlers are the process's. A case whose failing command must be a process (``cases.PROCESS_CASES``:
+a real SIGINT or SIGTERM arrives at it) runs that command as a subprocess; those run in parallel threads
+meanwhile, from an environment copied before any in-process command set its own, and their fixed commands
+then run in process. The whole table runs the first time a test asks for an outcome.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
+import subprocess
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cases import CASES, Ctx
-from harness import can_mount_tmpfs, error_lines, run_cli, snapshot
+from cases import CASES, PROCESS_CASES, Case, Ctx
+from cli_in_process import Done
+from harness import can_mount_tmpfs, error_lines, run_cli, run_cli_in_process, snapshot
 
 TMPFS_CASES = {"output_disk_full", "output_disk_full_after_engine"}
 
@@ -40,23 +50,54 @@ class Outcome:
     fixed_output: str
 
 
-def run_case(name: str, inputs: dict[str, Path], root: Path, shared_cache: Path) -> Outcome:
+@dataclass
+class Failed:
+    """A case set up and its failing command run; its ``ctx.stack`` (a mounted tmpfs, say) is still open."""
+
+    ctx: Ctx
+    made: Case
+    cache: Path
+    done: Done | subprocess.CompletedProcess
+    before: dict[str, str]
+    after: dict[str, str]
+    temp_files: list[str]
+
+
+def run_failing(name: str, inputs: dict[str, Path], root: Path, shared_cache: Path,
+                base_env: Mapping[str, str]) -> Failed:
+    """Set up case ``name`` in ``root/name`` and run its failing command: in process, or for a case of
+    ``PROCESS_CASES`` as a subprocess started from ``base_env`` (safe in a thread)."""
     tmp = root / name
     tmp.mkdir()
     ctx = Ctx(tmp, inputs)
-    with ctx.stack:
+    with ctx.stack:  # closed here only if the set-up or the command raises; else by run_fixed
         made = CASES[name](ctx)
+        if (made.sigint_at is not None) != (name in PROCESS_CASES):
+            raise AssertionError(f"case {name}: a case that sends a signal (sigint_at) is one of cases.PROCESS_CASES, "
+                                 "and only such a case")
         cache = made.cache or shared_cache
         skip = [cache.relative_to(tmp).as_posix()] if cache.is_relative_to(tmp) else []
         (tmp / "tmpdir").mkdir()  # the command's $TMPDIR: a temporary folder left behind changes the snapshot
         before = snapshot(tmp, skip)
-        failed = run_cli(made.argv, cache_dir=cache, cwd=tmp, sigint_at=made.sigint_at, tmpdir=tmp / "tmpdir")
+        if made.sigint_at:
+            done = run_cli(made.argv, cache_dir=cache, cwd=tmp, sigint_at=made.sigint_at, tmpdir=tmp / "tmpdir",
+                           base_env=base_env)
+        else:
+            done = run_cli_in_process(made.argv, cache_dir=cache, cwd=tmp, tmpdir=tmp / "tmpdir")
         after = snapshot(tmp, skip)
         temp_files = [p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.name.endswith(".tmp")]
+        ctx.stack = ctx.stack.pop_all()  # kept open for the fixed command
+    return Failed(ctx, made, cache, done, before, after, temp_files)
+
+
+def run_fixed(failed: Failed) -> Outcome:
+    """Remove the cause, run the fixed command in process, close the case's stack."""
+    made = failed.made
+    with failed.ctx.stack:
         argv = (made.fix() if made.fix else None) or made.argv
-        fixed = run_cli(argv, cache_dir=cache, cwd=tmp)
-    return Outcome(failed.returncode, failed.stdout, failed.stderr, made.expect, made.match, before, after,
-                   temp_files, fixed.returncode, fixed.stdout + fixed.stderr)
+        fixed = run_cli_in_process(argv, cache_dir=failed.cache, cwd=failed.ctx.tmp)
+    return Outcome(failed.done.returncode, failed.done.stdout, failed.done.stderr, made.expect, made.match,
+                   failed.before, failed.after, failed.temp_files, fixed.returncode, fixed.stdout + fixed.stderr)
 
 
 def selected_cases(request: pytest.FixtureRequest) -> list[str]:
@@ -67,20 +108,27 @@ def selected_cases(request: pytest.FixtureRequest) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def outcomes(request, hardening_inputs, tmp_path_factory) -> dict[str, Outcome]:
+def outcomes(request, hardening_inputs, tmp_path_factory) -> dict[str, Outcome | BaseException]:
     root = tmp_path_factory.mktemp("hardening_cases")
     names = [n for n in selected_cases(request) if n not in TMPFS_CASES or can_mount_tmpfs(root)]
     shared = root / "shared_cache"
     shutil.copytree(hardening_inputs["cache"], shared)  # the fixed builds are mostly cache hits
+    failing = functools.partial(run_failing, inputs=hardening_inputs, root=root, shared_cache=shared,
+                                base_env=dict(os.environ))  # copied before an in-process command sets its own
+    found: dict[str, Outcome | BaseException] = {}
     with ThreadPoolExecutor(max_workers=max(4, 2 * (os.cpu_count() or 1))) as pool:
-        futures = {n: pool.submit(run_case, n, hardening_inputs, root, shared) for n in names}
-    return {n: _result(f) for n, f in futures.items()}
+        signalled = {n: pool.submit(failing, n) for n in names if n in PROCESS_CASES}
+        for name in (n for n in names if n not in PROCESS_CASES):  # the main thread, one at a time
+            found[name] = _attempt(lambda name=name: run_fixed(failing(name)))
+        for name, future in signalled.items():
+            found[name] = _attempt(lambda future=future: run_fixed(future.result()))
+    return {n: found[n] for n in names}
 
 
-def _result(future) -> Outcome | BaseException:
-    """A case's outcome, or the error its set-up raised (reported by that case's test alone)."""
+def _attempt(step: Callable[[], Outcome]) -> Outcome | BaseException:
+    """A case's outcome, or the error its set-up or run raised (reported by that case's test alone)."""
     try:
-        return future.result()
+        return step()
     except Exception as exc:  # noqa: BLE001 - one broken case must not hide the others' results
         return exc
 
@@ -91,7 +139,7 @@ def test_the_table_is_large_enough():
     assert {"sigint", "sidecar", "model", "output", "batch", "calib", "engine"} <= kinds
 
 
-@pytest.mark.slow  # every case is a CLI process, most of them a real build
+@pytest.mark.slow  # every case is two CLI commands, most of them a real build
 @pytest.mark.needs_trt
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_case(outcomes: dict[str, Outcome | BaseException], name: str) -> None:

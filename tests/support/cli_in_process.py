@@ -2,11 +2,23 @@
 
 A CLI process pays 3 to 7 CPU s of start-up (torch, onnx_ir, TensorRT) before it does anything; in process
 that is paid once per test run. ``run`` calls ``trtforge.cli.main`` (the console script's entry point, so
-usage errors, exit codes and the one ``error:`` line are the real ones) with the environment, working
-folder and ``$TMPDIR`` a subprocess would have had, and puts them all back afterwards.
+usage errors, exit codes and the one ``error:`` line are the real ones) with what a fresh process would have
+had, and puts it all back afterwards:
+
+- the environment (``env`` on top of ``os.environ``, ``COLUMNS=200``), the working folder, ``tempfile``'s
+  cached ``$TMPDIR`` (re-read from ``env``, so a per-command ``TMPDIR`` works), ``sys.path``;
+- the SIGTERM handler ``main`` installs, and the ``trtforge`` logger's handlers and level (``-v``/``-q``
+  set them; a second command in one process would otherwise inherit the first one's verbosity);
+- warnings as a fresh interpreter under ``PYTHONWARNINGS=ignore::DeprecationWarning`` shows them, on the
+  captured stderr (pytest would otherwise record them, and a stray warning line would go unseen).
+
+``run`` must be called from the main thread (signal handlers can only be set there, and the state above is
+the process's): while it runs, no other thread may read ``os.environ`` or the working folder and expect the
+test process's own (give a subprocess started meanwhile an ``env`` copied beforehand).
 
 Keep a real subprocess for what only a process shows: signals, the console script's exit status, start-up
-imports and time (tests/hardening/test_promises.py, tests/cli/test_cli.py).
+imports and time, variables read at start-up, concurrent processes (tests/hardening/test_promises.py,
+tests/cli/test_cli.py).
 
 Example:
     >>> done = run(["build", "tiny.onnx", "--batch", "a:b:c"], env={"TRTFORGE_CACHE_DIR": "/tmp/c"})
@@ -18,12 +30,20 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import signal
+import sys
 import tempfile
+import threading
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+#: What a fresh interpreter ignores (its default filters), DeprecationWarning also by the subprocess
+#: harness's PYTHONWARNINGS; every other warning is shown once per place, as Python's "default" action.
+IGNORED_WARNINGS = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
 
 
 @dataclass(frozen=True)
@@ -56,10 +76,13 @@ def environment(env: Mapping[str, str | None]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _process_state(cwd: Path | None) -> Iterator[None]:
-    """The working folder, ``tempfile``'s cached ``$TMPDIR`` and the SIGTERM handler, restored afterwards
-    (``main`` installs its SIGTERM handler in the main thread, as the console script does)."""
+    """The working folder, ``tempfile``'s cached ``$TMPDIR``, ``sys.path``, the SIGTERM handler and the
+    ``trtforge`` logger, restored afterwards (``main`` installs its SIGTERM handler in the main thread, as
+    the console script does; its ``-v``/``-q`` callback replaces the logger's handlers)."""
     sigterm = signal.getsignal(signal.SIGTERM)
-    here = Path.cwd()
+    here, tempdir, path = Path.cwd(), tempfile.tempdir, list(sys.path)
+    logger = logging.getLogger("trtforge")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
     tempfile.tempdir = None  # re-read $TMPDIR, as a new process would
     try:
         if cwd is not None:
@@ -67,8 +90,28 @@ def _process_state(cwd: Path | None) -> Iterator[None]:
         yield
     finally:
         os.chdir(here)
-        tempfile.tempdir = None
+        tempfile.tempdir = tempdir
+        sys.path[:] = path
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
         signal.signal(signal.SIGTERM, sigterm)
+
+
+@contextlib.contextmanager
+def _warnings_on_stderr() -> Iterator[None]:
+    """Warnings under a fresh interpreter's filters, printed on ``sys.stderr`` (the captured one) as they come."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001 - warnings' protocol
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    with warnings.catch_warnings():  # restores the filters and showwarning (pytest's recorder) afterwards
+        warnings.resetwarnings()
+        warnings.simplefilter("default")
+        for category in IGNORED_WARNINGS:
+            warnings.simplefilter("ignore", category)
+        warnings.showwarning = show
+        yield
 
 
 def exit_status(code: object) -> int:
@@ -82,10 +125,13 @@ def run(argv: Sequence[object], *, env: Mapping[str, str | None] | None = None, 
     """``trtforge *argv`` in this process: ``env`` on top of ``os.environ``, ``cwd`` the working folder."""
     from trtforge.cli import main
 
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("cli_in_process.run changes process-wide state (environment, working folder, signal "
+                           "handlers): call it from the main thread, one command at a time")
     out, err = io.StringIO(), io.StringIO()
     code: object = None
     with environment({"COLUMNS": "200", **(env or {})}), _process_state(cwd), \
-            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _warnings_on_stderr():
         try:
             main([str(a) for a in argv])
         except SystemExit as exc:
