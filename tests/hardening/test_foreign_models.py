@@ -1,5 +1,8 @@
 """Issue 20: what a new user met on models nobody here wrote (odd ONNX graphs, modules, read-only caches).
-Each test failed before its fix: a traceback, a silent change of names or modes, or a missing warning."""
+Each test failed before its fix: a traceback, a silent change of names or modes, or a missing warning.
+
+The CLI commands run in the test process (``run_cli_in_process``): what these tests check is what a command
+prints and writes, not the process around it."""
 
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ import onnx
 import onnx.numpy_helper
 import pytest
 import torch
-from harness import can_mount_tmpfs, error_lines, run_cli, small_tmpfs
+from cli_in_process import Done
+from harness import can_mount_tmpfs, error_lines, run_cli_in_process, small_tmpfs
 from onnx import TensorProto, helper
 from tiny_model import EXAMPLE_SHAPE, TinyNet
 
@@ -46,7 +50,7 @@ ODD_GRAPHS = {
 }
 
 
-def no_traceback(proc: subprocess.CompletedProcess) -> str:
+def no_traceback(proc: Done) -> str:
     text = proc.stdout + proc.stderr
     assert "Traceback" not in text and "bug in trtforge" not in text, text
     return text
@@ -58,15 +62,17 @@ def no_traceback(proc: subprocess.CompletedProcess) -> str:
 def test_check_on_the_onnxruntime_route_runs_unbatched_models(tmp_path, kind):
     model = ODD_GRAPHS[kind](tmp_path / f"{kind}.onnx")
     cache = tmp_path / "cache"
-    built = run_cli(["build", model, "-o", tmp_path / "out", "-q", "--precision", "fp32"], cache_dir=cache)
+    built = run_cli_in_process(["build", model, "-o", tmp_path / "out", "-q", "--precision", "fp32"],
+                               cache_dir=cache)
     assert built.returncode == 0, built.stderr
-    checked = run_cli(["check", tmp_path / "out" / f"{kind}_fp32.json", "--route", "onnxruntime"], cache_dir=cache)
+    checked = run_cli_in_process(["check", tmp_path / "out" / f"{kind}_fp32.json", "--route", "onnxruntime"],
+                                 cache_dir=cache)
     no_traceback(checked)  # before: ValueError / IndexError / StopIteration and "bug in trtforge"
     assert checked.returncode == 0 and "PASS" in checked.stdout, checked.stdout + checked.stderr
     if kind == "no_input":  # export triton: one line (Triton answers requests that carry inputs)
         for backend in ("tensorrt", "python"):
-            export = run_cli(["export", "triton", tmp_path / "out" / f"{kind}_fp32.json", "--repo", tmp_path / "repo",
-                              "--backend", backend], cache_dir=cache)
+            export = run_cli_in_process(["export", "triton", tmp_path / "out" / f"{kind}_fp32.json",
+                                         "--repo", tmp_path / "repo", "--backend", backend], cache_dir=cache)
             no_traceback(export)
             assert export.returncode == 2 and error_lines(export.stderr) == [
                 error_lines(export.stderr)[0]] and "takes no inputs" in export.stderr
@@ -126,8 +132,8 @@ def test_an_int8_build_that_quantizes_nothing_says_so(tmp_path):
     model = save_graph(tmp_path / "relu.onnx", [helper.make_node("MatMul", ["x", "w"], ["y"], name="head")],
                        [value("x", ["b", 8])], [value("y", ["b", 4])], [weight])  # a final head: kept in FP16
     np.save(tmp_path / "calib.npy", np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32))
-    proc = run_cli(["build", model, "-o", tmp_path / "out", "-q", "--precision", "int8", "--allow-unaccelerated",
-                    "--calib", tmp_path / "calib.npy"], cache_dir=tmp_path / "cache")
+    proc = run_cli_in_process(["build", model, "-o", tmp_path / "out", "-q", "--precision", "int8",
+                               "--allow-unaccelerated", "--calib", tmp_path / "calib.npy"], cache_dir=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in error_lines(proc.stderr) if line.startswith("warning:")]
     assert len(warnings) == 1 and "no layer was quantized" in warnings[0] and "relu_fp16" in warnings[0], proc.stderr
@@ -140,7 +146,7 @@ def test_options_a_build_ignores_say_so(hardening_inputs, tmp_path):
     model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
     for extra, said in ((["--placement", "auto"], "--placement auto: quantization option(s) that this fp16 build ignores"),
                         (["--timing-cache", str(tmp_path / "t.cache")], "--timing-cache is ignored")):
-        proc = run_cli(["build", model, "-o", tmp_path / "out", "-q", *extra], cache_dir=tmp_path / "cache")
+        proc = run_cli_in_process(["build", model, "-o", tmp_path / "out", "-q", *extra], cache_dir=tmp_path / "cache")
         assert proc.returncode == 0, proc.stderr
         assert [line for line in error_lines(proc.stderr) if said in line], proc.stderr
 
@@ -159,8 +165,9 @@ def test_overwrite_warns_about_the_sibling_artifact_it_breaks(hardening_inputs, 
 @needs_trt
 def test_no_cache_writes_no_calibration_cache(hardening_inputs, tmp_path):
     model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
-    proc = run_cli(["build", model, "-o", tmp_path / "out", "-q", "--precision", "int8", "--allow-unaccelerated",
-                    "--calib", hardening_inputs["calib"], "--no-cache"], cache_dir=tmp_path / "cache")
+    proc = run_cli_in_process(["build", model, "-o", tmp_path / "out", "-q", "--precision", "int8",
+                               "--allow-unaccelerated", "--calib", hardening_inputs["calib"], "--no-cache"],
+                              cache_dir=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.is_dir()) == []  # before: calib_cache/
 
@@ -177,7 +184,7 @@ def test_a_read_only_cache_degrades_to_no_cache_with_one_warning(hardening_input
         if populated:
             shutil.copytree(hardening_inputs["cache"], cache)
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
-        proc = run_cli(["build", model, "-o", tmp_path / "out", "-q", "--batch", "1:2:7"], cache_dir=cache)
+        proc = run_cli_in_process(["build", model, "-o", tmp_path / "out", "-q", "--batch", "1:2:7"], cache_dir=cache)
     lines = error_lines(proc.stderr)
     assert proc.returncode == 0, proc.stderr  # before: refused, or a bare [Errno 30] for a populated one
     assert len(lines) == 1 and lines[0].startswith("warning: the engine cache") and "Read-only" in lines[0], lines
@@ -190,11 +197,11 @@ def test_fix_lines_name_cli_flags_to_cli_users_and_arguments_to_python_users(har
     model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
     with pytest.raises(ConfigError, match=r"put the folder in output_dir=DIR$"):
         CompileConfig(name="a/b")
-    proc = run_cli(["build", model, "--name", "a/b"], cache_dir=tmp_path / "cache")
+    proc = run_cli_in_process(["build", model, "--name", "a/b"], cache_dir=tmp_path / "cache")
     assert proc.returncode == 2 and error_lines(proc.stderr)[0].endswith("put the folder in --output-dir DIR")
     bad = tmp_path / "cachefile"
     bad.write_text("x")
     with pytest.raises(NotAFolder, match=r"\(cache_dir=DIR\)"):
         trtforge.compile(model, output_dir=tmp_path / "o", cache_dir=bad, progress=False)
-    proc = run_cli(["build", model, "-o", tmp_path / "o", "--cache-dir", bad], cache_dir=tmp_path / "cache")
+    proc = run_cli_in_process(["build", model, "-o", tmp_path / "o", "--cache-dir", bad], cache_dir=tmp_path / "cache")
     assert proc.returncode == 2 and "(--cache-dir DIR)" in proc.stderr and "cache_dir=" not in proc.stderr

@@ -1,5 +1,8 @@
 """Promises that are not a refusal: a cache that cannot store warns, concurrent builds, hash checks before
-loading, honest reports, and the options users expect. Each test failed before issue 15's fixes."""
+loading, honest reports, and the options users expect. Each test failed before issue 15's fixes.
+
+CLI commands run in the test process (``run_cli_in_process``), except where processes are the point: two
+concurrent builds are two real processes."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from harness import can_mount_tmpfs, cli_env, error_lines, fill, run_cli, small_tmpfs, snapshot
+from harness import can_mount_tmpfs, cli_env, error_lines, fill, run_cli_in_process, small_tmpfs, snapshot
 
 import trtforge
 from trtforge.core.config import CompileConfig, ConfigError, QuantConfig, parse_layer_precision
@@ -33,7 +36,8 @@ def test_a_full_cache_warns_and_still_delivers_the_engine(hardening_inputs, tmp_
     model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
     with small_tmpfs(tmp_path / "disk", "2m") as disk:
         fill(disk, leave_bytes=8 * 1024)  # the entry (~20 kB compressed) does not fit
-        proc = run_cli(["build", model, "-o", tmp_path / "out", "-q", "--batch", "1:2:3"], cache_dir=disk / "cache")
+        proc = run_cli_in_process(["build", model, "-o", tmp_path / "out", "-q", "--batch", "1:2:3"],
+                                  cache_dir=disk / "cache")
         lines = error_lines(proc.stderr)
         assert proc.returncode == 0, proc.stderr
         assert len(lines) == 1 and lines[0].startswith("warning: the engine cache") and "No space left" in lines[0]
@@ -101,7 +105,7 @@ def test_cache_ls_prints_names_as_they_are_in_one_unit(tmp_path):
     meta = {"generator": "trtforge-engine-cache", "model": "[red]x:thumbs_down:", "precision": "fp16",
             "targets": [], "size": 14_900_000, "created": "2026-01-01", "files": {}}
     (entries / ("a" * 64 + ".json")).write_text(json.dumps(meta))
-    proc = run_cli(["cache", "ls", "--cache-dir", tmp_path / "cache"], cache_dir=tmp_path / "cache")
+    proc = run_cli_in_process(["cache", "ls", "--cache-dir", tmp_path / "cache"], cache_dir=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr
     text = " ".join(proc.stdout.split())  # the title may wrap
     assert "[red]x:thumbs_down:" in text
@@ -113,24 +117,25 @@ def test_cache_ls_prints_names_as_they_are_in_one_unit(tmp_path):
 def test_a_cache_hit_says_so(hardening_inputs, tmp_path):
     model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
     argv = ["build", model, "-o", tmp_path / "out", "-q"]
-    first = run_cli(argv, cache_dir=tmp_path / "cache")
-    second = run_cli(argv, cache_dir=tmp_path / "cache")
+    first = run_cli_in_process(argv, cache_dir=tmp_path / "cache")
+    second = run_cli_in_process(argv, cache_dir=tmp_path / "cache")
     assert first.returncode == second.returncode == 0
     assert first.stdout.startswith("built ") and " in " in first.stdout
     assert second.stdout.startswith("cache hit: wrote") and "no build ran" in second.stdout
 
 
 @pytest.mark.slow
-def test_help_fits_80_columns_without_cutting_option_names():
+def test_help_fits_80_columns_without_cutting_option_names(tmp_path):
     for argv in (["--help"], ["build", "--help"], ["cache", "ls", "--help"], ["bench", "--help"]):
-        proc = subprocess.run([sys.executable, "-m", "trtforge.cli", *argv], capture_output=True, text=True,
-                              env={**cli_env(Path("/tmp")), "COLUMNS": "200"}, check=True)
+        proc = run_cli_in_process(argv, cache_dir=tmp_path)  # COLUMNS=200: a wide terminal
+        assert proc.returncode == 0, proc.stderr
         assert max(len(line) for line in proc.stdout.splitlines()) <= 80, proc.stdout
         assert "…" not in proc.stdout
+    build_help = run_cli_in_process(["build", "--help"], cache_dir=tmp_path)
+    assert build_help.returncode == 0, build_help.stderr
     for flag in ("--hardware-compatibility", "--no-bias-correction", "--version-compatible", "--shapes",
                  "--keep-fp32", "--layer-precision", "--overwrite", "--strict-accuracy", "--holdout", "--calib-batch-size"):
-        assert flag in subprocess.run([sys.executable, "-m", "trtforge.cli", "build", "--help"], capture_output=True,
-                                      text=True, env=cli_env(Path("/tmp")), check=True).stdout
+        assert flag in build_help.stdout
 
 
 def test_names_and_lists_users_type():
@@ -165,8 +170,8 @@ def test_shapes_flag_builds_dynamic_spatial_dims(tmp_path):
 
     torch.onnx.export(TinyNet().eval(), (torch.zeros(1, 3, 16, 16),), str(model), dynamo=False, input_names=["x"],
                       output_names=["y"], dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}}, opset_version=20)
-    proc = run_cli(["build", model, "-o", tmp_path / "out", "-q", "--shapes", "x:1x3x8x8:2x3x16x16:4x3x32x32"],
-                   cache_dir=tmp_path / "cache")
+    proc = run_cli_in_process(["build", model, "-o", tmp_path / "out", "-q", "--shapes",
+                               "x:1x3x8x8:2x3x16x16:4x3x32x32"], cache_dir=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr
     profile = read_sidecar(tmp_path / "out" / "spatial_fp16.json").profiles[0]["x"]
     assert profile == {"min": [1, 3, 8, 8], "opt": [2, 3, 16, 16], "max": [4, 3, 32, 32]}
@@ -217,8 +222,8 @@ def test_layer_precision_fp32_keeps_the_named_layer_in_fp32(hardening_inputs, tm
 
     model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
     argv = ["build", model, "-q", "--layer-precision", "/conv/Conv:fp32"]
-    first = run_cli([*argv, "-o", tmp_path / "a"], cache_dir=tmp_path / "cache")
-    plain = run_cli(["build", model, "-q", "-o", tmp_path / "plain"], cache_dir=tmp_path / "cache")
+    first = run_cli_in_process([*argv, "-o", tmp_path / "a"], cache_dir=tmp_path / "cache")
+    plain = run_cli_in_process(["build", model, "-q", "-o", tmp_path / "plain"], cache_dir=tmp_path / "cache")
     assert first.returncode == plain.returncode == 0, first.stderr + plain.stderr
     sidecar = read_sidecar(tmp_path / "a" / "tiny_fp16.json")
     assert "keep_fp32 pattern '/conv/Conv'" in sidecar.precision.fp32_nodes["/conv/Conv"]
@@ -241,8 +246,8 @@ def test_layer_precision_fp32_keeps_the_named_layer_in_fp32(hardening_inputs, tm
     assert conv["kept"].dtype == np.float32
     np.testing.assert_allclose(conv["kept"], conv["reference"], rtol=1e-6, atol=1e-6)
     # --keep-fp32 PATTERN and --layer-precision PATTERN:fp32 are one request: the second is a cache hit.
-    again = run_cli(["build", model, "-q", "--keep-fp32", "/conv/Conv", "-o", tmp_path / "b"],
-                    cache_dir=tmp_path / "cache")
+    again = run_cli_in_process(["build", model, "-q", "--keep-fp32", "/conv/Conv", "-o", tmp_path / "b"],
+                               cache_dir=tmp_path / "cache")
     assert again.returncode == 0 and again.stdout.startswith("cache hit"), again.stdout + again.stderr
 
 
@@ -277,10 +282,10 @@ def test_float64_calibration_data_is_not_taken_silently(hardening_inputs, tmp_pa
 def test_verbosity_flags(hardening_inputs, tmp_path):
     model = shutil.copy(hardening_inputs["tiny"], tmp_path / "tiny.onnx")
     argv = ["build", model, "-o", tmp_path / "out", "-q"]
-    run_cli(argv, cache_dir=tmp_path / "cache")
-    loud = run_cli(["-v", *argv], cache_dir=tmp_path / "cache")
+    run_cli_in_process(argv, cache_dir=tmp_path / "cache")
+    loud = run_cli_in_process(["-v", *argv], cache_dir=tmp_path / "cache")
     assert re.search(r"^info: cache hit: tiny", loud.stderr, re.M), loud.stderr
-    quiet = run_cli(["-q", *argv], cache_dir=tmp_path / "cache")
+    quiet = run_cli_in_process(["-q", *argv], cache_dir=tmp_path / "cache")
     assert quiet.returncode == 0 and quiet.stderr == ""
 
 
@@ -290,8 +295,9 @@ def test_bench_without_preprocessing_and_with_a_failing_route(hardening_inputs, 
     art = Path(shutil.copytree(hardening_inputs["art"], tmp_path / "art"))
     assert read_sidecar(art / "tiny_fp16.json").preprocessing is None
     out = tmp_path / "bench.json"
-    proc = run_cli(["bench", art / "tiny_fp16.json", "--route", "onnxruntime", "--route", "tensorrt", "--batch", "1",
-                    "--warmup", "1", "--repeats", "3", "--device", "cpu", "--json", out], cache_dir=tmp_path / "c")
+    proc = run_cli_in_process(["bench", art / "tiny_fp16.json", "--route", "onnxruntime", "--route", "tensorrt",
+                               "--batch", "1", "--warmup", "1", "--repeats", "3", "--device", "cpu", "--json", out],
+                              cache_dir=tmp_path / "c")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())["rows"]
     assert [(r["route"], r["kind"]) for r in rows] == [("onnxruntime", "model"), ("tensorrt", "failed")]
