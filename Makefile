@@ -34,13 +34,19 @@ lint: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
+#: Two workers (pytest-xdist); a module's tests stay in one worker, a matrix row's cells in one (tests/conftest.py).
+#: WORKERS=1 runs the suite in one process. docs/DEVELOPING.md, "The suite's cost", says what each part costs.
+WORKERS ?= 2
+PYTEST  := $(PY) -m pytest -q -n $(WORKERS) --dist loadgroup
+
 #: What CI runs: the docs site, then everything, slow and serve_load included; the 25 slowest tests are printed.
 test: setup lint docs
-	$(PY) -m pytest -q --durations=25
+	$(PYTEST) --durations=25
 
-#: The fast lane while developing (~2 min on an idle 2-core machine): slow tests and serving under load left out.
+#: The fast lane while developing (<= 90 s on an idle 2-core machine): every architecture rule and a real
+#: TensorRT-RTX build per stage; slow tests and serving under load left out.
 test-fast: setup lint
-	$(PY) -m pytest -q --durations=25 -m "not slow and not serve_load"
+	$(PYTEST) --durations=25 -m "not slow and not serve_load"
 
 #: NVIDIA Model Optimizer 0.47 for bench/quant_accuracy.py's comparison rows, CPU only (never CUDA torch):
 #: `make modelopt-venv [MO_VENV=/tmp/mo_venv] [TORCH_WHEEL=path/to/torch-*+cpu.whl]` (docs/benchmarks.md).
