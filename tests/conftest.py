@@ -149,8 +149,17 @@ def sentences() -> list[str]:
 LITE0_PROFILE = {"images": {"min": [1, 3, 224, 224], "opt": [4, 3, 224, 224], "max": [8, 3, 224, 224]}}
 
 
+def pytest_addoption(parser):
+    parser.addoption("--suite-cost", metavar="DIR", type=Path, default=None,
+                     help="write each test's wall and CPU seconds to DIR/cost-<worker>.jsonl (tests/support/suite_cost.py)")
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "needs_trt: builds real engines with the installed TensorRT bindings")
+    if config.getoption("--suite-cost") is not None:
+        from suite_cost import SuiteCost
+
+        config.pluginmanager.register(SuiteCost(config.getoption("--suite-cost")), "trtforge-suite-cost")
 
 
 def pytest_collection_modifyitems(items):
