@@ -149,17 +149,14 @@ def sentences() -> list[str]:
 LITE0_PROFILE = {"images": {"min": [1, 3, 224, 224], "opt": [4, 3, 224, 224], "max": [8, 3, 224, 224]}}
 
 
-def pytest_addoption(parser):
-    parser.addoption("--suite-cost", metavar="DIR", type=Path, default=None,
-                     help="write each test's wall and CPU seconds to DIR/cost-<worker>.jsonl (tests/support/suite_cost.py)")
-
-
 def pytest_configure(config):
     config.addinivalue_line("markers", "needs_trt: builds real engines with the installed TensorRT bindings")
-    if config.getoption("--suite-cost") is not None:
+    import os
+
+    if os.environ.get("TRTFORGE_SUITE_COST"):  # each test's cost, per worker (tests/support/suite_cost.py)
         from suite_cost import SuiteCost
 
-        config.pluginmanager.register(SuiteCost(config.getoption("--suite-cost")), "trtforge-suite-cost")
+        config.pluginmanager.register(SuiteCost(Path(os.environ["TRTFORGE_SUITE_COST"])), "trtforge-suite-cost")
 
 
 def shares_module_state(item: pytest.Item) -> bool:

@@ -1,8 +1,8 @@
 """What each test costs: wall and CPU seconds (its own process's and its finished subprocesses'), per test and
 per folder, so docs/DEVELOPING.md's "The suite's cost" table comes from a run rather than a guess.
 
-Pytest side (a plugin, registered by tests/conftest.py): ``pytest --suite-cost DIR`` makes every process of the
-run (each xdist worker) write ``DIR/cost-<worker>.jsonl``, a line per test: ``{"test", "wall", "cpu"}``, setup,
+Pytest side (a plugin, registered by tests/conftest.py): ``TRTFORGE_SUITE_COST=DIR pytest`` makes every process of
+the run (each xdist worker; an environment variable reaches them all, a conftest's option does not) write ``DIR/cost-<worker>.jsonl``, a line per test: ``{"test", "wall", "cpu"}``, setup,
 call and teardown summed. CPU is ``resource.getrusage`` of the process and of its waited-for children, so a
 test that starts a CLI process or a tritonserver is charged for it.
 
@@ -10,7 +10,7 @@ Report side: ``python tests/support/suite_cost.py DIR`` prints the per-folder ta
 twenty most expensive tests.
 
 Example:
-    $ python -m pytest -n 2 --dist loadgroup --suite-cost /tmp/cost && python tests/support/suite_cost.py /tmp/cost
+    $ TRTFORGE_SUITE_COST=/tmp/cost python -m pytest -n 2 --dist loadgroup && python tests/support/suite_cost.py /tmp/cost
 """
 
 from __future__ import annotations
