@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.trtforge-setup
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup demo test test-fast lint docs clean modelopt-venv
+.PHONY: setup demo test test-fast lint docs coverage clean modelopt-venv
 
 setup: $(STAMP)
 
@@ -48,6 +48,14 @@ test: setup lint docs
 test-fast: setup lint
 	$(PYTEST) --durations=25 -m "not slow and not serve_load"
 
+#: The suite's line coverage of trtforge/ (subprocesses and workers included; docs/DEVELOPING.md, "The suite's cost").
+coverage: setup
+	rm -rf .coverage-data && mkdir -p .coverage-data
+	@# an absolute data file: the CLI processes a test starts run in folders of their own
+	COVERAGE_FILE=$(CURDIR)/.coverage-data/coverage $(PY) -m coverage run -m pytest -q -n $(WORKERS) --dist loadgroup
+	COVERAGE_FILE=$(CURDIR)/.coverage-data/coverage $(PY) -m coverage combine -q
+	COVERAGE_FILE=$(CURDIR)/.coverage-data/coverage $(PY) -m coverage report --format=total
+
 #: NVIDIA Model Optimizer 0.47 for bench/quant_accuracy.py's comparison rows, CPU only (never CUDA torch):
 #: `make modelopt-venv [MO_VENV=/tmp/mo_venv] [TORCH_WHEEL=path/to/torch-*+cpu.whl]` (docs/benchmarks.md).
 MO_VENV ?= /tmp/mo_venv
@@ -55,4 +63,4 @@ modelopt-venv:
 	bench/modelopt_venv.sh $(MO_VENV)
 
 clean:
-	rm -rf $(VENV) trtforge_out .pytest_cache site build dist
+	rm -rf $(VENV) trtforge_out .pytest_cache .coverage-data site build dist

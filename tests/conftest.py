@@ -151,6 +151,9 @@ LITE0_PROFILE = {"images": {"min": [1, 3, 224, 224], "opt": [4, 3, 224, 224], "m
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "needs_trt: builds real engines with the installed TensorRT bindings")
+    from worker_groups import WorkerGroups
+
+    config.pluginmanager.register(WorkerGroups(), "trtforge-worker-groups")
     import os
 
     if os.environ.get("TRTFORGE_SUITE_COST"):  # each test's cost, per worker (tests/support/suite_cost.py)
@@ -159,21 +162,8 @@ def pytest_configure(config):
         config.pluginmanager.register(SuiteCost(Path(os.environ["TRTFORGE_SUITE_COST"])), "trtforge-suite-cost")
 
 
-def shares_module_state(item: pytest.Item) -> bool:
-    """Whether ``item`` uses a fixture wider than a test and narrower than the run (a module's tritonserver,
-    the hardening table's outcomes): such a module's tests must run in one worker, or the fixture runs twice."""
-    info = getattr(item, "_fixtureinfo", None)
-    return info is not None and any(d.scope in ("class", "module", "package")
-                                    for defs in info.name2fixturedefs.values() for d in defs)
-
-
 def pytest_collection_modifyitems(items):
-    """Tests without a TensorRT binding are skipped. Under ``-n 2 --dist loadgroup`` a test goes to whichever
-    worker is free, except that a module whose tests share a module fixture runs in one worker, and a test
-    marked ``pytest.mark.xdist_group`` runs with its group (the matrix: one group per model row)."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None and shares_module_state(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    """Tests without a TensorRT binding are skipped (xdist's worker groups: tests/support/worker_groups.py)."""
     if not trt.available():
         skip = pytest.mark.skip(reason="no TensorRT bindings installed")
         for item in items:
