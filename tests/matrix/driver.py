@@ -132,7 +132,7 @@ def cells(name: str, work: Path) -> list[tuple[str, list[str]]]:
                                       str(out / f"{name}_fp16.onnx"), "--samples", "4"]),
         ("debug precision fp16", ["debug", "precision", str(art["fp16"]), "--precision", "fp16", "--metric", "rel_l2",
                                   "--target", "0.01", "--data", str(calib), "--samples", "8", "--held-out", "8",
-                                  "--max-seconds", "10"]),  # a budget refusal is a clean outcome too
+                                  "--max-seconds", "5"]),  # a budget refusal is a clean outcome too
         ("export triton tensorrt", ["export", "triton", str(art["fp16"]), "--repo", str(work / "repo_trt")]),
         ("export triton python", ["export", "triton", str(art["fp16"]), "--repo", str(work / "repo_py"),
                                   "--backend", "python", "--route", "onnxruntime"]),

@@ -45,3 +45,24 @@ def test_capture_and_build_serialises_each_graph_once_by_design():
     assert not {"to_proto", "load_ir", "load_from_string", "SerializeToString", "deserialize_model"} & set(names)
     assert "process" in inspect.getsource(onnx_path._process)
     assert "process(" in inspect.getsource(refit._process_like_build)
+
+
+def test_a_graph_is_cleaned_once_per_process_and_each_build_gets_its_own_reference(tiny_onnx, monkeypatch):
+    """A precision sweep of one file cleans it once: the second reference comes from the first's bytes, equal to
+    a fresh cleanup's, and is a model of its own (a pass that edits one leaves the other as it was)."""
+    import trtforge.passes.process as process_module
+
+    source = onnx.load(str(tiny_onnx))
+    source.doc_string = f"unique to {__name__}"  # another graph than any earlier test cleaned
+    expected = proto_bytes(process_module.cleanup(process_module.load_ir(onnx.ModelProto.FromString(
+        source.SerializeToString()))))
+    untouched = source.SerializeToString(deterministic=True)
+    calls = []
+    real = process_module.cleanup
+    monkeypatch.setattr(process_module, "cleanup", lambda model: calls.append(1) or real(model))
+    first, second = reference_graph(source), reference_graph(source)
+    assert len(calls) == 1
+    assert first is not second and proto_bytes(first) == proto_bytes(second) == expected
+    assert source.SerializeToString(deterministic=True) == untouched  # the caller's graph is not cleaned in place
+    first.graph.remove(first.graph[0], safe=False)
+    assert proto_bytes(second) == proto_bytes(reference_graph(source)) == expected != proto_bytes(first)
