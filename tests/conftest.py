@@ -8,8 +8,15 @@ importable by name.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
+
+if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
+    # Two workers on two cores: each computes on one thread (PyTorch reads this at import, trtforge's ONNX Runtime
+    # sessions per session, the CLI processes a test starts inherit it). Two threads a worker oversubscribed the
+    # cores: tests/quantize + tests/debug took 151 s wall and 284 CPU s with two, 132 s and 247 CPU s with one.
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 import numpy as np
 import pytest

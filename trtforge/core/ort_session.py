@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -52,6 +53,8 @@ def session(
 
     ``memory_arena=False``: tensors are freed to the system after each run instead of kept in ONNX
     Runtime's CPU arena, which otherwise grows with every differently sized batch (bench/calib_memory.py).
+    ``threads`` defaults to ``OMP_NUM_THREADS`` where it is set, as PyTorch's CPU threads do, so one variable
+    bounds both CPU back ends of a process (else ONNX Runtime's default: one thread per core).
     """
     options = ort.SessionOptions()
     # Errors reach the caller as exceptions; ORT would also print them, in colour, to the terminal.
@@ -59,6 +62,7 @@ def session(
     options.enable_cpu_mem_arena = memory_arena
     for key, value, _ in SESSION_CONFIG:
         options.add_session_config_entry(key, value)
+    threads = threads if threads is not None else omp_threads()
     if threads is not None:
         options.intra_op_num_threads = threads
     source = model if isinstance(model, bytes) else str(model)
@@ -66,3 +70,14 @@ def session(
         source, options, providers=list(providers or ["CPUExecutionProvider"]),
         disabled_optimizers=[name for name, _ in DISABLED_OPTIMIZERS],
     )
+
+
+def omp_threads() -> int | None:
+    """``OMP_NUM_THREADS`` as a positive thread count, or None where it is unset or not one.
+
+    Example:
+        >>> omp_threads()  # run as OMP_NUM_THREADS=1 python ...
+        1
+    """
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
