@@ -135,3 +135,19 @@ def _read_until(lines: queue.Queue[str], marker: str, timeout_s: float) -> str:
             text += lines.get(timeout=1)
     assert marker in text, text
     return text
+
+
+@pytest.mark.needs_trt
+def test_a_real_build_exports_as_a_tensorrt_repository(tmp_path, tiny_onnx, engine_store):
+    """The serve stage on a real TensorRT-RTX engine, in the fast lane: tiny built at FP16 (through the run's
+    engine store), exported, its config parsed by Triton's own protobuf, the plan the engine's bytes."""
+    import trtforge
+
+    art = trtforge.compile(tiny_onnx, batch="1:2:4", output_dir=tmp_path / "out", cache_dir=engine_store,
+                           progress=False)
+    export_triton([art.sidecar_path], tmp_path / "repo")
+    config = parse_config(tmp_path / "repo" / art.sidecar.name / "config.pbtxt")
+    assert config.platform == "tensorrt_plan" and config.max_batch_size == 4
+    assert [t.name for t in config.input] == [s.name for s in art.sidecar.inputs]
+    plan = tmp_path / "repo" / art.sidecar.name / "1" / "model.plan"
+    assert plan.read_bytes() == art.engine_path.read_bytes() and art.sidecar.builder.flavour == "tensorrt_rtx"
