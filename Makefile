@@ -34,10 +34,9 @@ lint: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
-#: Three pytest-xdist workers on the two cores: the third computes while the others wait on tritonserver and CLI
-#: processes. A module that shares a module fixture stays in one worker, a matrix row's cells in one
-#: (tests/support/worker_groups.py). WORKERS=1 runs the suite in one process. docs/DEVELOPING.md, "The suite's cost".
-WORKERS ?= 3
+#: Two workers (pytest-xdist); a module's tests stay in one worker, a matrix row's cells in one (tests/conftest.py).
+#: WORKERS=1 runs the suite in one process. docs/DEVELOPING.md, "The suite's cost", says what each part costs.
+WORKERS ?= 2
 PYTEST  := $(PY) -m pytest -q -n $(WORKERS) --dist loadgroup
 
 #: What CI runs: the docs site, then everything, slow and serve_load included; the 25 slowest tests are printed.
