@@ -41,8 +41,6 @@ logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 def run_folder(tmp_path_factory) -> Path:
     """The folder this test run owns: pytest's base temp, or its parent, which the workers of one ``-n 2`` run
     share (each worker's base temp is ``popen-gwN`` inside it)."""
-    import os
-
     base = tmp_path_factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
@@ -61,8 +59,6 @@ def engine_store(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_engine_cache(engine_store):
     """Tests never read or write the user's ~/.cache/trtforge: the run's ``engine_store`` is the default cache."""
-    import os
-
     previous = os.environ.get("TRTFORGE_CACHE_DIR")
     os.environ["TRTFORGE_CACHE_DIR"] = str(engine_store)
     yield
@@ -161,8 +157,6 @@ def pytest_configure(config):
     from worker_groups import WorkerGroups
 
     config.pluginmanager.register(WorkerGroups(), "trtforge-worker-groups")
-    import os
-
     if os.environ.get("TRTFORGE_SUITE_COST"):  # each test's cost, per worker (tests/support/suite_cost.py)
         from suite_cost import SuiteCost
 
