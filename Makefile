@@ -3,10 +3,13 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.trtforge-setup
 PIP    := $(PY) -m pip --disable-pip-version-check -q
+YOLO_VENV   := .venv-yolo
+YOLO_STAMP  := $(YOLO_VENV)/.trtforge-yolo
+YOLO_MODELS := $(YOLO_VENV)/models
 
-.PHONY: setup demo test test-fast lint docs coverage clean modelopt-venv
+.PHONY: setup demo test test-fast lint docs coverage clean modelopt-venv yolo-models
 
-setup: $(STAMP)
+setup: $(STAMP) $(YOLO_STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,6 +25,22 @@ $(STAMP): pyproject.toml Makefile
 	@# hide TensorRT-RTX from the shim). tests/runtime/test_trt_api_surface.py reads their names.
 	$(PIP) download --no-deps -d $(VENV)/tensorrt-bindings "tensorrt-cu12-bindings>=10,<11" "tensorrt-cu13-bindings>=11,<12"
 	touch $(STAMP)
+
+#: The ultralytics venv (AGPL: tests, examples and benchmarks only; trtforge/ never imports it) and the YOLO
+#: ONNX files it exports into $(YOLO_MODELS) (tests/detect/export_yolo.py says what they hold). ultralytics
+#: needs torchvision's metadata, and PyPI's torchvision cannot import beside the CPU torch (it breaks even
+#: `import transformers`), so both live in their own venv: ~35 MB, packages --no-deps, torch and the rest
+#: seen through a .pth file naming the project venv's site-packages (the same pinned CPU torch; no second
+#: torch, and never a CUDA one). The venv's own packages come first on sys.path, the project's after.
+yolo-models: $(YOLO_STAMP)
+
+$(YOLO_STAMP): tests/detect/export_yolo.py Makefile | $(STAMP)
+	test -x $(YOLO_VENV)/bin/python || python3 -m venv --without-pip $(YOLO_VENV)
+	$(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
+	    "$$($(YOLO_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/trtforge-venv.pth"
+	$(PIP) --python $(YOLO_VENV)/bin/python install --no-deps ultralytics==8.4.190 torchvision==0.28.0 ultralytics-thop==2.2.3
+	YOLO_CONFIG_DIR=$(CURDIR)/$(YOLO_VENV)/config YOLO_OFFLINE=1 $(YOLO_VENV)/bin/python tests/detect/export_yolo.py $(YOLO_MODELS)
+	touch $(YOLO_STAMP)
 
 demo: setup
 	$(VENV)/bin/trtforge demo
@@ -63,4 +82,4 @@ modelopt-venv:
 	bench/modelopt_venv.sh $(MO_VENV)
 
 clean:
-	rm -rf $(VENV) trtforge_out .pytest_cache .coverage-data site build dist
+	rm -rf $(VENV) $(YOLO_VENV) trtforge_out .pytest_cache .coverage-data site build dist
