@@ -95,7 +95,7 @@ def test_multi_input_dicts_and_key_errors():
     assert len(samples) == 6 and samples[0]["input_ids"].shape == (1, 16)
     with pytest.raises(CalibrationDataError, match="missing"):
         load_calibration([{"input_ids": ids}], TEXT_SPEC)
-    with pytest.raises(CalibrationDataError, match="iterable of dicts"):
+    with pytest.raises(CalibrationDataError, match=r"pass a dict \{input_name: array\} or a tuple of 2 arrays"):
         load_calibration(ids, TEXT_SPEC)
     with pytest.raises(CalibrationDataError, match="integer arrays"):
         load_calibration([{"input_ids": ids.astype(np.float32), "attention_mask": ids}], TEXT_SPEC)

@@ -56,8 +56,9 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
         raise ConfigError(spelled(
             cli=f"--precision {config.precision} needs --calib DATA (an image folder or a .npy/.npz file); "
                 "see docs/quantization.md",
-            python=f"precision={config.precision!r} needs calibration_data= (an image folder, a .npy file, an array, "
-                   "an iterable of input dicts, or a callable); see docs/quantization.md"))
+            python=f"precision={config.precision!r} needs calibration_data= (an image folder, a .npy file, an array "
+                   "or torch tensor, a dict or tuple of per-input arrays, an iterable of those, or a callable); "
+                   "see docs/quantization.md"))
     _check_direct(model_or_onnx, config)
     ignored = unused_quant_options(config)
     if ignored:

@@ -6,7 +6,11 @@ Accepted sources:
   (``trtforge.core.preprocessing``), so calibration sees the pixels inference serves;
 * a ``.npy`` file or a float array shaped like the input (already normalised); a ``.npz`` file
   with one array per input name for multi-input models;
-* an iterable of dicts of arrays (multi-input models such as MiniLM), one sample or a batch each;
+* a torch tensor anywhere an array goes (detached and copied to the CPU);
+* a dict ``{input_name: array}``, or a tuple/list of arrays, one per input, for multi-input models
+  (MiniLM: ``(input_ids, attention_mask)``), each holding N samples along axis 0;
+* an iterable of any of those (a one-input model: arrays; several inputs: dicts or tuples), one sample or a
+  batch each;
 * a callable returning any of the above.
 
 Errors (``CalibrationDataError``) name the problem and the fix, and come before calibration.
@@ -127,7 +131,8 @@ def _from_arrays(data: Mapping[str, np.ndarray], specs: Sequence[InputSpec]) -> 
         )
     split = {}
     for name, spec in by_name.items():
-        arr = _check_array(name, np.asarray(data[name]), spec)
+        arr = as_array(data[name])
+        arr = _check_array(name, np.asarray(data[name]) if arr is None else arr, spec)
         split[name] = _split_batch(name, arr, len(spec[2]))
     counts = {n: len(v) for n, v in split.items()}
     if len(set(counts.values())) != 1:
@@ -136,18 +141,32 @@ def _from_arrays(data: Mapping[str, np.ndarray], specs: Sequence[InputSpec]) -> 
     return [{name: split[name][i] for name in by_name} for i in range(n)]
 
 
+#: What ``calibration_data=`` accepts, for the refusal of anything else.
+ACCEPTED = ("a directory of images, a .npy/.npz file, an array or torch tensor (N samples along axis 0), "
+            "a dict {input_name: array}, a tuple of arrays (one per input), an iterable of those, "
+            "or a callable returning one of these")
+
+
 def load_calibration(
     source,
     specs: Sequence[InputSpec],
     preprocessing: Mapping | None = None,
     max_images: int = 128,
 ) -> list[dict[str, np.ndarray]]:
-    """Every sample as a feed dict of arrays with batch 1; raises CalibrationDataError early."""
+    """Every sample as a feed dict of arrays with batch 1; raises CalibrationDataError early.
+
+    The one normalisation of calibration data, whatever the caller holds: numpy arrays and torch tensors
+    (any device, detached) alike. A tuple or list of arrays is one array per input when the model has
+    that many inputs (``(ids, mask)``); otherwise its items are samples (or batches) of a one-input model.
+
+    Example:
+        >>> load_calibration((torch.zeros(8, 16, dtype=torch.long), torch.ones(8, 16, dtype=torch.long)),
+        ...                  [("ids", np.dtype("int64"), (None, 16)), ("mask", np.dtype("int64"), (None, 16))])[0]["ids"].shape
+        (1, 16)
+    """
     if source is None:
         raise CalibrationDataError(
-            "precision='int8' needs calibration data: pass calibration_data= a directory of images, "
-            "a .npy file, a float array, an iterable of dicts of arrays, or a callable"
-        )
+            "this quantized precision needs calibration data: pass calibration_data= " + ACCEPTED)
     if callable(source) and not isinstance(source, (str, Path, np.ndarray)):
         source = source()
     if isinstance(source, (str, Path)):
@@ -164,31 +183,64 @@ def load_calibration(
                 "save arrays with np.save(path, x) (np.savez(path, **inputs) for several inputs) "
                 "or point at a folder of images"
             )
-    if isinstance(source, np.ndarray):
+    samples = _one_item(source, specs)
+    if samples is not None:
+        return samples
+    if isinstance(source, Iterable) and not isinstance(source, (bytes, bytearray)):
+        samples = []
+        for index, item in enumerate(source):
+            found = _one_item(item, specs)
+            if found is None:
+                raise CalibrationDataError(
+                    f"calibration_data item {index} is a {type(item).__name__}; each item must be "
+                    f"{_item_forms(specs)}")
+            samples.extend(found)
+        return samples
+    raise CalibrationDataError(f"calibration_data of type {type(source).__name__} is not supported; pass {ACCEPTED}")
+
+
+def as_array(value: Any) -> np.ndarray | None:
+    """``value`` as a numpy array when it is one, or a torch tensor (detached, copied to the CPU; BF16 as
+    float32); else None.
+
+    Example:
+        >>> as_array(torch.ones(2, requires_grad=True))
+        array([1., 1.], dtype=float32)
+    """
+    if isinstance(value, np.ndarray):
+        return value
+    if all(hasattr(value, attr) for attr in ("detach", "cpu", "numpy", "dtype")):
+        tensor = value.detach().cpu()
+        if str(tensor.dtype) == "torch.bfloat16":  # numpy has no bfloat16
+            tensor = tensor.float()
+        return tensor.numpy()
+    return None
+
+
+def _one_item(item: Any, specs: Sequence[InputSpec]) -> list[dict[str, np.ndarray]] | None:
+    """The samples of one array, dict or tuple of per-input arrays; None when ``item`` is none of those."""
+    names = [s[0] for s in specs]
+    arr = as_array(item)
+    if arr is not None:
         if len(specs) != 1:
             raise CalibrationDataError(
-                f"the model has {len(specs)} inputs ({', '.join(s[0] for s in specs)}); pass an iterable "
-                "of dicts {input_name: array} instead of one array"
-            )
-        return _from_arrays({specs[0][0]: source}, specs)
-    if isinstance(source, Mapping):
-        return _from_arrays(source, specs)
-    if isinstance(source, Iterable):
-        samples: list[dict[str, np.ndarray]] = []
-        for item in source:
-            if isinstance(item, Mapping):
-                samples.extend(_from_arrays(item, specs))
-            elif isinstance(item, np.ndarray) and len(specs) == 1:
-                samples.extend(_from_arrays({specs[0][0]: item}, specs))
-            else:
-                raise CalibrationDataError(
-                    f"calibration iterable yielded {type(item).__name__}; yield dicts {{input_name: array}}"
-                )
-        return samples
-    raise CalibrationDataError(
-        f"calibration_data of type {type(source).__name__} is not supported; pass a directory of images, "
-        "a .npy file, a float array, an iterable of dicts of arrays, or a callable returning one of these"
-    )
+                f"the model has {len(specs)} inputs ({', '.join(names)}); pass a dict {{input_name: array}} or "
+                f"a tuple of {len(specs)} arrays in that order, not one array")
+        return _from_arrays({names[0]: arr}, specs)
+    if isinstance(item, Mapping):
+        return _from_arrays(item, specs)
+    if isinstance(item, (tuple, list)) and len(item) == len(specs):
+        arrays = [as_array(x) for x in item]
+        if all(a is not None for a in arrays):
+            return _from_arrays(dict(zip(names, arrays, strict=True)), specs)
+    return None
+
+
+def _item_forms(specs: Sequence[InputSpec]) -> str:
+    names = ", ".join(s[0] for s in specs)
+    if len(specs) == 1:
+        return f"an array or torch tensor for input {names}, or a dict {{{specs[0][0]!r}: array}}"
+    return f"a dict {{input_name: array}} or a tuple of {len(specs)} arrays or tensors ({names})"
 
 
 def _load_arrays(path: Path) -> np.ndarray | dict[str, np.ndarray]:
