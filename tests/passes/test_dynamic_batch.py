@@ -107,3 +107,49 @@ def test_ppocr_recognizer_made_static_then_batched_again(tmp_path):
     dynamic = make_batch_dynamic(reference_graph(load_ir(static)))
     (tmp_path / "rec_dynamic.onnx").write_bytes(proto_bytes(dynamic))
     rows_match_batch_one(static, tmp_path / "rec_dynamic.onnx", 3, (3, 48, 160), "x")
+
+
+def export_dynamo(model: torch.nn.Module, example: torch.Tensor, path: Path, name: str) -> Path:
+    """torch's default exporter at batch 1: its Reshapes carry ``allowzero=1`` (issue 35, item 7)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model.eval(), (example,), str(path), dynamo=True, input_names=[name], external_data=False,
+                          verbose=False)
+    return path
+
+
+def ids_rows_match_batch_one(static: Path, dynamic: Path, rows: int, name: str) -> None:
+    """As ``rows_match_batch_one`` for token ids (the proof's own zeros would hide a row mix-up)."""
+    ids = np.random.default_rng(1).integers(0, 100, (rows, 8)).astype(np.int64)
+    together = session(dynamic).run(None, {name: ids})
+    reference = session(static)
+    alone = [reference.run(None, {name: ids[i:i + 1]}) for i in range(rows)]
+    for whole, parts in zip(together, zip(*alone, strict=True), strict=True):
+        np.testing.assert_allclose(whole, np.concatenate(parts), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.needs_trt
+def test_dynamo_exported_transformers_with_allowzero_reshapes(tmp_path):
+    """Issue 35, item 7: the dynamo exporter's ``Reshape(allowzero=1, shape=[1, -1, ...])`` became ``[0, -1, ...]``,
+    which ONNX forbids, and the build was refused as if the graph pinned its batch. CLIP's text model (token ids,
+    a causal mask) and YOLOS (a class and detection tokens) at batch 3 equal batch-1 runs of the user's file."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    clip = transformers.CLIPTextModel(transformers.CLIPTextConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, vocab_size=100,
+        max_position_embeddings=8, bos_token_id=0, eos_token_id=1, pad_token_id=1))
+    static = export_dynamo(clip, torch.zeros(1, 8, dtype=torch.long), tmp_path / "clip.onnx", "input_ids")
+    assert any(a.name == "allowzero" and a.i == 1 for n in onnx.load(static).graph.node for a in n.attribute)
+    (tmp_path / "clip_dynamic.onnx").write_bytes(proto_bytes(make_batch_dynamic(reference_graph(load_ir(static)))))
+    ids_rows_match_batch_one(static, tmp_path / "clip_dynamic.onnx", 3, "input_ids")
+
+    yolos = transformers.YolosForObjectDetection(transformers.YolosConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, image_size=[32, 32],
+        patch_size=8, num_detection_tokens=2, num_labels=3))
+    static = export_dynamo(yolos, torch.randn(1, 3, 32, 32), tmp_path / "yolos.onnx", "pixel_values")
+    art = trtforge.compile(static, batch="1:2:3", dynamic_batch=True, precision="fp32", optimization_level=0,
+                           output_dir=tmp_path / "out", progress=False)
+    assert art.sidecar.inputs[0].shape[0] == -1
+    rows_match_batch_one(static, art.reference_onnx_path, 3, (3, 32, 32), "pixel_values")
+

@@ -6,9 +6,10 @@ The pass, in order:
 1. dim 0 of the batched inputs (``batched_inputs``, else every input whose dim 0 equals the first
    input's) and of the outputs that carry that batch becomes the symbolic ``batch``;
 2. constants that hard-code the batch are rewritten: a ``Reshape`` shape whose dim 0 is the batch
-   reads ``-1`` there (``0`` when the shape has a ``-1`` already), an ``Expand`` shape reads ``1``
-   there (broadcast keeps the input's rows), and a constant ``Concat`` operand of one row (a class
-   token) is expanded to the rows of the batched operand beside it;
+   reads ``-1`` there (``0`` when the shape has a ``-1`` already, with ``allowzero=0``), an ``Expand`` shape reads ``1``
+   there (broadcast keeps the input's rows), a constant ``Concat`` operand of one row (a class
+   token) is expanded to the rows of the batched operand beside it, and one that numbers the rows
+   (``arange(batch)`` as a ``GatherND``'s row index) counts the rows at run time;
 3. ONNX shape inference must agree: every batched output keeps a symbolic dim 0;
 4. the proof on the reference: ONNX Runtime at batch 2 equals two batch-1 runs, row by row.
 
@@ -86,16 +87,30 @@ def _rewrite_shapes(model: ir.Model, batch: int) -> list[str]:
         shape = _const_input(node, 1) if node.op_type in ("Reshape", "Expand") else None
         if shape is None or shape.ndim != 1 or not shape.size or int(shape[0]) != batch:
             continue
+        if node.op_type == "Expand" and batch == 1:
+            continue  # expanding to 1 row keeps the input's rows already
         new = shape.astype(np.int64).copy()
         if node.op_type == "Expand":
             new[0] = 1
+            _replace_const(node, 1, new, f"{node.name or node.op_type}_dynamic_batch_shape")
         else:
-            new[0] = 0 if -1 in new[1:] else -1
-        if node.op_type == "Expand" and batch == 1:
-            continue  # expanding to 1 row keeps the input's rows already
-        _replace_const(node, 1, new, f"{node.name or node.op_type}_dynamic_batch_shape")
+            _rewrite_reshape(node, new)
         changed.append(node.name)
     return changed
+
+
+def _rewrite_reshape(node: ir.Node, shape: np.ndarray) -> None:
+    """Dim 0 of a Reshape's target ``shape`` reads the data's rows: ``-1`` where no other dim is ``-1``, else
+    ``0`` ("copy dim 0"). With ``allowzero=1`` (the dynamo exporter's Reshapes) a ``0`` is a literal zero and
+    ONNX forbids a ``0`` beside a ``-1``: the ``0`` then comes with ``allowzero=0``, equivalent where the target
+    holds no other zero (one that does, beside a ``-1``, is no valid ONNX to begin with)."""
+    if -1 in shape[1:]:
+        shape[0] = 0
+        if node.attributes.get_int("allowzero", 0) and 0 not in shape[1:]:
+            node.attributes["allowzero"] = ir.AttrInt64("allowzero", 0)
+    else:
+        shape[0] = -1
+    _replace_const(node, 1, shape, f"{node.name or node.op_type}_dynamic_batch_shape")
 
 
 def _input_dependent(model: ir.Model) -> set[ir.Value]:
@@ -138,6 +153,10 @@ def _expand_constant_rows(model: ir.Model, batch: int, names: set[str]) -> None:
         shape = ir.Shape(list(shapes[value.name]))
         if not shape.rank() or shape[0] != batch:
             continue
+        if _is_row_index(node, index, value, batch):
+            node.replace_input_with(index, _row_numbers(node, index, batched, shape.rank()))
+            names.add(node.name)
+            continue
         rows = ir.node("Shape", [batched], attributes={"start": 0, "end": 1}, name=f"{node.name}_rows_{index}")
         ones = ir.Value(name=f"{node.name}_ones_{index}", const_value=ir.tensor(np.ones(shape.rank() - 1, np.int64)),
                         type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([shape.rank() - 1]))
@@ -149,6 +168,44 @@ def _expand_constant_rows(model: ir.Model, batch: int, names: set[str]) -> None:
             graph.insert_before(node, new)
         node.replace_input_with(index, expand.outputs[0])
         names.add(node.name)
+
+
+def _is_row_index(concat: ir.Node, index: int, value: ir.Value, batch: int) -> bool:
+    """The constant is ``arange(batch)``, the first component of a ``GatherND``'s indices (``batch_dims=0``): it
+    picks row i of the data for row i (``hidden[torch.arange(b), ids.argmax(-1)]``, CLIP's pooled output), so it
+    must count the batch's rows, not repeat the exported ones."""
+    array = constant_value(value)
+    if index != 0 or array is None or not np.issubdtype(array.dtype, np.integer) or array.size != batch:
+        return False
+    if not np.array_equal(array.reshape(-1), np.arange(batch)) or array.shape[0] != batch:
+        return False
+    rank = len(array.shape)
+    if concat.attributes.get_int("axis", 0) not in (-1, rank - 1):
+        return False
+    users = [use.node for use in concat.outputs[0].uses()]
+    return bool(users) and all(user.op_type == "GatherND" and user.inputs[1] is concat.outputs[0]
+                               and user.attributes.get_int("batch_dims", 0) == 0 for user in users)
+
+
+def _row_numbers(concat: ir.Node, index: int, batched: ir.Value, rank: int) -> ir.Value:
+    """``Range(0, rows of batched)`` shaped ``[rows, 1, ...]`` (``rank`` dims), inserted before ``concat``."""
+    graph, name = concat.graph, f"{concat.name}_row_numbers_{index}"
+
+    def constant(suffix: str, array: np.ndarray) -> ir.Value:
+        value = ir.Value(name=f"{name}_{suffix}", const_value=ir.tensor(array, name=f"{name}_{suffix}"),
+                         type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape(list(array.shape)))
+        graph.initializers[value.name] = value
+        return value
+
+    shape = ir.node("Shape", [batched], name=f"{name}_shape")
+    rows = ir.node("Gather", [shape.outputs[0], constant("dim0", np.array(0, np.int64))], name=f"{name}_rows")
+    numbers = ir.node("Range", [constant("start", np.array(0, np.int64)), rows.outputs[0],
+                                constant("step", np.array(1, np.int64))], name=f"{name}_range")
+    column = ir.node("Reshape", [numbers.outputs[0], constant("target", np.array([-1] + [1] * (rank - 1), np.int64))],
+                     name=name)
+    for added in (shape, rows, numbers, column):
+        graph.insert_before(concat, added)
+    return column.outputs[0]
 
 
 def _forget_shapes(model: ir.Model) -> None:
@@ -185,8 +242,9 @@ def make_batch_dynamic(model: ir.Model, batched: Sequence[str] | None = None) ->
         _set_dim0(value, None)
     failure = infer_shapes(model)
     if failure is not None:
-        raise BatchPinned(f"{_flag()}: ONNX shape inference fails on the batched graph ({failure}); the graph "
-                          f"pins its batch there; build it at its own batch (leave out {_flag()}), or export it with a dynamic batch")
+        raise BatchPinned(f"{_flag()}: the graph rewritten to a dynamic batch fails ONNX shape inference "
+                          f"({failure}): the rewrite does not cover this graph; build it at its own batch "
+                          f"(leave out {_flag()}), or export it with a dynamic batch")
     pinned = [v.name for v in outputs if v.shape is not None and isinstance(v.shape[0], int)]
     if pinned:
         raise BatchPinned(f"{_flag()}: node {_pinning_node(model)} pins the batch (output(s) {pinned} keep dim 0 "
