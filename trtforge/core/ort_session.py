@@ -48,6 +48,7 @@ def session(
     providers: Sequence[str] | None = None,
     threads: int | None = None,
     memory_arena: bool = True,
+    initializers: dict[str, ort.OrtValue] | None = None,
 ) -> ort.InferenceSession:
     """An InferenceSession (CPU unless ``providers`` says otherwise) with the table above applied.
 
@@ -55,6 +56,8 @@ def session(
     Runtime's CPU arena, which otherwise grows with every differently sized batch (bench/calib_memory.py).
     ``threads`` defaults to ``OMP_NUM_THREADS`` where it is set, as PyTorch's CPU threads do, so one variable
     bounds both CPU back ends of a process (else ONNX Runtime's default: one thread per core).
+    ``initializers``: the graph's large initializers as OrtValues (``trtforge.core.ort_weights``), which the
+    returned session keeps.
     """
     options = ort.SessionOptions()
     # Errors reach the caller as exceptions; ORT would also print them, in colour, to the terminal.
@@ -66,10 +69,14 @@ def session(
     if threads is not None:
         options.intra_op_num_threads = threads
     source = model if isinstance(model, bytes) else str(model)
-    return ort.InferenceSession(
-        source, options, providers=list(providers or ["CPUExecutionProvider"]),
-        disabled_optimizers=[name for name, _ in DISABLED_OPTIMIZERS],
-    )
+    kwargs = {"providers": list(providers or ["CPUExecutionProvider"]),
+              "disabled_optimizers": [name for name, _ in DISABLED_OPTIMIZERS]}
+    if not initializers:
+        return ort.InferenceSession(source, options, **kwargs)
+    from trtforge.core.ort_weights import SharedWeightsSession
+
+    options.add_external_initializers(list(initializers), list(initializers.values()))
+    return SharedWeightsSession(source, options, initializers, **kwargs)
 
 
 def omp_threads() -> int | None:

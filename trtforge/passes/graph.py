@@ -282,17 +282,6 @@ def input_specs(model: ir.Model) -> list[tuple[str, np.dtype, tuple[int | None, 
 
 
 # -- ONNX Runtime --------------------------------------------------------------------------------
-def ort_bytes(model: ir.Model | onnx.ModelProto, extra_outputs: Iterable[str] = ()) -> bytes:
-    """The model serialised for ONNX Runtime, also returning the tensors ``extra_outputs`` (observers)."""
-    proto = to_proto(model)
-    names = [n for n in dict.fromkeys(extra_outputs) if n not in {o.name for o in proto.graph.output}]
-    if names:
-        if proto is model:
-            proto = onnx.ModelProto.FromString(proto.SerializeToString())
-        proto.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names)
-    return proto.SerializeToString()
-
-
 def ort_providers() -> list[str]:
     """CUDA first when ONNX Runtime offers it, then CPU."""
     import onnxruntime as ort
@@ -313,9 +302,17 @@ def ort_session(model: ir.Model | onnx.ModelProto, extra_outputs: Iterable[str] 
         >>> ort_session(model, extra_outputs=["conv_out"]).run(["conv_out"], {"x": x})
     """
     from trtforge.core.ort_session import session
+    from trtforge.core.ort_weights import share_large_initializers
 
-    return session(ort_bytes(model, extra_outputs), providers=providers or ort_providers(), threads=threads,
-                   memory_arena=False)
+    proto = to_proto(model)
+    if proto is model:  # the caller's proto: the large initializers are moved out of a copy
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+    names = [n for n in dict.fromkeys(extra_outputs) if n not in {o.name for o in proto.graph.output}]
+    proto.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names)
+    shared = share_large_initializers(proto)
+    return session(proto.SerializeToString(), providers=providers or ort_providers(), threads=threads,
+                   memory_arena=False, initializers=shared)
 
 
 def copy_model(model: ir.Model) -> ir.Model:
