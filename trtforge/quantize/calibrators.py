@@ -139,6 +139,8 @@ def mse_amax(counts: np.ndarray, edges: np.ndarray, num_candidates: int = 256, q
     for stop in stops:
         amax = float(edges[stop])
         scale = amax / qtype.qmax
+        if np.float32(scale) == 0:  # subnormal activations: the scale underflows FP32 (fp16_scales clamps it later)
+            continue
         if qtype.integer:
             q = np.clip(np.round(centres / scale), 0, qtype.qmax) * scale
         else:

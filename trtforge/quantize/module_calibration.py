@@ -31,7 +31,7 @@ from trtforge.core.quant_plan import QuantInput, QuantLayer, QuantPlan, fp16_sca
 from trtforge.quantize.calibration import plan_from_decisions
 from trtforge.quantize.calibrators import INT8_MAX, calibrate, weight_scales
 from trtforge.quantize.data import batches
-from trtforge.quantize.observers import Histogram
+from trtforge.quantize.observers import Histogram, warn_nonfinite
 from trtforge.quantize.placement import Analysis, Candidate, decide
 
 #: Module types the direct path quantizes → the ONNX op type a pattern names (a Linear on a rank-3+
@@ -72,6 +72,7 @@ def _observe(model: torch.nn.Module, input_names: Sequence[str], samples: Sequen
     finally:
         for handle in handles:
             handle.remove()
+    warn_nonfinite({path: observed.histogram for path, observed in seen.items()})
     return seen
 
 

@@ -2,7 +2,9 @@
 
 Histograms stream: each batch is added to 2048 bins over [0, range]; a batch whose |x|max
 exceeds the range grows it (to the next power-of-two multiple) and re-bins the old counts, so
-memory stays bounded whatever the number of samples.
+memory stays bounded whatever the number of samples. Non-finite values (NaN, ±inf: a mask's -inf, an
+overflow in the FP32 graph itself) are counted apart and left out of the range; ``observe`` warns once,
+naming the tensors. A range of subnormal floats (activations that vanish) bins as any other.
 
 Example:
     >>> stats = observe(model, ["conv_in", "mm_in"], batches, per_channel=["ln_out"])
@@ -12,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +23,8 @@ import onnx
 import onnx_ir as ir
 
 from trtforge.passes.graph import ort_session
+
+log = logging.getLogger(__name__)
 
 NUM_BINS = 2048
 
@@ -33,6 +38,8 @@ class Histogram:
         self.range = 0.0
         self.amax = 0.0
         self.zeros = 0  # exact zeros (post-ReLU): any scale represents them exactly
+        self.nonfinite = 0  # NaN and ±inf values: counted, left out of the range and the counts
+        self.seen = 0  # every value given, non-finite ones included
 
     @property
     def nonzero_counts(self) -> np.ndarray:
@@ -56,6 +63,11 @@ class Histogram:
 
     def update(self, values: np.ndarray) -> None:
         x = np.abs(np.asarray(values, dtype=np.float32).ravel())
+        self.seen += x.size
+        finite = np.isfinite(x)
+        if not finite.all():
+            self.nonfinite += int(x.size - np.count_nonzero(finite))
+            x = x[finite]
         if x.size == 0:
             return
         self.zeros += int(np.count_nonzero(x == 0))
@@ -69,11 +81,25 @@ class Histogram:
         if self.range == 0:  # all zeros so far
             self.counts[0] += x.size
             return
-        idx = np.minimum((x * (self.num_bins / self.range)).astype(np.int64), self.num_bins - 1)
+        # x / range first: num_bins / range overflows FP32 when the range is subnormal (and 0 × inf is NaN).
+        idx = np.minimum((x / np.float32(self.range) * np.float32(self.num_bins)).astype(np.int64), self.num_bins - 1)
         self.counts += np.bincount(idx, minlength=self.num_bins)
 
     def to_dict(self) -> dict:
-        return {"range": self.range, "amax": self.amax, "zeros": self.zeros, "counts": self.counts.tolist()}
+        return {"range": self.range, "amax": self.amax, "zeros": self.zeros, "nonfinite": self.nonfinite,
+                "counts": self.counts.tolist()}
+
+
+def warn_nonfinite(histograms: dict[str, Histogram], shown: int = 5) -> None:
+    """One warning naming the tensors whose observed values held NaN or ±inf (left out of their ranges)."""
+    bad = [(name, h) for name, h in histograms.items() if h.nonfinite]
+    if not bad:
+        return
+    named = ", ".join(f"{name!r} ({h.nonfinite} of {h.seen} values)" for name, h in bad[:shown])
+    more = f" and {len(bad) - shown} more" if len(bad) > shown else ""
+    log.warning("calibration: the FP32 model gives non-finite values (NaN/inf) in %s%s on the calibration data; "
+                "they are left out of the quantization ranges (a mask's -inf is expected; otherwise check that the "
+                "data is in the range the model expects)", named, more)
 
 
 @dataclass
@@ -127,4 +153,5 @@ def observe(
         stats.samples += int(next(iter(batch.values())).shape[0])
         if task is not None:
             progress.advance(task)
+    warn_nonfinite(stats.histograms)
     return stats
