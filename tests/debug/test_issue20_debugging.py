@@ -1,7 +1,7 @@
 """Issue 20's findings on the debugging path, each on a real TensorRT-RTX build of a static-batch model.
 
 - ``check --route onnxruntime`` of a BF16 build ran ONNX Runtime on a graph it has no BF16 Conv for
-  (a traceback); now the strict evaluator runs it, and the report says so;
+  (a traceback); now it runs the graph's BF16 emulation (issue 35), and the report says so;
 - ``compare a_fp16.json@onnxruntime a_bf16.json@onnxruntime`` ran the FP32 reference on both sides (a
   PASS of a graph against itself); now each side runs its processed graph and names it, and one
   graph against itself is refused;
@@ -65,11 +65,11 @@ def built(tmp_path_factory):
     return {"tmp": tmp, "model": model, "out": out, "data": tmp / "data.npz", "cache": tmp / "cache"}
 
 
-def test_check_bf16_runs_in_the_strict_evaluator(built):
+def test_check_bf16_runs_the_bf16_emulation(built):
     proc = _cli("check", built["out"] / "convnet_bf16.json", "--route", "onnxruntime", "--samples", "4",
                 "--repeats", "1", cache=built["cache"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "strict evaluator" in proc.stdout and "PASS" in proc.stdout
+    assert "BF16 emulated: FP32 compute, BF16 storage" in " ".join(proc.stdout.split()) and "PASS" in proc.stdout
 
 
 def test_check_honours_samples_on_a_static_batch(built):
@@ -85,7 +85,7 @@ def test_compare_runs_each_artifacts_processed_graph_and_names_it(built):
                 "--samples", "4", cache=built["cache"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"A runs {out / 'convnet_fp16.onnx'}" in proc.stdout
-    assert f"B runs {out / 'convnet_bf16.onnx'} in the strict evaluator" in proc.stdout
+    assert f"B runs {out / 'convnet_bf16.onnx'} (BF16 emulated: FP32 compute, BF16 storage)" in proc.stdout
     rel_l2 = float(next(line for line in proc.stdout.splitlines() if "logits" in line).split("│")[2])
     assert rel_l2 > 0.0  # two different graphs: an FP16 and a BF16 one
 

@@ -72,7 +72,7 @@ class CheckReport:
     hint: str | None = None
     #: The engine's time against its FP16 build (TensorRT route, engines not built in FP16).
     speedup: Speedup | None = None
-    evaluator: str | None = None  # what ran the graph when not the route itself (BF16: the strict evaluator)
+    evaluator: str | None = None  # what ran the graph when not the route itself (BF16: its emulation graph)
 
     @property
     def passed(self) -> bool:
@@ -220,14 +220,8 @@ def check_artifact(
 
 
 def _candidate(sidecar: Sidecar, route: str, device: Any, load_options: dict, options: dict) -> Any:
-    """The engine under test: the route's, except a BF16 processed graph on the onnxruntime route, which
-    the strict evaluator runs (ONNX Runtime's CPU provider has no BF16 Conv or MatMul)."""
+    """The engine under test: the route's (on the onnxruntime route a BF16 processed graph runs as its
+    emulation graph, ``core.bf16_emulation``: ONNX Runtime's CPU provider has no BF16 Conv or MatMul)."""
     from trtforge.runtime.load import load
 
-    if route == "onnxruntime" and sidecar.source.onnx_file:
-        from trtforge.debug.graph_runner import StrictGraphEngine, needs_strict
-
-        processed = sidecar.verify_source_file("processed")
-        if needs_strict(processed):
-            return StrictGraphEngine(processed, sidecar.profiles)
     return load(sidecar.path, route=route, device=device, **load_options, **options)

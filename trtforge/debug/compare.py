@@ -5,8 +5,8 @@ A side is one of (``open_side``):
 - a torch module factory ``package.module:function`` (run in FP32 on the CPU, or ``device``);
 - an ``.onnx`` file (ONNX Runtime);
 - an artifact (``.json``/``.engine``) through a route: ``PATH`` uses ``route``, ``PATH@fp16`` names one;
-  ``PATH@onnxruntime`` runs the artifact's processed graph (what its engine was built from; BF16 in the
-  strict evaluator), ``PATH@onnxruntime:reference`` its FP32 reference graph;
+  ``PATH@onnxruntime`` runs the artifact's processed graph (what its engine was built from; BF16 as its
+  emulation graph, ``core.bf16_emulation``), ``PATH@onnxruntime:reference`` its FP32 reference graph;
 - saved outputs (``.npz``, e.g. from ``--save-outputs`` on another machine).
 
 Inputs come from ``inputs`` (an ``.npz``), else from the first side that knows its input specs
@@ -51,7 +51,7 @@ class Side:
     precision: str = "fp32"
     graph: Path | None = None  # an ONNX graph the task can be read from
     runs: Path | None = None  # the ONNX graph this side runs (an .onnx file, or an artifact@onnxruntime)
-    evaluator: str = ""  # what runs ``runs`` when not ONNX Runtime (BF16: the strict evaluator)
+    evaluator: str = ""  # how ONNX Runtime runs ``runs`` when not as it is (BF16: its emulation graph)
 
 
 @dataclass(frozen=True)
@@ -116,9 +116,9 @@ def open_side(text: str, stack: contextlib.ExitStack, route: str = "tensorrt", d
         from trtforge.passes.graph import load_ir
 
         precision = graph_precision(load_ir(path))
-        engine = _graph_engine(path, device, precision)
+        engine = _graph_engine(path, device)
         return _engine_side(text, engine, stack, graph=path, precision=precision, runs=path,
-                            evaluator=getattr(engine, "evaluator", ""))
+                            evaluator=getattr(engine, "evaluator", None) or "")
     if path.suffix in (".json", ".engine"):
         return _artifact_side(text, path, named_route or route, device, stack, **options)
     if ":" in text and not path.exists():
@@ -127,12 +127,8 @@ def open_side(text: str, stack: contextlib.ExitStack, route: str = "tensorrt", d
                           "(.json/.engine, optionally @route) or saved outputs (.npz)")
 
 
-def _graph_engine(path: Path, device: Any, precision: str, profiles: tuple = (), sidecar: Any = None) -> Any:
-    """ONNX Runtime for ``path``, or the strict evaluator for a BF16 graph (ORT has no BF16 kernels)."""
-    if precision == "bf16":
-        from trtforge.debug.graph_runner import StrictGraphEngine
-
-        return StrictGraphEngine(path, profiles)
+def _graph_engine(path: Path, device: Any, profiles: tuple = (), sidecar: Any = None) -> Any:
+    """ONNX Runtime for ``path`` (a BF16 graph runs as its emulation graph: ORT has no BF16 Conv or MatMul)."""
     from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
 
     return OnnxRuntimeEngine(path, device, profiles=profiles, sidecar=sidecar)
@@ -158,9 +154,9 @@ def _artifact_side(text: str, path: Path, route: str, device: Any, stack: contex
         graph = sidecar.verify_source_file("reference" if which == "reference" and sidecar.source.reference_onnx_file
                                            else "processed")  # sha256 checked
         precision = "fp32" if which == "reference" else (sidecar.precision.built or "fp32")
-        engine = _graph_engine(graph, device, precision, tuple(sidecar.profiles), sidecar)
+        engine = _graph_engine(graph, device, tuple(sidecar.profiles), sidecar)
         return _engine_side(text, engine, stack, precision=precision, runs=graph,
-                            evaluator=getattr(engine, "evaluator", ""), **fields)
+                            evaluator=getattr(engine, "evaluator", None) or "", **fields)
     engine = load(path, route=route, device=device, **options)
     precision = ROUTE_PRECISION.get(route) or getattr(engine, "precision", None) or sidecar.precision.built
     return _engine_side(text, engine, stack, precision=precision or "fp32", **fields)
@@ -217,7 +213,7 @@ def compare_sides(
         if set(out_a) != set(out_b) and len(out_a) == len(out_b):  # a module's outputs have no names
             out_b = dict(zip(out_a, out_b.values(), strict=True))
         judgement = judge(out_a, out_b, task=_task(side_a, side_b), precision=side_b.precision, limit=limit)
-    runs = tuple("" if side.runs is None else f"{side.runs}" + (f" in the {side.evaluator}" if side.evaluator else "")
+    runs = tuple("" if side.runs is None else f"{side.runs}" + (f" ({side.evaluator})" if side.evaluator else "")
                  for side in (side_a, side_b))
     return Comparison(a, b, arrays, out_a, out_b, judgement, runs, count)
 

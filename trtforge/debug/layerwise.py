@@ -8,7 +8,9 @@ the layer where the candidate diverges. The precision passes keep the names of t
 touch, so a processed graph lines up with its FP32 reference.
 
 A candidate with Q/DQ nodes runs with FP32 scales (``passes.float16.upcast_float16``): ONNX
-Runtime's CPU provider mis-evaluates FP16 scales, and the INT8 grid is the same.
+Runtime's CPU provider mis-evaluates FP16 scales, and the INT8 grid is the same. A BF16 graph runs as its
+emulation graph (``core.bf16_emulation``: FP32 compute, each value stored in BF16 rounded to BF16, names kept):
+the CPU provider has no BF16 Conv or MatMul.
 
 Example:
     >>> report = layerwise(Path("m_reference_fp32.onnx"), Path("m_int8.onnx"), samples=8)
@@ -29,7 +31,7 @@ from trtforge.core.memory import trim_heap
 from trtforge.core.specs import TensorSpec
 from trtforge.debug.inputs import make_inputs, split_batches
 from trtforge.passes.float16 import upcast_float16
-from trtforge.passes.graph import has_qdq, input_specs, layer_label, load_ir, ort_session
+from trtforge.passes.graph import has_qdq, input_specs, layer_label, load_ir, ort_session, to_proto
 
 #: Per-tensor relative L2 that counts as diverged, by the candidate's precision. FP16 stays below
 #: 0.008 on every EfficientNet-Lite0 tensor; INT8 error grows layer by layer to about 0.19 there, and
@@ -97,8 +99,24 @@ def shared_tensors(reference: ir.Model, candidate: ir.Model) -> list[tuple[str, 
             if out.name and out.name in produced and out.name not in inputs]
 
 
+def emulated(model: ir.Model, role: str) -> tuple[ir.Model, tuple[str, ...]]:
+    """``model``, or its BF16 emulation graph (``core.bf16_emulation``: ONNX Runtime's CPU provider has no BF16
+    Conv or MatMul) with a note; the emulation keeps every tensor's name, so the layers still line up."""
+    from trtforge.core.bf16_emulation import EMULATED, emulate_bf16
+
+    values = (*model.graph.inputs, *model.graph.initializers.values(),
+              *(out for node in model.graph.all_nodes() for out in node.outputs))
+    if not any(value.dtype == ir.DataType.BFLOAT16 for value in values):
+        return model, ()
+    return load_ir(emulate_bf16(to_proto(model))), (f"the {role} runs {EMULATED} (each value the graph stores in "
+                                                     "BF16 rounded to BF16)",)
+
+
 def runnable(model: ir.Model) -> tuple[ir.Model, tuple[str, ...]]:
     """The graph ONNX Runtime runs for ``model``, and a note when it had to change it."""
+    model, notes = emulated(model, "candidate")
+    if notes:
+        return model, notes
     if has_qdq(model) and any(v.dtype == ir.DataType.FLOAT16 for v in model.graph.initializers.values()):
         return upcast_float16(model), ("the candidate's Q/DQ graph runs with FP32 scales and FP32 arithmetic "
                                        "(ONNX Runtime's CPU provider mis-evaluates FP16 scales); INT8 grid unchanged",)
@@ -228,7 +246,9 @@ def layerwise(
 
     ref_model, cand_model = load_ir(reference), load_ir(candidate)
     precision = graph_precision(cand_model)
+    ref_model, ref_notes = emulated(ref_model, "reference")
     cand_model, notes = runnable(cand_model)
+    notes = ref_notes + notes
     specs = [TensorSpec(n, dtype.name, tuple(-1 if d is None else d for d in shape))
              for n, dtype, shape in input_specs(ref_model)]
     if inputs is None:

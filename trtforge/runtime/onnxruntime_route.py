@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trtforge.core.bf16_emulation import ort_source
 from trtforge.core.errors import InvalidArgument, MissingFile, WrongType
 from trtforge.core.ort_session import session
 from trtforge.core.sidecar import Sidecar
@@ -47,6 +48,8 @@ class OnnxRuntimeEngine(EngineBase):
     """An ONNX file run by ONNX Runtime, behind the ``Engine`` protocol."""
 
     route = "onnxruntime"
+    #: What runs the graph when not ONNX Runtime on the file as it is (a BF16 graph: ``bf16_emulation.EMULATED``).
+    evaluator: str | None = None
 
     def __init__(
         self,
@@ -79,7 +82,9 @@ class OnnxRuntimeEngine(EngineBase):
                 )
             providers = [("CUDAExecutionProvider", {"device_id": want.index}), "CPUExecutionProvider"]
         # Through the project's session factory: it disables the ORT optimisers that break our graphs.
-        self._session = session(onnx_path, providers=providers, threads=threads)
+        # A BF16 graph runs as its emulation graph (FP32 compute, BF16 storage): ORT has no BF16 Conv/MatMul.
+        source, self.evaluator = ort_source(onnx_path)
+        self._session = session(source, providers=providers, threads=threads)
         self._device = want
         self.onnx_path = onnx_path
         self.inputs = tuple(_spec(a) for a in self._session.get_inputs())
