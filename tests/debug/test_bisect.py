@@ -96,3 +96,22 @@ def test_int8_bisection_keeps_the_layer_with_the_outlier_input_and_the_flags_rep
                                  excludes, includes)
     assert {o for o, why in decisions.items() if why} == {"c2"}
     assert QuantConfig(exclude=tuple(excludes), include=tuple(includes)).exclude == ("^w2$",)
+
+
+@pytest.mark.needs_trt
+def test_the_int8_reproduce_line_builds_as_printed(tmp_path):
+    """Issue 35, item 9: the printed INT8 line was refused by ``build`` (the INT8 layers run unaccelerated on
+    TensorRT-RTX: ``--allow-unaccelerated`` or other targets). The line, as printed, now builds."""
+    from cli_in_process import run
+
+    path = outlier_net(tmp_path / "outlier.onnx")
+    data = tmp_path / "x.npy"
+    np.save(data, np.random.default_rng(0).normal(0, 1, (32, 4, 8, 8)).astype(np.float32))
+    found = run(["debug", "precision", path, "--precision", "int8", "--metric", "rel_l2", "--target", "0.05",
+                 "--data", data, "--samples", "16", "--held-out", "16"], cwd=tmp_path)
+    assert found.returncode == 0, found.stdout + found.stderr
+    line = next(x for x in found.stdout.splitlines() if x.startswith("reproduce: "))
+    argv = shlex.split(line.removeprefix("reproduce: "))
+    assert argv[:2] == ["trtforge", "build"] and "--exclude" in argv
+    built = run([*argv[1:], "--opt-level", "0", "-q"], cwd=tmp_path)  # as printed; level 0: a cheap build
+    assert built.returncode == 0, built.stdout + built.stderr

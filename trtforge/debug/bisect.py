@@ -324,9 +324,31 @@ def _config_flags(config: Mapping) -> list[str]:
         flags += ["--workspace-mb", str(int(config["workspace_bytes"]) >> 20)]
     if config.get("hardware_compatibility"):
         flags += ["--hardware-compatibility", config["hardware_compatibility"]]
-    flags += [f"--{key.replace('_', '-')}" for key in ("version_compatible", "refittable", "strip_weights")
-              if config.get(key)]
+    flags += [f"--{key.replace('_', '-')}" for key in ("version_compatible", "refittable", "strip_weights",
+                                                      "allow_unaccelerated") if config.get(key)]
     return flags
+
+
+def _acceleration_flags(precision: str, config: Mapping) -> list[str]:
+    """``--allow-unaccelerated`` where ``build`` would refuse ``precision`` on the line's targets only because no
+    target accelerates it (INT8 W8A8 on TensorRT-RTX): the bisection measured that graph's numerics, not its
+    speed, so the line builds the graph it found, as ``build`` would with the flag."""
+    from trtforge.builder.precision_plan import Unaccelerated, check_precision
+    from trtforge.core.config import CompileConfig
+
+    if config.get("allow_unaccelerated"):
+        return []
+    try:
+        check_precision(CompileConfig(precision=precision, targets=tuple(config.get("targets") or ())))
+    except Unaccelerated:
+        allowed = CompileConfig(precision=precision, targets=tuple(config.get("targets") or ()),
+                                allow_unaccelerated=True)
+        try:
+            check_precision(allowed)
+        except Unaccelerated:
+            return []  # a target cannot build it at all: build's own refusal says what to use
+        return ["--allow-unaccelerated"]
+    return []
 
 
 def reproduce_command(model: Path, result: BisectResult, data: Path | None = None) -> str:
@@ -349,4 +371,5 @@ def reproduce_command(model: Path, result: BisectResult, data: Path | None = Non
             parts += ["--preprocessing", str(sidecar.path)]
     if result.precision == "int8":
         parts += ["--calib", str(data) if data is not None else "CALIB_IMAGES_DIR"]
+    parts += _acceleration_flags(result.precision, sidecar.builder.config or {} if sidecar is not None else {})
     return " ".join(["trtforge", "build", *(shlex.quote(p) for p in parts), result.build_flags])
