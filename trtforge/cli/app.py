@@ -120,10 +120,25 @@ def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+#: The most characters of an exception's message the bug line repeats (a library's message can hold a whole graph).
+BUG_LINE_CHARS = 400
+
+
+def bounded(message: str, limit: int = BUG_LINE_CHARS) -> str:
+    """``message`` on one line, cut to ``limit`` characters; the cut says how much the traceback above keeps.
+
+    Example:
+        >>> bounded("ValueError: " + "x" * 1000, 20)
+        'ValueError: xxxxxxxx … (992 more characters in the traceback above)'
+    """
+    line = one_line(message)
+    return line if len(line) <= limit else f"{line[:limit]} … ({len(line) - limit} more characters in the traceback above)"
+
+
 def _bug(exc: BaseException) -> typer.Exit:
     """Print ``exc``'s traceback and the bug line; the exit to raise."""
     err_console.print(escape("".join(traceback.format_exception(exc))), end="", soft_wrap=True)
-    say_error(f"{type(exc).__name__}: {exc}")
+    say_error(bounded(f"{type(exc).__name__}: {exc}"))
     err_console.print(f"[bold red]{escape(BUG_LINE)}[/]", soft_wrap=True)
     return typer.Exit(EXIT_FAILED)
 

@@ -112,11 +112,66 @@ def keep_public_names(model: ir.Model) -> list[str]:
     return lines
 
 
+def orphan_inputs(model: ir.Model) -> list[tuple[ir.Value, ir.Node]]:
+    """Node inputs (any graph, subgraphs included) that no graph defines: not a graph input, not an
+    initializer, not a node's output. A valid graph has none; ``[(value, first node using it), ...]``.
+
+    Example:
+        >>> [(v.name, n.name) for v, n in orphan_inputs(model)]
+        [('r/shape_1', 'node_Reshape_1')]
+    """
+    defined: set[ir.Value] = set()
+    for graph in model.graphs():
+        defined.update(graph.inputs)
+        defined.update(graph.initializers.values())
+        for node in graph:
+            defined.update(node.outputs)
+    found: dict[ir.Value, ir.Node] = {}
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        for value in node.inputs:
+            if value is not None and value not in defined:
+                found.setdefault(value, node)
+    return list(found.items())
+
+
+def adopt_orphan_constants(model: ir.Model) -> list[str]:
+    """Register as main-graph initializers the constants a rewrite left unregistered (in place); their names.
+
+    onnxscript's Flatten→Reshape rule names the new shape ``{input}/shape``: two Flattens of one tensor
+    (``torch.flatten(f, 1)`` and ``torch.flatten(f, 0, -2)``) make two such initializers, the second replaces
+    the first in the graph's table, and the first Reshape reads a constant no graph defines (onnx_ir then
+    refuses to copy the model, ONNX Runtime and TensorRT to load it). A value without a constant is a bug
+    in a pass: refused here, named, before anything else reads the graph.
+    """
+    from trtforge.core.errors import InternalError
+
+    orphans = orphan_inputs(model)
+    lost = [(value, node) for value, node in orphans if value.const_value is None]
+    if lost:
+        value, node = lost[0]
+        raise InternalError(f"the cleanup passes left value {value.name!r} (read by node {node.name!r}, "
+                            f"{node.op_type}) undefined: neither a graph input, an initializer nor a node output")
+    taken = {v.name for graph in model.graphs() for v in [*graph.inputs, *graph.initializers.values()]}
+    taken |= {v.name for node in ir.traversal.RecursiveGraphIterator(model.graph) for v in node.outputs}
+    adopted = []
+    for value, _ in orphans:
+        name = value.name or "constant"
+        while name in taken:
+            name += "_"
+        value.name = name
+        taken.add(name)
+        model.graph.register_initializer(value)
+        adopted.append(name)
+    return adopted
+
+
 def cleanup(model: ir.Model) -> ir.Model:
     """Fold constants and BatchNorms, drop no-ops and identities; returns the same model object."""
     keep_public_names(model)
     onnxscript.optimizer.optimize_ir(model)
+    adopt_orphan_constants(model)
     onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=list(CLEANUP_RULES))
+    adopt_orphan_constants(model)
     eliminate_identities(model)
     common.RemoveUnusedNodesPass()(model)
     common.TopologicalSortPass()(model)

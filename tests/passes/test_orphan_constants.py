@@ -1,0 +1,71 @@
+"""Issue 35 item 1: a cleanup pass left a constant no graph defines (onnxscript's Flatten→Reshape rule names its
+shape ``{input}/shape``, so two Flattens of one tensor clobber each other's initializer), and every build of such
+a file failed in ``copy_model`` with a ~37 kB "outer-scope value" line. A TorchScript export with both Flattens
+of one tensor and an ``If`` (a detector's head does the same) now builds at FP16, INT8 and with --dynamic-batch
+answers in one line; the cleaned graph computes what ONNX Runtime computes on the file."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from cli_in_process import run
+
+from trtforge.capture.onnx_file import load_onnx
+from trtforge.core.ort_session import session
+from trtforge.passes.cleanup import orphan_inputs
+from trtforge.passes.graph import copy_model, proto_bytes
+from trtforge.passes.process import reference_graph
+
+pytestmark = pytest.mark.needs_trt
+
+
+class TwoFlattens(torch.nn.Module):
+    """``f`` flattened twice (Flatten axis 1 for the classifier, axis -1 for per-row maxima) and a data-dependent ``if``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.cls = torch.nn.Linear(4 * 8 * 8, 5)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        f = self.conv(x)
+        scores = self.cls(torch.flatten(f, 1))
+        rows = torch.flatten(f, 0, -2).amax(dim=1).reshape(x.shape[0], -1)
+        if bool(scores.max() > 0):
+            rows = rows * 2.0
+        return scores, rows
+
+
+@pytest.fixture(scope="module")
+def two_flattens(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("orphan") / "two_flattens.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(torch.jit.script(TwoFlattens().eval()), (torch.randn(1, 3, 8, 8),), str(path),
+                          opset_version=17, dynamo=False, input_names=["x"], output_names=["scores", "rows"])
+    return path
+
+
+def test_cleanup_defines_every_value_and_keeps_the_numbers(two_flattens):
+    reference = reference_graph(load_onnx(two_flattens))
+    assert orphan_inputs(reference) == []
+    copy_model(reference)  # raised "... is an outer-scope value" on the orphaned Reshape shape
+    x = {"x": np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    for got, want in zip(session(proto_bytes(reference)).run(None, x), session(two_flattens).run(None, x), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_fp16_int8_and_dynamic_batch_builds_of_the_file(two_flattens, tmp_path):
+    np.save(tmp_path / "calib.npy", np.random.default_rng(1).standard_normal((4, 3, 8, 8)).astype(np.float32))
+    for flags in (["--precision", "fp16"],
+                  ["--precision", "int8", "--calib", tmp_path / "calib.npy", "--allow-unaccelerated"]):
+        done = run(["build", two_flattens, *flags, "-o", tmp_path / flags[1], "-q"])
+        assert done.returncode == 0, done.stderr[-2000:]
+    done = run(["build", two_flattens, "--dynamic-batch", "-o", tmp_path / "dyn", "-q"])
+    assert done.returncode in (0, 2) and "bug in trtforge" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 0 or [line for line in done.stderr.splitlines() if line.strip()][-1].startswith("error: ")
