@@ -45,6 +45,22 @@ def run_folder(tmp_path_factory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+def shared_file(tmp_path_factory, name: str, make) -> Path:
+    """The file ``make(folder)`` writes into ``folder``, made once per run: the workers of one run share it.
+
+    Read-only to the tests that take it (copy it to change it). The first worker makes it under a lock,
+    the others wait and reuse it."""
+    from filelock import FileLock
+
+    folder = run_folder(tmp_path_factory) / "shared_files" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    done = folder / "made.txt"
+    with FileLock(str(folder) + ".lock"):
+        if not done.is_file():
+            done.write_text(str(make(folder)))
+    return Path(done.read_text())
+
+
 @pytest.fixture(scope="session")
 def engine_store(tmp_path_factory) -> Path:
     """The run's store of built artifacts: the product's own engine cache, in a folder the run owns, shared by
@@ -108,12 +124,13 @@ def lite0():
 @pytest.fixture(scope="session")
 def lite0_onnx(lite0, tmp_path_factory) -> Path:
     """EfficientNet-Lite0 (real weights) exported with a dynamic batch and cleaned: the FP32 reference."""
-    tmp = tmp_path_factory.mktemp("lite0")
-    raw = export_onnx(lite0, (torch.zeros(1, 3, 224, 224),), tmp / "raw.onnx",
-                      input_names=["images"], output_names=["logits"])
-    path = tmp / "efficientnet_lite0.onnx"
-    save_model(cleanup(load_ir(raw)), path)
-    return path
+    def export(tmp: Path) -> Path:
+        raw = export_onnx(lite0, (torch.zeros(1, 3, 224, 224),), tmp / "raw.onnx",
+                          input_names=["images"], output_names=["logits"])
+        save_model(cleanup(load_ir(raw)), tmp / "efficientnet_lite0.onnx")
+        return tmp / "efficientnet_lite0.onnx"
+
+    return shared_file(tmp_path_factory, "lite0", export)
 
 
 @pytest.fixture(scope="session")
@@ -134,11 +151,13 @@ def minilm():
 @pytest.fixture(scope="session")
 def minilm_onnx(minilm, tmp_path_factory) -> Path:
     model, tokenize = minilm
-    tmp = tmp_path_factory.mktemp("minilm")
-    raw = export_onnx(model, tokenize(["warm up sentence"] * 2, seq_len=32), tmp / "raw.onnx")
-    path = tmp / "minilm.onnx"
-    save_model(cleanup(load_ir(raw)), path)
-    return path
+
+    def export(tmp: Path) -> Path:
+        raw = export_onnx(model, tokenize(["warm up sentence"] * 2, seq_len=32), tmp / "raw.onnx")
+        save_model(cleanup(load_ir(raw)), tmp / "minilm.onnx")
+        return tmp / "minilm.onnx"
+
+    return shared_file(tmp_path_factory, "minilm", export)
 
 
 @pytest.fixture(scope="session")
