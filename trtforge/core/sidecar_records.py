@@ -161,6 +161,8 @@ class QuantizationRecord(SidecarRecord):
     placement: str | None = None
     task: str | None = None
     samples: Mapping[str, int] | None = None
+    #: Weight-only without data: "none: ..." (scales from the weights alone, nothing measured); absent when data was given.
+    calibration_data: str | None = optional_field()
     smoothquant: Any = optional_field()
     precision: str | None = optional_field()  # int8, fp8, int8-wo, int4-wo (absent in INT8-era sidecars)
     block_size: int | None = optional_field()  # weight-only: weights per scale along the reduction axis

@@ -33,6 +33,7 @@ from trtforge.pipeline.paths import (
     prepare_output_dir,
     source_info,
 )
+from trtforge.quantize.precision import check_without_data
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +53,8 @@ def validate(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
                 f"{config.precision}); drop it, or ask for --precision int8",
             python=f"calibration_data= is used only by the quantized precisions ({', '.join(QUANTIZED_PRECISIONS)}; "
                    f"this build is {config.precision!r}); drop it, or ask for precision='int8'"))
-    if quantized and calibration_data is None:
-        raise ConfigError(spelled(
-            cli=f"--precision {config.precision} needs --calib DATA (an image folder or a .npy/.npz file); "
-                "see docs/quantization.md",
-            python=f"precision={config.precision!r} needs calibration_data= (an image folder, a .npy file, an array "
-                   "or torch tensor, a dict or tuple of per-input arrays, an iterable of those, or a callable); "
-                   "see docs/quantization.md"))
+    if quantized and calibration_data is None:  # weight-only: scales from the weights alone
+        check_without_data(config.quant, config.precision, config.strict_accuracy)
     _check_direct(model_or_onnx, config)
     ignored = unused_quant_options(config)
     if ignored:

@@ -20,8 +20,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from trtforge.core.config import QUANTIZED_PRECISIONS, QuantConfig
-from trtforge.core.errors import InvalidArgument
+from trtforge.core.config import (
+    QUANTIZED_PRECISIONS,
+    WEIGHT_ONLY_PRECISIONS,
+    ConfigError,
+    QuantConfig,
+    option_spelling,
+)
+from trtforge.core.errors import InvalidArgument, spelled
 from trtforge.passes.qdq import QUANT_DTYPES, QuantDtype, QuantInput, QuantLayer, fp16_scales
 from trtforge.quantize.calibrators import block_scales, weight_scales
 from trtforge.quantize.placement import FP8_RULES, RULES, Analysis, Candidate, weight_only_analysis
@@ -126,3 +132,31 @@ def precision_of(layer: QuantLayer) -> str:
     weight = next((q for q in layer.inputs if q.is_weight), layer.inputs[0])
     weight_only = all(q.is_weight for q in layer.inputs)
     return next(s.precision for s in SPECS.values() if s.weight_dtype == weight.dtype and s.weight_only == weight_only)
+
+
+def check_without_data(quant: QuantConfig | None, precision: str, strict_accuracy: bool = False) -> None:
+    """A quantized build given no calibration data: a weight-only precision (its scales come from the weights
+    alone), and no option that measures on data; else one line, before any work.
+
+    Example: ``check_without_data(QuantConfig(), "int4-wo")`` passes; ``"int8"`` or ``QuantConfig(awq=True)`` raises.
+    """
+    data = spelled(cli="--calib DATA", python="calibration_data=")
+    if precision not in WEIGHT_ONLY_PRECISIONS:
+        raise ConfigError(spelled(
+            cli=f"--precision {precision} needs --calib DATA (an image folder or a .npy/.npz file): its activation "
+                "scales come from data; only int8-wo/int4-wo build without it. See docs/quantization.md",
+            python=f"precision={precision!r} needs calibration_data= (an image folder, a .npy file, an array or torch "
+                   "tensor, a dict or tuple of per-input arrays, an iterable of those, or a callable): its activation "
+                   "scales come from data; only 'int8-wo'/'int4-wo' build without it. See docs/quantization.md"))
+    quant = quant or QuantConfig()
+    needs = [option_spelling(name, value, QuantConfig, python=f"{name}={shown}") for name, value, shown, used in (
+        ("awq", "", "True", quant.awq),
+        ("rounding", quant.rounding, repr(quant.rounding), quant.rounding != "nearest"),
+        ("placement", "auto", "'auto'", quant.placement == "auto"),
+        ("error_budget", str(quant.error_budget), repr(quant.error_budget), quant.error_budget is not None),
+    ) if used]
+    if strict_accuracy:
+        needs.append(option_spelling("strict_accuracy", "", python="strict_accuracy=True"))
+    if needs:
+        raise ConfigError(f"{', '.join(needs)} measure(s) on calibration data, and this {precision} build has none "
+                          f"(its weight scales come from the weights alone): add {data}, or drop {', '.join(needs)}")

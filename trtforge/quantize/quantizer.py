@@ -23,12 +23,14 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -37,7 +39,14 @@ from trtforge.core.budget import ErrorBudget, resolve_budget
 from trtforge.core.config import QuantConfig, check_quant_options
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig
-from trtforge.passes.graph import ensure_node_names, ensure_opset, fresh_ir, to_proto
+from trtforge.passes.graph import (
+    ensure_node_names,
+    ensure_opset,
+    fresh_ir,
+    input_specs,
+    to_proto,
+    values_by_name,
+)
 from trtforge.passes.process import Processed, process
 from trtforge.passes.qdq import QuantPlan, apply_plan
 from trtforge.quantize import adaround, awq, bias_correction, gptq, placement, sensitivity, smoothquant
@@ -50,10 +59,22 @@ from trtforge.quantize.calibration import (
 )
 from trtforge.quantize.data import CalibrationDataError, data_hash
 from trtforge.quantize.equalize import equalize_for_quantization
-from trtforge.quantize.precision import PrecisionSpec, spec_of
+from trtforge.quantize.precision import PrecisionSpec, check_without_data, spec_of
 from trtforge.quantize.progress import progress_bar
-from trtforge.quantize.report import compare_outputs, finish_report, print_report, run_model, settings_report
+from trtforge.quantize.report import (
+    compare_outputs,
+    finish_report,
+    plan_summary,
+    print_report,
+    run_model,
+    settings_report,
+)
 from trtforge.quantize.task import detect_task, output_dims
+
+log = logging.getLogger(__name__)
+
+#: What a weight-only report says when no calibration data was given (``QuantizationRecord.calibration_data``).
+NO_DATA = "none: weight scales from the weights alone (absmax per channel or block); no accuracy measured"
 
 
 def _what(spec: PrecisionSpec) -> str:
@@ -297,7 +318,8 @@ def quantize_model(
 ) -> QuantResult:
     """FP32 graph (not modified) + calibration data → the ``precision`` plan, with a measured report.
 
-    ``precision``: int8 (W8A8), fp8 (E4M3), int8-wo or int4-wo (weight-only GEMMs).
+    ``precision``: int8 (W8A8), fp8 (E4M3), int8-wo or int4-wo (weight-only GEMMs). The weight-only ones
+    take ``calibration_data=None``: ``quantize_weights``.
 
     Example:
         >>> result = quantize_model(model, np.load("calib.npy"), QuantConfig())
@@ -306,6 +328,8 @@ def quantize_model(
     """
     config = config or QuantConfig()
     spec = spec_of(precision, config)
+    if calibration_data is None and spec.weight_only:
+        return quantize_weights(fp32, config, spec, progress)
     model, task, budget, data = _checked_start(fp32, calibration_data, config, preprocessing, spec.precision,
                                                spec.opset)
     reference = model
@@ -334,3 +358,49 @@ def quantize_model(
     if progress:
         print_report(report)
     return QuantResult(fp32=model, sim=sim, plan=plan, report=report, sensitivity=report.get("sensitivity", []))
+
+
+def quantize_weights(fp32: ir.Model | onnx.ModelProto, config: QuantConfig, spec: PrecisionSpec,
+                     progress: bool = True) -> QuantResult:
+    """Weight-only quantization without calibration data: each GEMM weight's scales from its own absmax (per
+    output channel, or per block along the reduction axis), the placement rules and ``exclude``/``include``,
+    nothing measured. The report says so (``calibration_data``, no ``measured``); options that measure on data
+    (AWQ, GPTQ or learned rounding, ``placement="auto"``, ``error_budget=``) are refused before any work.
+
+    Example:
+        >>> result = quantize_weights(onnx.load("encoder.onnx"), QuantConfig(), spec_of("int4-wo"), progress=False)
+        >>> result.report["calibration_data"], result.report["measured"]
+        ('none: weight scales from the weights alone (absmax per channel or block); no accuracy measured', None)
+    """
+    check_quant_options(config, spec.precision)
+    check_without_data(config, spec.precision)
+    model = ensure_node_names(ensure_opset(fresh_ir(fp32), spec.opset))
+    task = detect_task(model, config.task)
+    analysis = placement.analyse(model)
+    if not spec.candidates(analysis).candidates:
+        raise InvalidArgument(f"the graph has no {_what(spec)} to quantize; build it with precision='fp16' instead")
+    full = build_full_plan(model, analysis, {}, _shapes_without_data(model, analysis, config, spec),
+                           config.calibrator, spec)
+    plan = _start_plan(spec.candidates(analysis), full, config)
+    report = {**settings_report(config, task, (0, 0), spec.precision, spec.block_size), "bias_correction": False,
+              "calibration_data": NO_DATA, "measured": None,
+              **plan_summary(plan, len(spec.candidates(analysis).candidates)),
+              "graph_sha256": CalibrationCache.graph_hash(to_proto(model))}
+    if progress:
+        print_report(report)
+    return QuantResult(fp32=model, sim=apply_plan(model, plan), plan=plan, report=report)
+
+
+def _shapes_without_data(model: ir.Model, analysis: placement.Analysis, config: QuantConfig,
+                         spec: PrecisionSpec) -> dict[str, tuple[int, ...]]:
+    """The layers' shapes for the MAC counts (the report's coverage): the graph run once on zeros with every
+    dynamic dimension 1; where ONNX Runtime refuses such an input, the graph's own static shapes (dynamic as 1)."""
+    feed = {name: np.zeros(tuple(1 if d is None or d <= 0 else d for d in shape), dtype)
+            for name, dtype, shape in input_specs(model)}
+    try:
+        return calibrate_model(model, analysis, [feed], config, None, spec)[1]
+    except Exception as exc:  # noqa: BLE001 - any ONNX Runtime failure on a made-up input: fall back, say so
+        log.info("weight-only without data: the graph does not run on zeros with dynamic dims 1 (%s); MACs "
+                 "counted from its static shapes", exc)
+    return {name: tuple(d if isinstance(d, int) else 1 for d in value.shape)
+            for name, value in values_by_name(model.graph).items() if value.shape is not None}

@@ -116,7 +116,8 @@ def print_report(report: dict) -> None:
 
     console = Console()
     name = spec_of(report.get("precision", "int8")).name
-    table = Table(title=f"{name} quantization report (ONNX Runtime, held-back samples vs FP32)")
+    measured = "ONNX Runtime, held-back samples vs FP32" if report["measured"] else "no calibration data: not measured"
+    table = Table(title=f"{name} quantization report ({measured})")
     table.add_column("item")
     table.add_column("value", justify="right")
     alpha = report.get("smoothquant_alpha")
@@ -156,9 +157,12 @@ def print_report(report: dict) -> None:
                                     f"steps): rel L2 {ft['rel_l2_before']:.4f} → {ft['rel_l2_after']:.4f}"))
     for method in report.get("methods", []):
         rows.append((f"time: {method['method'].replace('_', ' ')}", f"{method['seconds']:.1f} s"))
-    m = report["measured"]
-    rows += [("relative L2 (mean / max)", f"{m['rel_l2_mean']:.4f} / {m['rel_l2_max']:.4f}"),
-             ("cosine (mean / min)", f"{m['cosine_mean']:.5f} / {m['cosine_min']:.5f}")]
+    m = report["measured"] or {}
+    if not m:  # weight-only without calibration data: nothing to measure against
+        rows.append(("calibration data", report.get("calibration_data") or "none"))
+    else:
+        rows += [("relative L2 (mean / max)", f"{m['rel_l2_mean']:.4f} / {m['rel_l2_max']:.4f}"),
+                 ("cosine (mean / min)", f"{m['cosine_mean']:.5f} / {m['cosine_min']:.5f}")]
     if "top1_agreement" in m:
         rows += [("top-1 agreement", f"{m['top1_agreement']:.3f}"), ("top-5 overlap", f"{m['top5_overlap']:.3f}"),
                  ("softmax KL", f"{m['softmax_kl']:.4f}")]
