@@ -16,8 +16,9 @@ Then BatchNorm is folded (``model.fuse()``, as ultralytics' exporter does) and t
 the head in export mode: one output ``(N, 4 + 80, A)``, boxes as cx, cy, w, h in input pixels and
 class scores after the sigmoid. Writes, into OUT (default ``.venv-yolo/models``):
 
-- ``yolov8n.onnx``, ``yolo11n.onnx``, ``yolov5nu.onnx``: input ``images (N, 3, S, S)`` float32 in [0, 1]
-  (RGB, letterboxed with grey 114), dynamic batch, output ``output0``;
+- ``yolov8n.onnx``, ``yolo11n.onnx``, ``yolov5nu.onnx``: input ``images (1, 3, S, S)`` float32 in [0, 1]
+  (RGB, letterboxed with grey 114), output ``output0 (1, 84, A)``: static shapes, as ultralytics' own
+  ``export(format="onnx")`` writes them (``--dynamic-batch`` makes the batch dynamic);
 - ``photos.npz``: ``images (16, 3, S, S)`` uint8, the letterboxed photos; ``scale``, ``pad`` per photo;
 - ``<model>.raw.npy``: PyTorch's raw head output on those photos (float32, ``(16, 84, A)``).
 
@@ -106,14 +107,13 @@ def export(name: str, x, out: Path) -> None:
     rescale_class_logits(model, x)
     model = model.fuse().eval()
     head = model.model[-1]
-    head.export, head.format, head.dynamic = True, "onnx", True
+    head.export, head.format, head.dynamic = True, "onnx", False
     with torch.no_grad():
         raw = model(x)
         raw = raw[0] if isinstance(raw, (tuple, list)) else raw
     np.save(out / f"{name}.raw.npy", raw.numpy().astype(np.float32))
     torch.onnx.export(model, (x[:1],), str(out / f"{name}.onnx"), dynamo=False, opset_version=17,
-                      input_names=["images"], output_names=["output0"],
-                      dynamic_axes={"images": {0: "batch"}, "output0": {0: "batch"}})
+                      input_names=["images"], output_names=["output0"])
     scores = raw[:, 4:].amax(1)
     print(f"{name}: {tuple(raw.shape)}, anchors above 0.25 per photo: {float((scores > 0.25).sum(1).float().mean()):.0f}")
 
