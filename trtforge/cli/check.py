@@ -36,13 +36,22 @@ def check(
     fp16: Annotated[bool, typer.Option("--fp16/--no-fp16", help=(
         "--route tensorrt: time a quantized engine against its FP16 build (beside it, else built through the "
         "engine cache) and print the speed-up"))] = True,
+    model: Annotated[str | None, typer.Option(help=(
+        "a direct-path artifact's PyTorch model, as its factory package.module:function: the FP32 reference and "
+        "the PyTorch routes run it"))] = None,
 ) -> None:
-    """Run ARTIFACT through --route and compare it with its FP32 reference ONNX in ONNX Runtime."""
+    """Run ARTIFACT through --route and compare it with its FP32 reference (ONNX in ONNX Runtime; PyTorch for a
+    direct-path artifact)."""
     from trtforge.debug.check import CannotRunHere, check_artifact
 
+    options = {}
+    if model is not None:
+        from trtforge.cli.models import module_from_factory
+
+        options["model"] = module_from_factory(model)
     try:
         report = check_artifact(artifact, route=route, device=device, samples=samples, inputs=inputs, limit=limit,
-                                repeats=repeats, compare_fp16=fp16)
+                                repeats=repeats, compare_fp16=fp16, **options)
     except CannotRunHere as exc:
         say_error(str(exc))
         raise typer.Exit(EXIT_FAILED) from exc
@@ -75,7 +84,7 @@ def print_check(report) -> None:
     """The report as a table, the timings, the verdict line and, on failure, the next step."""
     j, t = report.judgement, report.timing
     route = report.route if report.evaluator is None else f"{report.route} ({report.evaluator})"
-    print_judgement(f"check {escape(report.name)}: route {escape(route)} on {report.device} vs ONNX Runtime FP32 "
+    print_judgement(f"check {escape(report.name)}: route {escape(route)} on {report.device} vs {report.reference} "
                     f"({report.samples} samples, batch {report.batch}; task {j.task}, tolerances for {j.precision})", j)
     cached = ("" if t.first_call_cached_ms is None
               else f" ({t.first_call_cached_ms:.1f} ms with the JIT runtime cache a first load stored)")

@@ -56,15 +56,26 @@ def model_from_cli(factory: str, input_shapes: list[str] | None) -> tuple[Any, t
     shapes = [parse_input_shape(s) for s in input_shapes]
     import torch
 
+    model = module_from_factory(factory)
+    if getattr(model, "trtforge_factory", None) is None:
+        model.trtforge_factory = factory  # the sidecar names it, so routes can rebuild the model
+    return model, tuple(torch.zeros(shape, dtype=getattr(torch, dtype)) for dtype, shape in shapes)
+
+
+def module_from_factory(factory: str) -> Any:
+    """``factory()`` (``package.module:function``, named by the user, so trusted), the current folder importable;
+    one clear line when it does not import.
+
+    Example:
+        >>> module_from_factory("mypkg.models:make_net").training
+        False
+    """
     from trtforge.runtime.load import model_from_factory
 
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` does: factories in the current folder import
     try:
-        model = model_from_factory(factory, trust_factory=True)
+        return model_from_factory(factory, trust_factory=True)
     except (ImportError, AttributeError) as exc:
         raise InvalidArgument(f"cannot import factory {factory!r} ({exc}); check the module path and "
                               "function name") from exc
-    if getattr(model, "trtforge_factory", None) is None:
-        model.trtforge_factory = factory  # the sidecar names it, so routes can rebuild the model
-    return model, tuple(torch.zeros(shape, dtype=getattr(torch, dtype)) for dtype, shape in shapes)

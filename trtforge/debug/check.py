@@ -29,12 +29,13 @@ from typing import Any
 import numpy as np
 
 from trtforge.builder.capability import SCHEME_OF_PRECISION
-from trtforge.core.errors import MissingDependency, Unsupported
+from trtforge.core.errors import MissingDependency, NotPermitted, Unsupported, spelled
 from trtforge.core.routes import ROUTE_PRECISION
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.debug.inputs import batch_size, load_npz, make_inputs, split_batches, unbatched
 from trtforge.debug.speedup import Speedup, fp16_baseline
 from trtforge.debug.tolerances import Judgement, judge
+from trtforge.quantize.task import task_of_outputs
 
 NEXT_STEP = ("find where it diverges: trtforge compare --layerwise {reference} {processed}")
 
@@ -73,6 +74,7 @@ class CheckReport:
     #: The engine's time against its FP16 build (TensorRT route, engines not built in FP16).
     speedup: Speedup | None = None
     evaluator: str | None = None  # what ran the graph when not the route itself (BF16: its emulation graph)
+    reference: str = "ONNX Runtime FP32"  # what the outputs were judged against (direct path: the PyTorch model)
 
     @property
     def passed(self) -> bool:
@@ -186,9 +188,7 @@ def check_artifact(
     count = 1 if whole else next(iter(arrays.values())).shape[0]
     batches = [arrays] if whole else split_batches(arrays, batch_size(sidecar.inputs, sidecar.profiles, count))
     load_options = {"onnx": "processed"} if route == "onnxruntime" else {}
-    with load(sidecar.path, route="onnxruntime") as reference:
-        expected = run_batches(reference, batches)
-        reference_onnx = reference.onnx_path
+    expected, reference_onnx = _reference(sidecar, batches, options)
     with contextlib.ExitStack() as stack:
         if route == "tensorrt":  # first call without, then with, the runtime cache the first load stores
             from trtforge.cache.runtime_cache import RuntimeCacheStore
@@ -209,14 +209,37 @@ def check_artifact(
             with load(baseline, route=route, device=device, **options) as fp16:
                 base_timing = timed_run(fp16, batches[:1], repeats)[1]
             speedup = Speedup(str(baseline), base_timing.steady_ms, timing.steady_ms, sidecar.precision.built, built)
-    task = artifact_task(sidecar, reference_onnx)
+    task = artifact_task(sidecar, reference_onnx) if reference_onnx is not None else task_of_outputs(
+        list(batches[0].values()), list(expected.values()))
     judgement = judge(expected, outputs, task=task, precision=precision or "fp32", limit=limit)
     hint = None
-    if not judgement.passed:
+    if not judgement.passed and reference_onnx is not None:
         processed = sidecar.path.parent / (sidecar.source.onnx_file or "PROCESSED.onnx")
         hint = NEXT_STEP.format(reference=reference_onnx, processed=processed)
     batch = 1 if whole else batches[0][sidecar.inputs[0].name].shape[0]
-    return CheckReport(sidecar.name, route, device_name, count, batch, judgement, timing, hint, speedup, evaluator)
+    return CheckReport(sidecar.name, route, device_name, count, batch, judgement, timing, hint, speedup, evaluator,
+                       "ONNX Runtime FP32" if reference_onnx is not None else "PyTorch FP32")
+
+
+def _reference(sidecar: Sidecar, batches: list[dict[str, np.ndarray]], options: dict) -> tuple[dict, Path | None]:
+    """The FP32 reference's outputs and its ONNX file: the reference graph in ONNX Runtime, or for a direct-path
+    artifact (no ONNX) the PyTorch model in FP32 on the CPU, ``model=`` (``--model``) or a trusted factory."""
+    from trtforge.runtime.load import TRUSTED_FACTORY_PREFIXES, load
+
+    if sidecar.source.path != "direct":
+        with load(sidecar.path, route="onnxruntime") as reference:
+            return run_batches(reference, batches), reference.onnx_path
+    factory = sidecar.source.factory or "package.module:function"
+    trusted = options.get("trust_factory") or factory.startswith(TRUSTED_FACTORY_PREFIXES)
+    if options.get("model") is None and not trusted:
+        raise NotPermitted(
+            f"{sidecar.path} was built on the direct path: its FP32 reference is the PyTorch model, which trtforge "
+            "imports only when told to; " + spelled(
+                cli=f"pass --model {factory} (the factory that builds it)",
+                python=f"pass model=<the nn.Module>, or trust_factory=True to import {factory}"))
+    model_options = {k: options[k] for k in ("model", "trust_factory") if k in options}
+    with load(sidecar.path, route="eager", device="cpu", **model_options) as reference:
+        return run_batches(reference, batches), None
 
 
 def _candidate(sidecar: Sidecar, route: str, device: Any, load_options: dict, options: dict) -> Any:

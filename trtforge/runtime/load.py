@@ -9,7 +9,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from trtforge.core.errors import InvalidArgument, NotPermitted
+from trtforge.core.errors import InvalidArgument, NotPermitted, spelled
 from trtforge.core.routes import ROUTE_NAMES
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.runtime.protocol import Engine
@@ -44,7 +44,9 @@ def _onnx_file(sidecar: Sidecar, which: str) -> Path:
     if sidecar.source.path == "direct":
         raise InvalidArgument(
             f"{sidecar.path} was built on the direct path (PyTorch → TensorRT without ONNX), so there is no "
-            "ONNX graph for route 'onnxruntime'; use route='eager' with model=, or build with path='onnx'")
+            "ONNX graph for route 'onnxruntime'; " + spelled(
+                cli="choose --route eager (check: with --model package.module:function) or tensorrt, or build "
+                    "without --path direct", python="use route='eager' with model=, or build with path='onnx'"))
     if which == "reference" and not sidecar.source.reference_onnx_file:
         which = "processed"
     return sidecar.verify_source_file(which)
