@@ -19,6 +19,7 @@ from trtforge._version import __version__
 if TYPE_CHECKING:
     from trtforge.artifact import Artifact
     from trtforge.core.config import CompileConfig, QuantConfig
+    from trtforge.core.postprocess import NMS
     from trtforge.pipeline import compile  # noqa: A004 - the public verb
     from trtforge.runtime.load import load
     from trtforge.serve import serve
@@ -28,12 +29,13 @@ _LAZY: dict[str, str] = {
     "Artifact": "trtforge.artifact",
     "CompileConfig": "trtforge.core.config",
     "QuantConfig": "trtforge.core.config",
+    "NMS": "trtforge.core.postprocess",
     "compile": "trtforge.pipeline",
     "serve": "trtforge.serve",
     "load": "trtforge.runtime.load",
 }
 
-__all__ = ["Artifact", "CompileConfig", "QuantConfig", "__version__", "compile", "load", "serve"]
+__all__ = ["NMS", "Artifact", "CompileConfig", "QuantConfig", "__version__", "compile", "load", "serve"]
 
 
 def __getattr__(name: str) -> Any:

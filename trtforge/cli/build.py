@@ -30,6 +30,7 @@ from trtforge.core.config import (
     options_of,
 )
 from trtforge.core.errors import InvalidArgument
+from trtforge.core.postprocess import NMS
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ def cli_parameters(config: type) -> tuple[CliParameter, ...]:
 
 BUILD_PARAMETERS = cli_parameters(CompileConfig)
 QUANT_PARAMETERS = cli_parameters(QuantConfig)
+NMS_PARAMETERS = cli_parameters(NMS)
 
 #: The command's own arguments: the model, and the calibration data (data, not an option).
 OWN_PARAMETERS = (
@@ -86,7 +88,20 @@ def config_from_cli(values: dict[str, Any]) -> CompileConfig:
     # --no-cache: no calibration cache either (nothing beside the engine but its files)
     calib_cache = Path(fields["output_dir"]) / "calib_cache" if fields["cache"] else None
     fields["quant"] = QuantConfig(**quant, cache_dir=calib_cache)
+    fields["postprocess"] = nms_from_cli({p.field: p.to_field(values[p.name]) for p in NMS_PARAMETERS})
     return CompileConfig(**fields)
+
+
+def nms_from_cli(values: dict[str, Any]) -> NMS | None:
+    """``--nms HEAD`` and its options → an ``NMS``; its options without ``--nms`` are refused."""
+    if values["head"] is not None:
+        return NMS(**values)
+    given = [p.flag.decls[0] if p.flag.decls else "--" + p.name.replace("_", "-") for p in NMS_PARAMETERS
+             if values[p.field] != cli_default(NMS, p.field)]
+    if given:
+        raise ConfigError(f"{', '.join(given)} set(s) the NMS that --nms HEAD appends; add --nms yolo (or yolov5, "
+                          "boxes-scores), or drop them")
+    return None
 
 
 def build(model: str, calib: Path | None = None, input_shape: list[str] | None = None, matrix: bool = False,
@@ -150,8 +165,9 @@ def _signature() -> inspect.Signature:
     build_params = [p.signature() for p in BUILD_PARAMETERS]
     quant_at = next(i for i, p in enumerate(BUILD_PARAMETERS) if p.field == "optimization_level") + 2
     quant_params = [OWN_PARAMETERS[1], *(p.signature() for p in QUANT_PARAMETERS)]
+    nms_params = [p.signature() for p in NMS_PARAMETERS]
     return inspect.Signature([OWN_PARAMETERS[0], *build_params[:quant_at], *quant_params, *build_params[quant_at:],
-                              OWN_PARAMETERS[2], OWN_PARAMETERS[3]], return_annotation=None)
+                              *nms_params, OWN_PARAMETERS[2], OWN_PARAMETERS[3]], return_annotation=None)
 
 
 build_command = guarded(build)

@@ -40,6 +40,7 @@ from trtforge.core.options import (  # noqa: F401  (re-exported: the option decl
     options_of,
 )
 from trtforge.core.partition_options import DEFAULT_MIN_BLOCK_SIZE, check_min_block_size, op_names
+from trtforge.core.postprocess import NMS
 from trtforge.core.preprocessing import PreprocessConfig, read_preprocessing_json
 from trtforge.core.shapes import (  # noqa: F401  (parse_shapes: re-exported)
     check_batch_and_shapes,
@@ -108,6 +109,12 @@ def _mib(value: int | None) -> int | None:
 
 def _tuple(value: Any) -> tuple:
     return tuple(value or ())
+
+
+def _outputs(value: Any) -> tuple[str, ...] | None:
+    """``--outputs a,b --outputs c`` (or ``outputs="a,b"``) → ``("a", "b", "c")``; None stays None."""
+    names = _names(value)
+    return None if names is None else tuple(n.strip() for name in names for n in name.split(",") if n.strip())
 
 
 def _names(value: Any) -> tuple[str, ...] | None:
@@ -416,6 +423,12 @@ class CompileConfig:
     input_names: tuple[str, ...] | None = option(None, help="names of the exported inputs", affects=GRAPH)
     output_names: tuple[str, ...] | None = option(None, help="names of the exported outputs", affects=GRAPH)
     notes: tuple[str, ...] = option((), help="free-text notes for the sidecar", affects=OUTPUT)
+    outputs: tuple[str, ...] | None = option(
+        None, affects=GRAPH, cli=CliFlag(list[str] | None, None, to_field=_outputs, help=(
+            "NAME[,NAME...]: cut the graph at these tensors (they become its outputs; dead nodes go)")),
+        help="cut the graph at these tensors, e.g. a detector's raw head before its NonZero/NonMaxSuppression")
+    postprocess: NMS | None = option(None, affects=GRAPH, help="trtforge.NMS(head, ...): fixed-shape NMS "
+                                     "appended to the raw head (trtforge build --nms HEAD)")
 
     def __post_init__(self) -> None:
         precision = str(self.precision).lower()
@@ -451,7 +464,11 @@ class CompileConfig:
             "min_block_size": check_min_block_size(self.min_block_size),
             "torch_executed_ops": op_names(self.torch_executed_ops),
             "preprocessing": None if self.preprocessing is None else PreprocessConfig.of(self.preprocessing),
+            "outputs": _outputs(self.outputs) or None, "postprocess": NMS.of(self.postprocess),
         }
+        if path == "direct" and (normalised["outputs"] or normalised["postprocess"]):
+            raise ConfigError("outputs= and postprocess= edit the ONNX graph (--outputs, --nms); build with "
+                              "path='onnx' (--path onnx), or leave them out")
         validate_patterns(normalised["keep_fp32"], "keep_fp32")
         check_layer_precision(normalised["layer_precision"], precision)
         check_quant_options(quant, precision)
@@ -524,6 +541,10 @@ class CompileConfig:
             data["dynamic_batch"] = True
         if self.partitions:  # only when set: the keys of builds without partitioning stay as they were
             data["partition"] = {"min_block_size": self.block_size, "torch_executed_ops": list(self.torch_executed_ops)}
+        if self.outputs:  # cut and NMS only when set: other builds' keys stay as they were
+            data["outputs"] = list(self.outputs)
+        if self.postprocess is not None:
+            data["postprocess"] = self.postprocess.as_dict()
         if self.fp32_patterns:  # --keep-fp32 X and --layer-precision X:fp32 make one graph, one key
             data["keep_fp32"] = list(self.fp32_patterns)
         return data

@@ -19,6 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from trtforge.core.errors import InternalError, InvalidArgument, Unsupported
+from trtforge.core.postprocess import NMS_PREFIX
 from trtforge.passes.graph import attr as attr_value
 from trtforge.passes.graph import has_qdq, infer_shapes, is_constant
 from trtforge.passes.ops import NORMALIZATION_OPS
@@ -120,6 +121,13 @@ def _rule_normalization(node: ir.Node) -> str | None:
     return None
 
 
+def _rule_postprocess(node: ir.Node) -> str | None:
+    if node.name and node.name.startswith(NMS_PREFIX):
+        return (f"{node.op_type}: detection post-processing (NMS); its IoU and score comparisons decide which boxes "
+                "survive, and must decide as FP32 does")
+    return None
+
+
 def _rule_control_flow(node: ir.Node) -> str | None:
     if node.op_type in CONTROL_FLOW_OPS:
         return f"{node.op_type}: subgraphs are left as exported (outer values they read are cast back to FP32)"
@@ -190,6 +198,7 @@ def _rule_out_of_range_constant(node: ir.Node) -> str | None:
 
 
 NODE_RULES: tuple[Callable[[ir.Node], str | None], ...] = (
+    _rule_postprocess,
     _rule_other_domain,
     _rule_normalization,
     _rule_control_flow,

@@ -40,12 +40,18 @@ def capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileCo
     """Capture → passes → (quantize) → engine-cache lookup → build → store."""
     name, progress = config.name, config.progress
     proto = _capture(model_or_onnx, example_inputs, tmp, config, console)
+    proto, edit_notes = _cut(proto, config)
     # 2. Passes: cleanup (the FP32 reference), then precision; each graph is serialised once.
     reference = reference_graph(proto)
     if config.dynamic_batch:  # a static file made batchable, proven on the reference (passes.dynamic_batch)
         from trtforge.passes.dynamic_batch import make_batch_dynamic
 
         reference = make_batch_dynamic(reference, config.batched_inputs)
+    if config.postprocess is not None:  # part of the FP32 reference: every precision builds the same NMS
+        from trtforge.passes.nms import append_nms
+
+        reference = append_nms(reference, config.postprocess)
+        edit_notes.append(f"post-processing appended: {config.postprocess!r}, FP32 at every precision")
     reference_bytes = proto_bytes(reference)
     feeds = probe_feeds(model_or_onnx, example_inputs, reference)
     processed, quant_report = _process(reference, config, calibration_data, feeds)
@@ -66,7 +72,7 @@ def capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileCo
         source = str(model_or_onnx) if isinstance(model_or_onnx, (str, Path)) else type(model_or_onnx).__name__
         result: BuildResult = build_engine(staged, build_config, name=network_name, progress=progress, console=console,
                                            source=source, input_values=shape_values)
-        notes = plan_notes(target_plan)
+        notes = [*edit_notes, *plan_notes(target_plan)]
         if float_plan is not None and float_plan.fp32_nodes:
             notes.append(f"{len(float_plan.fp32_nodes)} node(s) kept in FP32 by the float pass")
         precision = PrecisionRecord(requested=config.precision, built=built_precision,
@@ -81,6 +87,18 @@ def capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileCo
         built = Built.fresh(key, result.plan, record, processed_bytes, reference_bytes)
         store_built(engine_cache, built, config)
         return built
+
+
+def _cut(proto: onnx.ModelProto, config: CompileConfig) -> tuple[onnx.ModelProto, list[str]]:
+    """The captured graph cut at ``config.outputs`` (``passes.cut``), and the sidecar note that records the cut."""
+    if not config.outputs:
+        return proto, []
+    from trtforge.passes.cut import cut_graph
+    from trtforge.passes.graph import load_ir, to_proto
+
+    model = load_ir(proto)
+    removed = cut_graph(model, config.outputs)
+    return to_proto(model), [f"graph cut at outputs {', '.join(config.outputs)} ({removed} node(s) removed)"]
 
 
 def _capture(model_or_onnx: Any, example_inputs: Any, tmp: Path, config: CompileConfig,

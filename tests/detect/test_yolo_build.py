@@ -1,0 +1,82 @@
+"""Issue 37: ``trtforge build yolov8n.onnx --nms yolo`` builds with TensorRT-RTX at FP32 and FP16 (lowest
+optimization level), the NMS nodes stay FP32 by rule, the sidecar lists the four outputs, and the FP32 graph
+the engine was built from gives, in ONNX Runtime, exactly greedy NMS's detections on the raw head of the
+same 16 letterboxed photos. Bad NMS input is one ``error:`` line before any build."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from cli_in_process import run
+from detect_reference import assert_same_detections, xywh_to_xyxy, yolo_file
+
+from trtforge.core.ort_session import session
+from trtforge.core.postprocess import NMS, NMS_OUTPUTS, NMS_PREFIX
+
+OUTPUTS = [("num_detections", "int32", [1, 1]), ("detection_boxes", "float32", [1, 100, 4]),
+           ("detection_scores", "float32", [1, 100]), ("detection_classes", "int32", [1, 100])]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """yolov8n with --nms yolo, built at FP32 and FP16: {precision: sidecar}, and the output folder."""
+    out = tmp_path_factory.mktemp("yolo_nms")
+    sidecars = {}
+    for precision in ("fp32", "fp16"):
+        done = run(["build", str(yolo_file("yolov8n.onnx")), "--nms", "yolo", "--precision", precision,
+                    "--opt-level", "0", "-o", str(out), "-q"])
+        assert done.returncode == 0, done.stderr
+        sidecars[precision] = json.loads((out / f"yolov8n_{precision}.json").read_text())
+    return sidecars, out
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_builds_with_four_outputs(built, precision):
+    sidecars, out = built
+    sidecar = sidecars[precision]
+    assert [[o["name"], o["dtype"], o["shape"]] for o in sidecar["outputs"]] == [list(o) for o in OUTPUTS]
+    assert sidecar["precision"]["built"] == precision
+    assert any("post-processing appended: NMS(head='yolo'" in note for note in sidecar["notes"])
+    assert (out / f"yolov8n_{precision}.engine").stat().st_size > 0
+
+
+def test_fp16_keeps_the_nms_in_fp32(built):
+    sidecars, out = built
+    graph = onnx.load(out / "yolov8n_fp16.onnx").graph
+    nms_nodes = [n.name for n in graph.node if n.name.startswith(NMS_PREFIX)]
+    kept = sidecars["fp16"]["precision"]["fp32_nodes"]
+    assert len(nms_nodes) > 100 and all("detection post-processing (NMS)" in kept[name] for name in nms_nodes)
+    fp16_inputs = {i for n in graph.node if n.name.startswith(NMS_PREFIX) for i in n.input}
+    types = {v.name: v.type.tensor_type.elem_type for v in [*graph.value_info, *graph.output]}
+    assert not [name for name in fp16_inputs if types.get(name) == onnx.TensorProto.FLOAT16]
+
+
+def test_fp32_graph_detections_equal_greedy(built):
+    _, out = built
+    images = np.load(yolo_file("photos.npz"))["images"].astype(np.float32) / 255
+    raw_model, nms_model = session(yolo_file("yolov8n.onnx")), session(out / "yolov8n_fp32.onnx")
+    raw = np.concatenate([raw_model.run(None, {"images": x[None]})[0] for x in images]).transpose(0, 2, 1)
+    runs = [nms_model.run(list(NMS_OUTPUTS), {"images": x[None]}) for x in images]
+    outputs = [np.concatenate([r[i] for r in runs]) for i in range(4)]
+    counts = assert_same_detections(outputs, xywh_to_xyxy(raw[..., :4]), raw[..., 4:], NMS("yolo"))
+    assert max(counts) == 100 and min(counts) < 100
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--nms", "yolov5"], "do not match head layout 'yolov5'"),
+    (["--nms", "boxes-scores"], "boxes-scores reads two outputs"),
+    (["--nms", "yolo", "--iou-threshold", "1.5"], r"--iou-threshold 1.5: give a number in (0, 1)"),
+    (["--nms", "yolo", "--score-threshold", "0"], r"--score-threshold 0.0: give a number in (0, 1)"),
+    (["--nms", "yolo", "--max-detections", "300", "--nms-candidates", "200"], "--max-detections 300 is above"),
+    (["--score-threshold", "0.3"], "--score-threshold set(s) the NMS that --nms HEAD appends"),
+    (["--outputs", "nope"], "--outputs 'nope' is no tensor of the graph"),
+])
+def test_bad_input_is_one_line_before_any_build(tmp_path, flags, message):
+    done = run(["build", str(yolo_file("yolov8n.onnx")), *flags, "-o", str(tmp_path), "-q", "--no-cache"])
+    assert done.returncode in (1, 2), done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], done.stderr
+    assert not list(tmp_path.iterdir())
