@@ -31,7 +31,15 @@ import numpy as np
 from trtforge.core.errors import InvalidArgument, MissingFile
 from trtforge.core.specs import TensorSpec
 from trtforge.debug.check import ROUTE_PRECISION, run_batches
-from trtforge.debug.inputs import batch_size, load_npz, make_inputs, save_npz, split_batches, unbatched
+from trtforge.debug.inputs import (
+    batch_size,
+    load_npz,
+    make_inputs,
+    refuse_bad_indices,
+    save_npz,
+    split_batches,
+    unbatched,
+)
 from trtforge.debug.tolerances import Judgement, judge
 
 Batches = list[dict[str, np.ndarray]]
@@ -201,6 +209,7 @@ def compare_sides(
         whole = known.inputs is not None and unbatched(specs, side_a.output_specs + side_b.output_specs)
         if inputs is not None:
             arrays = load_npz(inputs, specs, batched=not whole) if specs else dict(np.load(inputs))
+            refuse_bad_indices(arrays, [side_a.graph, side_b.graph])
         else:
             arrays = make_inputs(specs, known.profiles, 1 if whole else samples,
                                  known.preprocessing or side_b.preprocessing)

@@ -152,6 +152,27 @@ def load_npz(path: Path, specs: Sequence[TensorSpec], batched: bool = True) -> A
     return {n: arrays[n] for n in names}
 
 
+def refuse_bad_indices(arrays: Mapping[str, np.ndarray], graphs: Sequence[Path | None]) -> None:
+    """Refuse given inputs whose integer arrays index past a table of one of ``graphs`` (token ids beyond the
+    vocabulary), before anything runs: ONNX Runtime's Gather would fail half-way. Calibration checks the same
+    (``passes.index_ranges``).
+
+    Example:
+        >>> refuse_bad_indices({"input_ids": np.array([[5000]])}, [Path("minilm.onnx")])
+        InvalidArgument: --inputs input 'input_ids' holds index 5000, and node ... a table of 1000 rows ...
+    """
+    if not any(np.asarray(a).dtype.kind in "iu" for a in arrays.values()):
+        return
+    from trtforge.core.errors import spelled
+    from trtforge.passes.graph import load_ir
+    from trtforge.passes.index_ranges import index_overflow
+
+    for graph in dict.fromkeys(g for g in graphs if g is not None and Path(g).is_file()):
+        overflow = index_overflow(load_ir(Path(graph)), [arrays])
+        if overflow is not None:
+            raise InvalidArgument(overflow.describe(spelled("--inputs input", "inputs= array")))
+
+
 def split_batches(arrays: Mapping[str, np.ndarray], batch: int) -> list[Arrays]:
     """Consecutive batches of at most ``batch`` samples (the last may be smaller)."""
     total = next(iter(arrays.values())).shape[0]

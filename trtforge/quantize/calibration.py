@@ -17,6 +17,7 @@ import onnx_ir as ir
 from trtforge.core.config import QuantConfig
 from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.passes.graph import constant_value, input_specs, values_by_name
+from trtforge.passes.index_ranges import index_overflow
 from trtforge.passes.qdq import QuantInput, QuantLayer, QuantPlan, fp16_scales
 from trtforge.quantize import placement as placement_mod
 from trtforge.quantize.calibrators import calibrate
@@ -75,25 +76,9 @@ def check_index_ranges(model: ir.Model, samples: list[dict[str, np.ndarray]]) ->
         >>> check_index_ranges(model, [{"ids": np.array([[50]])}])   # an Embedding of 10 rows
         CalibrationDataError: calibration input 'ids' holds index 50, ...
     """
-    for value in model.graph.inputs:
-        if value.dtype not in (ir.DataType.INT64, ir.DataType.INT32) or not samples or value.name not in samples[0]:
-            continue
-        for node, index in value.uses():
-            table = node.inputs[0] if node.op_type == "Gather" and index == 1 else None
-            if table is None or table.shape is None:
-                continue
-            axis = node.attributes.get_int("axis", 0)
-            rows = table.shape[axis] if -table.shape.rank() <= axis < table.shape.rank() else None
-            if not isinstance(rows, int):
-                continue
-            low = min(int(s[value.name].min()) for s in samples if s[value.name].size)
-            high = max(int(s[value.name].max()) for s in samples if s[value.name].size)
-            if low < -rows or high >= rows:
-                bad = high if high >= rows else low
-                raise CalibrationDataError(
-                    f"calibration input {value.name!r} holds index {bad}, and node {node.name!r} (Gather) looks it "
-                    f"up in a table of {rows} rows (valid: {-rows}..{rows - 1}); give ids the model knows, "
-                    "e.g. from its own tokenizer")
+    overflow = index_overflow(model, samples)
+    if overflow is not None:
+        raise CalibrationDataError(overflow.describe("calibration input"))
 
 
 def calibrate_model(
