@@ -17,6 +17,7 @@ from trtforge.cache.request_key import request_key
 from trtforge.core import trt
 from trtforge.core.batch import BatchProfile
 from trtforge.core.config import ENGINE, GRAPH, NOT_IN_KEY, OUTPUT, CompileConfig, QuantConfig, options_of
+from trtforge.core.postprocess import NMS
 from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.pipeline import compile as compile_model
 
@@ -91,6 +92,8 @@ GRAPH_CHANGES: dict[str, object] = {
     "dynamic_batch": True,
     "min_block_size": 2,
     "torch_executed_ops": ("aten.softmax",),
+    "outputs": ("y",),
+    "postprocess": NMS("yolo"),
 }
 #: Options that do not affect the engine: no key may read them.
 NOT_AFFECTING: dict[str, object] = {

@@ -88,7 +88,8 @@ def config_from_cli(values: dict[str, Any]) -> CompileConfig:
     # --no-cache: no calibration cache either (nothing beside the engine but its files)
     calib_cache = Path(fields["output_dir"]) / "calib_cache" if fields["cache"] else None
     fields["quant"] = QuantConfig(**quant, cache_dir=calib_cache)
-    fields["postprocess"] = nms_from_cli({p.field: p.to_field(values[p.name]) for p in NMS_PARAMETERS})
+    fields["postprocess"] = nms_from_cli({p.field: p.to_field(values.get(p.name, cli_default(NMS, p.field)))
+                                          for p in NMS_PARAMETERS})
     return CompileConfig(**fields)
 
 
