@@ -107,6 +107,7 @@ def test_serve_command_prints_endpoints_and_stops_on_ctrl_c(linear_v1):
         lines = _reader(process)
         output = _read_until(lines, "Ctrl-C stops", timeout_s=120)
         assert f"127.0.0.1:{grpc}" in output and f"http://127.0.0.1:{metrics}/metrics" in output
+        assert "linear serves route onnxruntime on linear.onnx" in output  # which graph runs (issue 35, item 8)
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 0
         assert "stopped" in _read_until(lines, "stopped", timeout_s=10)
@@ -151,3 +152,25 @@ def test_a_real_build_exports_as_a_tensorrt_repository(tmp_path, tiny_onnx, engi
     assert [t.name for t in config.input] == [s.name for s in art.sidecar.inputs]
     plan = tmp_path / "repo" / art.sidecar.name / "1" / "model.plan"
     assert plan.read_bytes() == art.engine_path.read_bytes() and art.sidecar.builder.flavour == "tensorrt_rtx"
+
+
+@pytest.mark.needs_trt
+def test_the_onnxruntime_route_serves_the_graph_of_the_artifacts_precision(tmp_path, tiny_onnx, engine_store):
+    """Issue 35, item 8: ``serve --route onnxruntime`` of an ``_fp16`` artifact ran the FP32 reference graph, and
+    nothing said so. The served graph is now the one ``check --route onnxruntime`` runs (the processed FP16 graph),
+    named in the model config; its answers are that graph's, not the reference's."""
+    import trtforge
+    from trtforge.core.ort_session import session
+    from trtforge.serve.backend import open_engine
+
+    art = trtforge.compile(tiny_onnx, batch="1:2:4", output_dir=tmp_path / "out", cache_dir=engine_store,
+                           progress=False)
+    assert art.onnx_path.name == "tiny_fp16.onnx" and art.onnx_path != art.reference_onnx_path
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    with open_engine(art.sidecar_path, "onnxruntime", {}) as engine:
+        served = np.asarray(engine(x)["y"])
+    np.testing.assert_array_equal(served, session(art.onnx_path).run(None, {"x": x})[0])
+    assert not np.array_equal(served, session(art.reference_onnx_path).run(None, {"x": x})[0])
+    export_triton([art.sidecar_path], tmp_path / "repo", backend="python", route="onnxruntime")
+    config = parse_config(tmp_path / "repo" / art.sidecar.name / "config.pbtxt")
+    assert config.parameters["onnx_graph"].string_value == "tiny_fp16.onnx"

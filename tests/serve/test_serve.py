@@ -38,6 +38,8 @@ def test_answers_match_the_model_over_grpc_and_http(server):
     np.testing.assert_allclose(client.infer("linear", [tensor]).as_numpy("y"), expected(x, 1.0), rtol=1e-5, atol=1e-6)
     assert server.status("linear") == {"ready": True, "degraded": False, "route": "onnxruntime", "reason": "",
                                        "state": "ready"}
+    assert server.served() == {"linear": "serves route onnxruntime on linear.onnx"}  # what runs, said (issue 35)
+    assert "trtforge: linear serves route onnxruntime on linear.onnx" in server.log_tail(400)
 
 
 def test_config_comes_from_the_sidecar(server):

@@ -92,6 +92,8 @@ def _run(server) -> None:
             placement = ", ".join(instance_placement(c.instances, c.devices))
             console.print(f"serving {', '.join(server.models)} (route {c.route}, input {c.input_format}; "
                           f"instances per model: {placement})")
+            for model, line in server.served().items():
+                console.print(f"  {escape(model)} {escape(line)}", highlight=False)
             for name, url in server.endpoints.items():
                 console.print(f"  {name:8} {url}")
             console.print("Ctrl-C stops")

@@ -172,7 +172,7 @@ def check_artifact(
     TensorRT route, a quantized engine (INT8, FP8, weight-only) is also timed against its FP16 build (``compare_fp16``).
     """
     from trtforge.core.routes import ROUTE_NAMES
-    from trtforge.runtime.load import load
+    from trtforge.runtime.load import load, route_options
 
     sidecar = read_sidecar(path)
     if route not in ROUTE_NAMES:
@@ -187,7 +187,7 @@ def check_artifact(
         sidecar.inputs, sidecar.profiles, 1 if whole else samples, sidecar.preprocessing)
     count = 1 if whole else next(iter(arrays.values())).shape[0]
     batches = [arrays] if whole else split_batches(arrays, batch_size(sidecar.inputs, sidecar.profiles, count))
-    load_options = {"onnx": "processed"} if route == "onnxruntime" else {}
+    load_options = route_options(route)  # the artifact's own precision, as serve's onnxruntime route runs it
     expected, reference_onnx = _reference(sidecar, batches, options)
     with contextlib.ExitStack() as stack:
         if route == "tensorrt":  # first call without, then with, the runtime cache the first load stores

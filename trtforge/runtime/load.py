@@ -52,6 +52,31 @@ def _onnx_file(sidecar: Sidecar, which: str) -> Path:
     return sidecar.verify_source_file(which)
 
 
+def route_options(route: str) -> dict[str, Any]:
+    """The ``load`` options that make ``route`` run an artifact at its own precision: on ``onnxruntime`` the
+    processed graph (``<name>_fp16.onnx``, the one the engine is built from; a BF16 one runs as its emulation),
+    not the FP32 reference ``load`` opens by default. ``check`` and ``serve`` load through this: one graph.
+
+    Example:
+        >>> route_options("onnxruntime")
+        {'onnx': 'processed'}
+    """
+    return {"onnx": "processed"} if route == "onnxruntime" else {}
+
+
+def route_graph(sidecar: Sidecar, route: str) -> str | None:
+    """The name of the ONNX file ``route`` runs for this artifact (``route_options``), None for a route that runs
+    no ONNX graph.
+
+    Example:
+        >>> route_graph(read_sidecar("out/tiny_fp16.json"), "onnxruntime")
+        'tiny_fp16.onnx'
+    """
+    if route != "onnxruntime" or sidecar.source.path == "direct":
+        return None
+    return sidecar.source.onnx_file or sidecar.source.reference_onnx_file
+
+
 def route_refusal(sidecar: Sidecar, route: str, *, here: bool = True) -> str | None:
     """Why ``route`` cannot run this artifact (one line naming the fix), or None when it can.
 

@@ -68,12 +68,29 @@ def open_engine(sidecar: Path, route: str, parameters: dict[str, str], device: s
     if factory:
         module, _, function = factory.partition(":")
         return getattr(importlib.import_module(module), function)(sidecar, route)
-    from trtforge.runtime.load import load
+    from trtforge.runtime.load import load, route_options
 
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = route_options(route)  # check's graph: the artifact's precision, not the reference
     if route == "tensorrt":
         options["allow_host_code"] = parameters.get("allow_host_code") == "true"
     return load(sidecar, route=route, device=device, **options)
+
+
+def served_line(sidecar: Any, routes: tuple[str, str]) -> str:
+    """What runs, for the log: ``"serves route onnxruntime on tiny_fp16.onnx"`` (and the fallback's).
+
+    Example:
+        >>> served_line(read_sidecar("out/tiny_fp16.json"), ("tensorrt", "onnxruntime"))
+        'serves route tensorrt; fallback route onnxruntime on tiny_fp16.onnx'
+    """
+    from trtforge.runtime.load import route_graph
+
+    parts = []
+    for label, route in zip(("serves route", "fallback route"), routes, strict=True):
+        if route:
+            graph = route_graph(sidecar, route)
+            parts.append(f"{label} {route}" + (f" on {graph}" if graph else ""))
+    return "; ".join(parts)
 
 
 def warm_input(engine: Any) -> tuple[np.ndarray, ...]:
@@ -199,6 +216,7 @@ class TritonPythonModel:
         if params.get("fallback_route"):
             self.fallback = self._open(sidecar, params["fallback_route"], params, device)
         self.routes = (params.get("route", "onnxruntime"), params.get("fallback_route", ""))
+        pb_utils.Logger.log_info(f"trtforge: {self.name} " + served_line(read_sidecar(sidecar), self.routes))
         self.limits = max_shapes(getattr(self.primary, "profiles", ()) or ())
         self.sha256 = read_sidecar(sidecar).engine_sha256
         self.state = FallbackState(self.policy)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +211,7 @@ def write_model(repo: Path, plan: ModelPlan, backend: str, *, overwrite: bool = 
         (folder / "1" / "model.py").write_text(MODEL_PY)
         if copy_artifact:
             plan = _with_copied_artifact(plan, sidecar, folder / "1" / "artifact")
+        plan = _with_graph(plan, sidecar)
     (folder / "config.pbtxt").write_text(config_text(config_dict(plan, backend, **config)))
     return folder
 
@@ -230,6 +231,17 @@ def _with_copied_artifact(plan: ModelPlan, sidecar: Sidecar, target: Path) -> Mo
     parameters = dict(plan.parameters, artifact=f"artifact/{sidecar.path.name}")
     return ModelPlan(plan.name, target / sidecar.path.name, plan.inputs, plan.outputs,
                      plan.max_batch_size, plan.preferred_batch_sizes, parameters)
+
+
+def _with_graph(plan: ModelPlan, sidecar: Sidecar) -> ModelPlan:
+    """``plan`` whose config names the ONNX file its ``onnxruntime`` route (or fallback) runs: ``onnx_graph``."""
+    from trtforge.runtime.load import route_graph
+
+    routes = (plan.parameters.get("route"), plan.parameters.get("fallback_route"))
+    graph = route_graph(sidecar, "onnxruntime") if "onnxruntime" in routes else None
+    if graph is None:
+        return plan
+    return replace(plan, parameters=dict(plan.parameters, onnx_graph=graph))
 
 
 def compute_capability(target: str) -> str:

@@ -397,6 +397,14 @@ class Server:
     def endpoints(self) -> dict[str, str]:
         return {p: self.url(p) for p in ("http", "grpc", "metrics")} | {"metrics": self.url("metrics") + "/metrics"}
 
+    def served(self) -> dict[str, str]:
+        """Model → what runs it (``backend.served_line``): the route, and the ONNX file the onnxruntime route runs."""
+        from trtforge.core.sidecar import read_sidecar
+        from trtforge.serve.backend import served_line
+
+        routes = (self.config.route, self.config.fallback_route or "")
+        return {sidecar.name: served_line(sidecar, routes) for sidecar in map(read_sidecar, self._artifacts)}
+
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
