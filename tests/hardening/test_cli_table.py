@@ -48,6 +48,7 @@ class Outcome:
     temp_files: list[str]
     fixed_rc: int
     fixed_output: str
+    left_behind: list[str]
 
 
 @dataclass
@@ -61,6 +62,7 @@ class Failed:
     before: dict[str, str]
     after: dict[str, str]
     temp_files: list[str]
+    left_behind: list[str]
 
 
 def run_failing(name: str, inputs: dict[str, Path], root: Path, shared_cache: Path,
@@ -86,8 +88,9 @@ def run_failing(name: str, inputs: dict[str, Path], root: Path, shared_cache: Pa
             done = run_cli_in_process(made.argv, cache_dir=cache, cwd=tmp, tmpdir=tmp / "tmpdir")
         after = snapshot(tmp, skip)
         temp_files = [p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.name.endswith(".tmp")]
+        left_behind = [p for p in made.absent if (tmp / p).exists()]
         ctx.stack = ctx.stack.pop_all()  # kept open for the fixed command
-    return Failed(ctx, made, cache, done, before, after, temp_files)
+    return Failed(ctx, made, cache, done, before, after, temp_files, left_behind)
 
 
 def run_fixed(failed: Failed) -> Outcome:
@@ -97,7 +100,8 @@ def run_fixed(failed: Failed) -> Outcome:
         argv = (made.fix() if made.fix else None) or made.argv
         fixed = run_cli_in_process(argv, cache_dir=failed.cache, cwd=failed.ctx.tmp)
     return Outcome(failed.done.returncode, failed.done.stdout, failed.done.stderr, made.expect, made.match,
-                   failed.before, failed.after, failed.temp_files, fixed.returncode, fixed.stdout + fixed.stderr)
+                   failed.before, failed.after, failed.temp_files, fixed.returncode, fixed.stdout + fixed.stderr,
+                   failed.left_behind)
 
 
 def selected_cases(request: pytest.FixtureRequest) -> list[str]:
@@ -160,4 +164,5 @@ def test_case(outcomes: dict[str, Outcome | BaseException], name: str) -> None:
     assert out.after == out.before, "files were left behind or changed: " + str(
         sorted(set(out.after.items()) ^ set(out.before.items())))
     assert out.temp_files == []
+    assert out.left_behind == [], f"left behind after the failure: {out.left_behind}"
     assert out.fixed_rc == 0, f"the command still fails once the cause is gone:\n{out.fixed_output}"

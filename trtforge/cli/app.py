@@ -5,7 +5,8 @@ torch and onnx load inside the command that needs them, so ``trtforge --help`` s
 
 Exit codes: 0 done; 1 a failed check, an OS error (full disk, permission) or a bug in trtforge;
 2 a user error (``trtforge.core.errors.UserError``: the line says what to change). Ctrl-C is a failure
-too (exit 1, one ``error: interrupted ...`` line): every write is staged, so nothing is left half-written.
+too (exit 1, one ``error: interrupted (Ctrl-C); no file was left half-written`` line, whatever the stage): every write
+is staged, so nothing is left half-written, and a build removes an output folder it made and left empty.
 
 Example:
     >>> @app.command()
@@ -78,18 +79,18 @@ def say_warning(message: str) -> None:
 
 
 def interrupted_line(exc: KeyboardInterrupt) -> str:
-    """What a Ctrl-C stopped, for ``say_error``: the ``Cancelled`` message if it has one.
+    """The one line of a Ctrl-C, for ``say_error``: the same at every stage (a ``Cancelled`` build's own message is
+    for Python callers), so scripts and docs/reliability.md can rely on it; SIGTERM's ``Terminated`` says its own.
 
     Example:
         >>> interrupted_line(KeyboardInterrupt())
         'interrupted (Ctrl-C); no file was left half-written'
         >>> interrupted_line(Cancelled("build of m cancelled by the user; nothing was written"))
-        'interrupted: build of m cancelled by the user; nothing was written'
+        'interrupted (Ctrl-C); no file was left half-written'
     """
-    message = one_line(str(exc))
     if isinstance(exc, Terminated):
-        return message
-    return f"interrupted: {message}" if message else INTERRUPTED
+        return one_line(str(exc))
+    return INTERRUPTED
 
 
 def guarded(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,3 +93,39 @@ def source_info(model_or_onnx: Any) -> dict:
     if factory:
         source["factory"] = factory
     return source
+
+
+@contextlib.contextmanager
+def removed_if_left_empty(directory: Path | str) -> Iterator[None]:
+    """The folders of ``directory`` that do not exist yet (it, and parents ``mkdir(parents=True)`` would make)
+    are removed again when the block fails (an error or Ctrl-C) and leaves them without a file; a folder that
+    existed before, or one holding any file, is kept.
+
+    Example:
+        >>> with removed_if_left_empty("new/out"):
+        ...     Path("new/out").mkdir(parents=True); raise KeyboardInterrupt
+        >>> Path("new").exists()
+        False
+    """
+    if not isinstance(directory, (str, os.PathLike)):  # not a path: validate refuses it, nothing was made
+        yield
+        return
+    directory = Path(directory).absolute()
+    created = None
+    for folder in (directory, *directory.parents):
+        if os.path.lexists(folder):
+            break
+        created = folder
+    try:
+        yield
+    except BaseException:
+        if created is not None and created.is_dir() and not created.is_symlink():
+            _remove_empty_folders(created)
+        raise
+
+
+def _remove_empty_folders(top: Path) -> None:
+    """``top`` and the folders under it, deepest first, each only while it is empty (never a file)."""
+    for root, _dirs, _files in sorted(os.walk(top), key=lambda entry: -len(Path(entry[0]).parts)):
+        with contextlib.suppress(OSError):  # not empty (a file, or a folder kept below it): kept
+            os.rmdir(root)

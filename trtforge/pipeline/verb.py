@@ -23,6 +23,7 @@ from trtforge.core.sidecar import QuantizationRecord
 from trtforge.pipeline.direct_path import convert_and_build
 from trtforge.pipeline.onnx_path import capture_and_build
 from trtforge.pipeline.partitioned_path import compile_partitioned
+from trtforge.pipeline.paths import removed_if_left_empty
 from trtforge.pipeline.store import lookup_request, request_key_of, warn_cache
 from trtforge.pipeline.validate import validate
 from trtforge.pipeline.write import write_artifact
@@ -52,6 +53,13 @@ def compile(  # noqa: A001 - the public verb users expect
         >>> art = compile("model.onnx", precision="fp16", batch=[(1, 1, 1), (1, 8, 32)], targets=["sm89"])
         >>> art = compile(model, (x,), CompileConfig(precision="int8"), calibration_data=Path("calib/"))
     """
+    output_dir = overrides.get("output_dir", (config or CompileConfig()).output_dir)
+    with removed_if_left_empty(output_dir):  # a failed or interrupted build leaves no empty folder of its own
+        return _compile(model_or_onnx, example_inputs, config, calibration_data, console, overrides)
+
+
+def _compile(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | None, calibration_data: Any,
+             console: Console | None, overrides: Mapping[str, Any]) -> Artifact | PartitionedArtifact:
     config, paths = validate(model_or_onnx, example_inputs, config, calibration_data, overrides)
     engine_cache = open_engine_cache(config.cache_dir) if config.cache else None
     if engine_cache is None and config.cache:  # unwritable: warned once; the op-support table stays in memory
