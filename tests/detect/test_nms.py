@@ -124,3 +124,14 @@ def test_head_that_does_not_match_is_refused(nms, shapes, message):
 def test_bad_settings_are_refused(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         NMS(**kwargs)
+
+
+def test_quantization_leaves_the_nms_out():
+    """INT8/FP8 placement sees the detector as it was: no NMS MatMul is a quantization candidate, and the head's
+    last convolutions stay the final head (the NMS's MatMuls after them are not layers of the model)."""
+    from trtforge.quantize.placement import analyse
+
+    model = load_ir(yolo_file("yolov8n.onnx"))
+    before = {c.output: c.is_head for c in analyse(model).candidates}
+    after = {c.output: c.is_head for c in analyse(append_nms(model, NMS("yolo"))).candidates}
+    assert after == before and sum(before.values()) == 4  # the 3 class convolutions and the DFL convolution

@@ -31,6 +31,7 @@ import onnx
 import onnx_ir as ir
 
 from trtforge.core.config import validate_patterns
+from trtforge.core.postprocess import NMS_PREFIX
 from trtforge.passes.graph import attr, constant_value, consumers, is_constant, layer_label, load_ir
 from trtforge.passes.ops import MAC_OPS, NONLINEAR_OPS, SHAPE_OPS
 
@@ -102,7 +103,7 @@ def _reaches_mac(start: ir.Value) -> bool:
     while stack:
         value = stack.pop()
         for user, _ in consumers(value):
-            if user.op_type in MAC_OPS:
+            if user.op_type in MAC_OPS and not _postprocess(user):
                 return True
             for out in user.outputs:
                 if out.name and out.name not in seen:
@@ -111,8 +112,13 @@ def _reaches_mac(start: ir.Value) -> bool:
     return False
 
 
+def _postprocess(node: ir.Node) -> bool:
+    """A node of the post-processing trtforge appended (``passes.nms``): FP32 at every precision, never a layer."""
+    return bool(node.name) and node.name.startswith(NMS_PREFIX)
+
+
 def _candidate(node: ir.Node) -> Candidate | None:
-    if node.op_type not in MAC_OPS:
+    if node.op_type not in MAC_OPS or _postprocess(node):
         return None
     activations, weight, weight_value = [], None, None
     for idx in (0, 1):  # data input and weight (bias and Gemm's C are not quantized)
