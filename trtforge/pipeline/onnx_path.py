@@ -25,6 +25,7 @@ from trtforge.core.config import AUTO_PRECISION, QUANTIZED_REQUESTS, CompileConf
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.sidecar import PrecisionRecord, QuantizationRecord, SourceRecord
 from trtforge.core.specs import TensorSpec, shape_value_candidates
+from trtforge.passes.finite_guard import example_feeds, finite_process
 from trtforge.passes.graph import dtype_summary, proto_bytes
 from trtforge.passes.process import Processed, process, reference_graph
 from trtforge.passes.range_probe import probe
@@ -172,7 +173,8 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
              feeds: list[dict[str, Any]]) -> tuple[Processed, dict | None]:
     """The processed graph for ``config.precision`` (INT8: quantize first, for the plan) and the INT8 report.
 
-    FP16/BF16: the range probe runs the reference on ``feeds`` and keeps what leaves the low type's range.
+    FP16/BF16: the range probe runs the reference on ``feeds`` and keeps what leaves the low type's range; FP16:
+    the non-finite guard (``passes.finite_guard``) keeps what turns the outputs NaN/inf, or refuses.
     """
     if config.precision not in QUANTIZED_REQUESTS:
         if feeds and config.float_dtype:
@@ -180,6 +182,9 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
         keep = probe(reference, feeds, config.float_dtype) if feeds and config.float_dtype else {}
         if config.float_dtype:
             keep.update(flavour_keep(reference, config, keep))
+        if config.float_dtype == "float16":  # outputs non-finite where FP32's are not: FP32 islands, or refused
+            return finite_process(reference, config.precision, feeds or example_feeds(reference), keep,
+                                  config.fp32_patterns), None
         return process(reference, config.precision, keep=keep or None, keep_fp32=config.fp32_patterns), None
     if config.precision == AUTO_PRECISION:  # per layer, what every target accelerates, within the budget
         from trtforge.builder.precision_plan import auto_ladder
