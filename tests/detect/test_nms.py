@@ -94,6 +94,20 @@ def chain(links: int) -> tuple[np.ndarray, np.ndarray, NMS]:
     return boxes, scores, NMS("boxes-scores", max_detections=n, candidates=n)
 
 
+def test_dynamic_anchors_and_fewer_anchors_than_candidates(yolo_raw):
+    """A head exported with dynamic image sizes has a dynamic anchor count, and a small image has fewer anchors
+    than candidates: the candidates are padded with boxes that never pass, the outputs stay (N, K)."""
+    nms = NMS("yolo", score_threshold=0.1)
+    model = append_nms(head_graph((84, "A")), nms)
+    detector = session(proto_bytes(model))
+    for anchors in (2100, 500):
+        raw = np.ascontiguousarray(yolo_raw[..., :anchors])
+        outputs = detector.run(list(NMS_OUTPUTS), {"head0": raw})
+        rows = raw.transpose(0, 2, 1)
+        counts = assert_same_detections(outputs, xywh_to_xyxy(rows[..., :4]), rows[..., 4:], nms)
+        assert outputs[1].shape == (16, 100, 4) and min(counts) < 100
+
+
 def test_suppression_chain_bound():
     """Exact for a chain of NMS_ROUNDS links (the stated bound), and not one link past it."""
     boxes, scores, nms = chain(NMS_ROUNDS)

@@ -6,7 +6,9 @@ run it. The graph (``trtforge.core.postprocess`` states the semantics):
 
 1. decode the head to ``boxes (N, A, 4)`` x1, y1, x2, y2 and ``scores (N, A, C)``; each box takes its best
    class (TopK 1: the lowest class index on a tie, as ``argmax``);
-2. TopK of the ``candidates`` best scores above the threshold (the rest masked to -1): sorted candidates;
+2. TopK of the ``candidates`` best scores above the threshold (the rest masked to -1): sorted candidates; a
+   head with fewer (or a dynamic number of) anchors is padded with boxes that never pass, so the shapes after
+   this step are always ``(N, candidates)``;
 3. their IoU matrix (torchvision's ``box_iou`` arithmetic, FP32), ``S[i, j]`` = candidate ``i`` would
    suppress ``j``: ``i < j``, IoU > ``iou_threshold``, same class (class-aware by a same-class mask: the
    same rule as ``batched_nms``'s coordinate offsets, without the rounding those offsets add to FP32 boxes);
@@ -49,7 +51,7 @@ class Head:
     """The raw head outputs the NMS reads, and the anchors and classes their shapes say."""
 
     values: tuple[ir.Value, ...]
-    anchors: int
+    anchors: int | None  # None: dynamic
     classes: int
 
 
@@ -70,32 +72,35 @@ def _refuse(nms: NMS, outputs: list[ir.Value], why: str) -> InvalidArgument:
 
 
 def find_head(graph: ir.Graph, nms: NMS) -> Head:
-    """The head outputs ``nms.head`` names, checked against their shapes (one line naming the fix if not)."""
+    """The head outputs ``nms.head`` names, checked against their shapes (one line naming the fix if not).
+
+    The channel dims must be static; the anchors may be dynamic (a detector exported with dynamic image sizes).
+    """
     outputs = list(graph.outputs)
     dims = [_dims(v) for v in outputs]
-    if any(d is None or len(d) != 3 or None in d[1:] for d in dims):
-        raise _refuse(nms, outputs, "each head output must be rank 3 with static dims 1 and 2")
+    if any(d is None or len(d) != 3 for d in dims):
+        raise _refuse(nms, outputs, "each head output must be rank 3")
     if nms.head in ("yolo", "yolov5"):
         if len(outputs) != 1:
             raise _refuse(nms, outputs, f"{nms.head} reads one output, the model has {len(outputs)}")
         _, d1, d2 = dims[0]
-        if nms.head == "yolo":
-            if not 4 < d1 < d2:
-                raise _refuse(nms, outputs, "yolo is (N, 4+C, A) with fewer channels than anchors"
-                              + ("; (N, A, 5+C) is yolov5's" if d2 > 5 and d1 > d2 else ""))
-            return Head((outputs[0],), d2, d1 - 4)
-        if not 5 < d2 < d1:
-            raise _refuse(nms, outputs, "yolov5 is (N, A, 5+C) with more anchors than channels"
-                          + ("; (N, 4+C, A) is yolo's" if d1 > 4 and d1 < d2 else ""))
-        return Head((outputs[0],), d1, d2 - 5)
+        yolo = nms.head == "yolo"
+        channels, anchors = (d1, d2) if yolo else (d2, d1)
+        if channels is None or channels <= (4 if yolo else 5) or (anchors is not None and anchors <= channels):
+            other = d2 if yolo else d1  # the dim the other layout reads its channels from
+            hint = ("; (N, A, 5+C) is yolov5's" if yolo else "; (N, 4+C, A) is yolo's") \
+                if other is not None and (channels is None or other < channels) else ""
+            raise _refuse(nms, outputs, ("yolo is (N, 4+C, A)" if yolo else "yolov5 is (N, A, 5+C)")
+                          + " with static channels, fewer than the anchors" + hint)
+        return Head((outputs[0],), anchors, channels - (4 if yolo else 5))
     if len(outputs) != 2:
         raise _refuse(nms, outputs, f"boxes-scores reads two outputs, boxes (N, A, 4) and scores (N, A, C); "
                       f"the model has {len(outputs)}")
-    order = (0, 1) if dims[0][2] == 4 else (1, 0)
-    boxes, scores = (outputs[i] for i in order)
-    if _dims(boxes)[2] != 4 or _dims(boxes)[1] != _dims(scores)[1]:
-        raise _refuse(nms, outputs, "boxes-scores is boxes (N, A, 4) and scores (N, A, C), the same A")
-    return Head((boxes, scores), _dims(boxes)[1], _dims(scores)[2])
+    boxes, scores = outputs if dims[0][2] == 4 else outputs[::-1]
+    (_, a, four), (_, a_scores, classes) = _dims(boxes), _dims(scores)
+    if four != 4 or classes is None or (a is not None and a_scores is not None and a != a_scores):
+        raise _refuse(nms, outputs, "boxes-scores is boxes (N, A, 4) and scores (N, A, C), the same A, C static")
+    return Head((boxes, scores), a if a is not None else a_scores, classes)
 
 
 class _Writer:
@@ -167,14 +172,27 @@ def _gather_rows(w: _Writer, values: ir.Value, index: ir.Value, width: int) -> i
     return w.op("GatherElements", values, wide, axis=1)
 
 
+def _padded(w: _Writer, scores: ir.Value, boxes: ir.Value, classes: ir.Value, k: int) -> tuple[ir.Value, ...]:
+    """scores (N, A), boxes (N, A, 4), classes (N, A) with ``k`` more anchors: score -1, box and class 0."""
+    batch = w.op("Slice", w.op("Shape", scores), w.const([0], np.int64), w.const([1], np.int64))
+    rows = w.op("Concat", batch, w.const([k], np.int64), axis=0)  # [N, k]
+    pad = w.op("Expand", w.const([[-1.0]]), rows)
+    pad_boxes = w.op("Expand", w.const(np.zeros((1, 1, 4), np.float32)),
+                     w.op("Concat", rows, w.const([4], np.int64), axis=0))
+    pad_classes = w.op("Expand", w.const([[0]], np.int64), rows)
+    return (w.op("Concat", scores, pad, axis=1), w.op("Concat", boxes, pad_boxes, axis=1),
+            w.op("Concat", classes, pad_classes, axis=1))
+
+
 def _nms_outputs(w: _Writer, boxes: ir.Value, scores: ir.Value, head: Head, nms: NMS) -> list[ir.Value]:
-    k = min(nms.candidates, head.anchors)
-    m = min(nms.max_detections, k)
+    k, m = nms.candidates, nms.max_detections
     best, best_class = w.ops("TopK", scores, w.const([1], np.int64), n=2, axis=2)  # (N, A, 1)
     squeeze = w.const([2], np.int64)
     best, best_class = w.op("Squeeze", best, squeeze), w.op("Squeeze", best_class, squeeze)
     threshold = w.const(nms.score_threshold)
     masked = w.op("Where", w.op("Greater", best, threshold), best, w.const(-1.0))
+    if head.anchors is None or head.anchors < k:  # K candidates always: pad with k boxes that never pass
+        masked, boxes, best_class = _padded(w, masked, boxes, best_class, k)
     top, index = w.ops("TopK", masked, w.const([k], np.int64), n=2, axis=1)  # (N, K) sorted
     valid = w.op("Greater", top, threshold)
     cand_boxes = _gather_rows(w, boxes, index, 4)
@@ -213,7 +231,7 @@ def append_nms(model: ir.Model, nms: NMS) -> ir.Model:
     w = _Writer()
     boxes, scores = _decode(w, head, nms)
     outputs = _nms_outputs(w, boxes, scores, head, nms)
-    m = min(nms.max_detections, nms.candidates, head.anchors)
+    m = nms.max_detections
     types = ((ir.DataType.INT32, [batch, 1]), (ir.DataType.FLOAT, [batch, m, 4]), (ir.DataType.FLOAT, [batch, m]),
              (ir.DataType.INT32, [batch, m]))
     for value, name, (dtype, shape) in zip(outputs, NMS_OUTPUTS, types, strict=True):
