@@ -122,7 +122,7 @@ def _first_differences(expected: Mapping[str, np.ndarray], given: Mapping[str, n
 
 def load_new_weights(weights: Path, sidecar: Any) -> dict[str, np.ndarray]:
     """New weights by engine weight name, checked against the graph the engine was built from."""
-    import onnx
+    from trtforge.capture.onnx_file import load_onnx
 
     weights = Path(weights)
     if not weights.is_file():
@@ -136,11 +136,11 @@ def load_new_weights(weights: Path, sidecar: Any) -> dict[str, np.ndarray]:
             f"{processed_file} (the graph {sidecar.engine_file} was built from) is missing; refit needs it "
             "to check names and shapes. Keep the .onnx files trtforge wrote beside the engine"
         )
-    expected = _float_initializers(onnx.load(str(processed_file)))
+    expected = _float_initializers(load_onnx(processed_file))
     built = sidecar.precision.built or "fp32"
     if weights.suffix == ".onnx":
         kept = dict(sidecar.precision.fp32_nodes or {})
-        given = _float_initializers(_process_like_build(onnx.load(str(weights)), built, kept))
+        given = _float_initializers(_process_like_build(load_onnx(weights), built, kept))
         what = "the new ONNX (after the build's passes)"
     elif weights.suffix in (".pt", ".pth"):
         import torch
@@ -150,7 +150,7 @@ def load_new_weights(weights: Path, sidecar: Any) -> dict[str, np.ndarray]:
             state = state["state_dict"]
         if not isinstance(state, Mapping):
             raise RefitError(f"{weights} holds a {type(state).__name__}, not a state_dict; save model.state_dict()")
-        reference = _float_initializers(onnx.load(str(reference_file))) if reference_file.is_file() else expected
+        reference = _float_initializers(load_onnx(reference_file)) if reference_file.is_file() else expected
         given = {}
         for name, tensor in state.items():
             if name in reference:

@@ -31,12 +31,11 @@ def quantize_sensitivity(
     top: Annotated[int | None, typer.Option(help="show only the N most harmful")] = None,
 ) -> None:
     """Quantize one layer (or block) at a time and rank them by the output error they cause."""
-    import onnx
-
+    from trtforge.capture.onnx_file import load_onnx
     from trtforge.quantize.sensitivity import print_sensitivity, sensitivity_table
 
     if precision not in QUANTIZED_PRECISIONS:
         raise ConfigError(f"--precision {precision}: choose one of {', '.join(QUANTIZED_PRECISIONS)}")
-    rows = sensitivity_table(onnx.load(str(model)), data, QuantConfig(calibrator=calibrator),
+    rows = sensitivity_table(load_onnx(model), data, QuantConfig(calibrator=calibrator),
                              read_preprocessing_json(preprocessing), precision=precision)
     print_sensitivity(rows, top, precision)

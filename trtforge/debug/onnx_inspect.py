@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtforge.core.errors import InvalidArgument, MissingFile
+from trtforge.core.errors import MissingFile
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ def describe_onnx(path: Path, parser: bool = True) -> OnnxDescription:
     """Describe the ONNX file at ``path`` (see the module docstring)."""
     import onnx
 
+    from trtforge.capture.onnx_file import load_onnx
     from trtforge.passes.graph import dtype_summary, has_qdq, load_ir, opset_version
     from trtforge.passes.ops import MAC_OPS
     from trtforge.quantize.coverage import int8_layers
@@ -71,14 +72,16 @@ def describe_onnx(path: Path, parser: bool = True) -> OnnxDescription:
     if not path.is_file():
         raise MissingFile(f"describe_onnx(path={str(path)!r}): no ONNX file there; pass the path of an existing "
                           ".onnx file")
-    data = path.read_bytes()
-    try:
-        model = load_ir(onnx.ModelProto.FromString(data))
-    except Exception as exc:  # noqa: BLE001 - protobuf and onnx_ir raise many kinds; say which file
-        raise InvalidArgument(f"{path} is not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
+    proto = load_onnx(path)  # external data from the model's folder, the refusals every command makes
+    model = load_ir(proto)
     ops = Counter(node.op_type for node in model.graph.all_nodes())
     quantized = has_qdq(model)
-    refused, parser_name, notes = _parser_check(data) if parser else (None, "", ())
+    refused, parser_name, notes = None, "", ()
+    if parser and proto.ByteSize() >= onnx.checker.MAXIMUM_PROTOBUF:
+        notes = (f"{path} with its weights is over protobuf's 2 GiB: the parser check was skipped (trtforge build "
+                 "parses it from the file)",)
+    elif parser:  # the parser reads bytes with the weights inline: it has no folder to find external data in
+        refused, parser_name, notes = _parser_check(proto.SerializeToString())
     return OnnxDescription(
         path=path, opset=opset_version(model), nodes=sum(ops.values()), ops=ops,
         inputs=_io(v for v in model.graph.inputs if not v.is_initializer()), outputs=_io(model.graph.outputs),

@@ -38,12 +38,18 @@ from trtforge.passes.ops import MAC_OPS, QDQ_OPS
 
 
 def load_ir(source: Path | onnx.ModelProto | ir.Model) -> ir.Model:
-    """An ``onnx_ir`` model from a path, a ModelProto or an ir.Model (returned as is)."""
+    """An ``onnx_ir`` model from a path, a ModelProto or an ir.Model (returned as is).
+
+    A path is read by the one ONNX loader (``capture.onnx_file.load_onnx``): external data from the model's
+    folder, whatever the working folder, and the same refusals as every other command.
+    """
     if isinstance(source, ir.Model):
         return source
     if isinstance(source, onnx.ModelProto):
         return ir.serde.deserialize_model(source)
-    return ir.load(str(source))
+    from trtforge.capture.onnx_file import load_onnx
+
+    return ir.serde.deserialize_model(load_onnx(Path(source)))
 
 
 def to_proto(model: ir.Model | onnx.ModelProto) -> onnx.ModelProto:
