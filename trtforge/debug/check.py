@@ -32,7 +32,14 @@ from trtforge.builder.capability import SCHEME_OF_PRECISION
 from trtforge.core.errors import MissingDependency, NotPermitted, Unsupported, spelled
 from trtforge.core.routes import ROUTE_PRECISION
 from trtforge.core.sidecar import Sidecar, read_sidecar
-from trtforge.debug.inputs import batch_size, load_npz, make_inputs, split_batches, unbatched
+from trtforge.debug.inputs import (
+    batch_size,
+    load_npz,
+    make_inputs,
+    refuse_bad_indices,
+    split_batches,
+    unbatched,
+)
 from trtforge.debug.speedup import Speedup, fp16_baseline
 from trtforge.debug.tolerances import Judgement, judge
 from trtforge.quantize.task import task_of_outputs
@@ -185,6 +192,9 @@ def check_artifact(
     whole = unbatched(sidecar.inputs, sidecar.outputs)  # no sample axis: one call on one set of inputs
     arrays = load_npz(inputs, sidecar.inputs, batched=not whole) if inputs is not None else make_inputs(
         sidecar.inputs, sidecar.profiles, 1 if whole else samples, sidecar.preprocessing)
+    if inputs is not None:
+        refuse_bad_indices(arrays, [sidecar.path.parent / name for name in (sidecar.source.reference_onnx_file,
+                                                                            sidecar.source.onnx_file) if name])
     count = 1 if whole else next(iter(arrays.values())).shape[0]
     batches = [arrays] if whole else split_batches(arrays, batch_size(sidecar.inputs, sidecar.profiles, count))
     load_options = route_options(route)  # the artifact's own precision, as serve's onnxruntime route runs it
