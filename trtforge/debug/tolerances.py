@@ -47,6 +47,19 @@ class OutputMetrics:
     max_abs: float
     cosine: float
     top1: float | None = None
+    #: NaN/inf values of the candidate where the reference's are finite, the samples holding them, and the
+    #: reference's own NaN/inf values.
+    nonfinite: int = 0
+    nonfinite_samples: int = 0
+    reference_nonfinite: int = 0
+
+    def nonfinite_line(self) -> str | None:
+        """``output 'logits' has 12 NaN/inf values in 4 samples; FP32 has none``, or None when it has none."""
+        if not self.nonfinite:
+            return None
+        fp32 = self.reference_nonfinite or "none"
+        return (f"output {self.name!r} has {self.nonfinite} NaN/inf value(s) in {self.nonfinite_samples} "
+                f"sample(s); FP32 has {fp32}")
 
     def value(self, metric: str) -> float | None:
         return {"rel_l2": self.rel_l2, "cosine": self.cosine, "top1_agreement": self.top1}[metric]
@@ -84,10 +97,14 @@ def output_metrics(name: str, ref: np.ndarray, test: np.ndarray, classification:
     if ref.ndim == 0:
         ref, test = ref.reshape(1, 1), test.reshape(1, 1)
     top1 = float(PER_SAMPLE["top1_agreement"]([ref], [test]).mean()) if classification and ref.ndim == 2 else None
+    new_nonfinite = ~np.isfinite(test) & np.isfinite(ref)
     return OutputMetrics(
         name, rel_l2=float(PER_SAMPLE["rel_l2"]([ref], [test]).mean()),
         max_abs=float(np.max(np.abs(ref - test))) if ref.size else 0.0,
         cosine=float(PER_SAMPLE["cosine"]([ref], [test]).mean()), top1=top1,
+        nonfinite=int(np.count_nonzero(new_nonfinite)),
+        nonfinite_samples=int(np.count_nonzero(new_nonfinite.reshape(len(ref), -1).any(axis=1))) if ref.size else 0,
+        reference_nonfinite=int(np.count_nonzero(~np.isfinite(ref))),
     )
 
 
@@ -112,7 +129,9 @@ def judge(reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarra
         else:
             row_metric, row_bound = metric, bound
         ok = value <= row_bound if row_metric == "rel_l2" else value >= row_bound
-        if not ok or not np.isfinite(value):
+        if row.nonfinite:  # named as such: "top1_agreement 0" would hide the NaNs behind a metric
+            failures.append(row.nonfinite_line())
+        elif not ok or not np.isfinite(value):
             sign = "≤" if row_metric == "rel_l2" else "≥"
             failures.append(f"{name}: {row_metric} {value:.4g}, needs {sign} {row_bound:g}")
     return Judgement(tuple(rows), metric, bound, precision, task, tuple(failures))
