@@ -39,8 +39,16 @@ class OutputPaths:
         return self.directory / f"{self.name}_reference_fp32.onnx"
 
 
+#: Verbs a factory's name may start with that say nothing of the model (``make_regnet`` → ``regnet``).
+FACTORY_VERBS = ("make_", "build_", "create_", "get_", "load_", "new_")
+
+
 def default_name(model_or_onnx: Any) -> str:
-    """A valid file-name stem from the file's stem or the module's class (``_best.onnx`` → ``best``).
+    """The one default file-name stem of a build, whatever its path (ONNX or direct) or entry (CLI or Python):
+    a file's stem; for a module its ``trtforge_name``, else the name of the factory that made it
+    (``trtforge build pkg.mod:regnet`` sets ``trtforge_factory``: ``regnet``; ``make_``-like verbs dropped), else
+    its class; class-like names in snake case (``RegNetModel`` → ``reg_net_model``, ``MLPHead`` → ``mlp_head``).
+    Made valid as a file name (``_best.onnx`` → ``best``).
 
     Example:
         >>> default_name(Path("_best.onnx")), default_name(Path("[x].onnx"))
@@ -49,10 +57,23 @@ def default_name(model_or_onnx: Any) -> str:
     if isinstance(model_or_onnx, (str, Path)):
         stem = Path(model_or_onnx).stem
     else:
-        stem = getattr(model_or_onnx, "trtforge_name", None) or type(model_or_onnx).__name__
-        stem = re.sub(r"(?<!^)(?=[A-Z])", "_", stem).lower()
+        factory = getattr(model_or_onnx, "trtforge_factory", None)
+        function = str(factory).rpartition(":")[2].rpartition(".")[2] if factory else ""
+        for verb in FACTORY_VERBS:
+            function = function[len(verb):] if function.startswith(verb) and len(function) > len(verb) else function
+        stem = getattr(model_or_onnx, "trtforge_name", None) or snake_case(function or type(model_or_onnx).__name__)
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", stem).lstrip("._-")[:MAX_NAME_LENGTH].rstrip("._-")
     return stem or "model"
+
+
+def snake_case(name: str) -> str:
+    """``RegNetModel`` → ``reg_net_model``, ``MLPHead`` → ``mlp_head``, ``regnet`` stays ``regnet``.
+
+    Example:
+        >>> snake_case("ViTForImageClassification")
+        'vi_t_for_image_classification'
+    """
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
 def prepare_output_dir(directory: Path) -> Path:
