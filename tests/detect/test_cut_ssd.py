@@ -12,92 +12,23 @@ import json
 import numpy as np
 import onnx
 import pytest
-import torch
 from cli_in_process import run
 from detect_reference import assert_same_detections, yolo_file
-from onnx import helper
+from tiny_ssd import ssd_onnx as make_ssd_onnx
 
 from trtforge.core.ort_session import session
 from trtforge.core.postprocess import NMS, NMS_OUTPUTS
 from trtforge.passes.cut import cut_graph
 from trtforge.passes.graph import load_ir, proto_bytes
 
-CLASSES, ANCHORS_PER_CELL, SIZE = 4, 2, 320
 SETTINGS = NMS("boxes-scores", score_threshold=0.7, iou_threshold=0.5, max_detections=100, candidates=400)
-
-
-def block(cin: int, cout: int, stride: int = 2) -> torch.nn.Sequential:
-    return torch.nn.Sequential(torch.nn.Conv2d(cin, cout, 3, stride, 1, bias=False), torch.nn.BatchNorm2d(cout),
-                               torch.nn.ReLU())
-
-
-def head(cin: int, cout: int, spread: float) -> torch.nn.Sequential:
-    """A prediction conv whose outputs BatchNorm spreads to ``spread`` standard deviations on the photos."""
-    norm = torch.nn.BatchNorm2d(cout)
-    torch.nn.init.constant_(norm.weight, spread)
-    return torch.nn.Sequential(torch.nn.Conv2d(cin, cout, 3, 1, 1), norm)
-
-
-class TinySSD(torch.nn.Module):
-    """Two feature maps (strides 16 and 32), two anchors a cell; ends in NonZero of the confident boxes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = torch.nn.Sequential(block(3, 16), block(16, 32), block(32, 32), block(32, 64))
-        self.down = block(64, 64)
-        self.loc = torch.nn.ModuleList(head(64, ANCHORS_PER_CELL * 4, 0.5) for _ in range(2))
-        self.cls = torch.nn.ModuleList(head(64, ANCHORS_PER_CELL * (CLASSES + 1), 2.0) for _ in range(2))
-        anchors = []
-        for stride, sizes in ((16, (48.0, 80.0)), (32, (112.0, 176.0))):
-            cells = (torch.arange(SIZE // stride, dtype=torch.float32) + 0.5) * stride
-            cy, cx = torch.meshgrid(cells, cells, indexing="ij")
-            wh = torch.tensor(sizes).view(1, 1, -1).expand(*cx.shape, -1)
-            anchors.append(torch.stack([cx[..., None].expand_as(wh), cy[..., None].expand_as(wh), wh, wh], -1)
-                           .reshape(-1, 4))
-        self.register_buffer("anchors", torch.cat(anchors))
-
-    def forward(self, images: torch.Tensor):
-        first = self.stem(images)
-        features = (first, self.down(first))
-        n = images.shape[0]
-        deltas = torch.cat([m(f).permute(0, 2, 3, 1).reshape(n, -1, 4) for m, f in zip(self.loc, features, strict=True)], 1)
-        logits = torch.cat([m(f).permute(0, 2, 3, 1).reshape(n, -1, CLASSES + 1)
-                            for m, f in zip(self.cls, features, strict=True)], 1)
-        a = self.anchors
-        centre = a[:, :2] + deltas[..., :2] * 0.1 * a[:, 2:]
-        half = a[:, 2:] * torch.exp(deltas[..., 2:] * 0.2) * 0.5
-        boxes = torch.cat([centre - half, centre + half], -1)
-        scores = torch.softmax(logits, -1)[..., 1:]
-        return boxes, scores, torch.nonzero(scores.amax(-1) > 0.3)
 
 
 @pytest.fixture(scope="module")
 def ssd_onnx(tmp_path_factory):
-    """TinySSD exported, its graph ending in NonZero and NonMaxSuppression (boxes and scores inside it)."""
-    torch.manual_seed(0)
-    model = TinySSD()
-    images = torch.from_numpy(np.load(yolo_file("photos.npz"))["images"]).float() / 255
-    for m in model.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.momentum = None
-    with torch.no_grad():
-        model.train()(images)
-    path = tmp_path_factory.mktemp("ssd") / "ssd.onnx"
-    torch.onnx.export(model.eval(), (images[:1],), str(path), dynamo=False, opset_version=17,
-                      input_names=["images"], output_names=["boxes", "scores", "confident"])
-    proto = onnx.load(path)
-    proto.graph.node.extend([
-        helper.make_node("Transpose", ["scores"], ["scores_by_class"], perm=[0, 2, 1]),
-        helper.make_node("NonMaxSuppression", ["boxes", "scores_by_class", "max_out", "iou", "threshold"],
-                         ["selected"], name="nms")])
-    proto.graph.initializer.extend([onnx.numpy_helper.from_array(np.array([50], np.int64), "max_out"),
-                                    onnx.numpy_helper.from_array(np.array([0.5], np.float32), "iou"),
-                                    onnx.numpy_helper.from_array(np.array([0.3], np.float32), "threshold")])
-    confident = next(o for o in proto.graph.output if o.name == "confident")
-    del proto.graph.output[:]
-    proto.graph.output.extend([confident, helper.make_tensor_value_info("selected", onnx.TensorProto.INT64, ["selected", 3])])
-    onnx.save(proto, path)
-    return path, images.numpy()
+    """TinySSD (tests/detect/tiny_ssd.py) exported, its graph ending in NonZero and NonMaxSuppression."""
+    images = np.load(yolo_file("photos.npz"))["images"].astype(np.float32) / 255
+    return make_ssd_onnx(tmp_path_factory.mktemp("ssd") / "ssd.onnx", images), images
 
 
 def test_cut_head_with_nms_equals_greedy(ssd_onnx, tmp_path):
