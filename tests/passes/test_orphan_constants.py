@@ -69,3 +69,24 @@ def test_fp16_int8_and_dynamic_batch_builds_of_the_file(two_flattens, tmp_path):
     done = run(["build", two_flattens, "--dynamic-batch", "-o", tmp_path / "dyn", "-q"])
     assert done.returncode in (0, 2) and "bug in trtforge" not in done.stderr, done.stderr[-2000:]
     assert done.returncode == 0 or [line for line in done.stderr.splitlines() if line.strip()][-1].startswith("error: ")
+
+
+def test_a_model_with_an_orphan_is_refused_naming_the_value(tmp_path):
+    """onnxscript's optimizer alone (without trtforge's cleanup) leaves the orphan; copying that model names it
+    in one short line instead of onnx_ir's message with the whole graph in it."""
+    import onnxscript.optimizer
+    from onnx import TensorProto, helper
+
+    from trtforge.core.errors import InternalError
+    from trtforge.passes.graph import load_ir
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Flatten", ["r"], ["a"], axis=1),
+             helper.make_node("Flatten", ["r"], ["b"], axis=3), helper.make_node("ReduceSum", ["a"], ["sa"]),
+             helper.make_node("ReduceSum", ["b"], ["sb"]), helper.make_node("Add", ["sa", "sb"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])])
+    model = load_ir(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    onnxscript.optimizer.optimize_ir(model)
+    with pytest.raises(InternalError, match=r"reads value 'r/shape(_1)?', which no graph defines") as refused:
+        copy_model(model)
+    assert len(str(refused.value)) < 400

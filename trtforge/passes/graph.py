@@ -31,7 +31,7 @@ import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 
-from trtforge.core.errors import InvalidArgument
+from trtforge.core.errors import InternalError, InvalidArgument
 from trtforge.core.quant_plan import QDQ_OPSET  # noqa: F401  (the Q/DQ graphs' opset, named with the plan)
 from trtforge.core.specs import ONNX_TO_DTYPE
 from trtforge.passes.ops import MAC_OPS, QDQ_OPS
@@ -326,9 +326,21 @@ def copy_model(model: ir.Model) -> ir.Model:
 
     ``ir.Model.clone()`` shares each value's type and shape objects with the original, so setting
     a dtype on the copy (the float pass does) would retype the original too; here each value gets
-    its own.
+    its own. A model in which a node reads a value no graph defines is refused naming that value (onnx_ir's
+    own message holds the whole graph: 37 kB on Faster R-CNN).
     """
-    copy = model.clone()
+    try:
+        copy = model.clone()
+    except (ValueError, RuntimeError):  # onnx_ir wraps the ValueError in a RuntimeError per level it was in
+        from trtforge.passes.cleanup import orphan_inputs
+
+        orphans = orphan_inputs(model)
+        if not orphans:
+            raise
+        value, node = orphans[0]
+        raise InternalError(f"copy_model: node {node.name!r} ({node.op_type}) reads value {value.name!r}, which no "
+                            "graph defines (neither a graph input, an initializer nor a node output); a graph pass "
+                            f"left it behind ({len(orphans)} such value(s))") from None
     for value in _all_values(copy.graph):
         if value.type is not None:
             value.type = _copy.copy(value.type)
