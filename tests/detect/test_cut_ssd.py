@@ -55,3 +55,14 @@ def test_cut_head_with_nms_equals_greedy(ssd_onnx, tmp_path):
     boxes, scores = (np.concatenate([h[i] for h in heads]) for i in range(2))
     counts = assert_same_detections([np.concatenate([r[i] for r in runs]) for i in range(4)], boxes, scores, SETTINGS)
     assert max(counts) == SETTINGS.max_detections and min(counts) < SETTINGS.max_detections
+
+
+def test_uncut_graph_refusal_names_the_cut(ssd_onnx, tmp_path):
+    """TensorRT-RTX refuses the NonZero; the line says how to keep it out of the engine."""
+    path, _ = ssd_onnx
+    done = run(["build", str(path), "--precision", "fp32", "--opt-level", "0", "-o", str(tmp_path), "-q", "--no-cache"])
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert "node '/NonZero' (NonZero)" in line and line.endswith(
+        "keep it out of the engine: --outputs NAME[,NAME] cuts the graph before it and --nms HEAD appends a "
+        "fixed-shape NMS"), line

@@ -23,7 +23,7 @@ from trtforge.builder.progress import BuildProgress
 from trtforge.builder.timing_cache import TimingCacheSession
 from trtforge.core import trt
 from trtforge.core.config import CompileConfig
-from trtforge.core.errors import Cancelled, InvalidArgument, Unsupported
+from trtforge.core.errors import Cancelled, InvalidArgument, Unsupported, spelled
 from trtforge.core.sidecar import BuilderRecord
 from trtforge.core.specs import TensorSpec
 from trtforge.core.trt_log import RecordingLogger
@@ -61,6 +61,10 @@ def tensorrt_reasons(messages: list[str], limit: int = 3) -> list[str]:
     return reasons[:limit]
 
 
+#: Ops a detector's data-dependent post-processing ends in; a parse refusal of one suggests ``--nms``.
+DETECTION_POSTPROCESSING_OPS = frozenset({"NonZero", "NonMaxSuppression"})
+
+
 class OnnxParseError(InvalidArgument):
     """TensorRT's ONNX parser rejected the graph; ``failures`` lists (node, op, message)."""
 
@@ -72,7 +76,10 @@ class OnnxParseError(InvalidArgument):
             if len(distinct) > 1 else ""
         super().__init__(
             f"{trt.info().flavour} cannot parse {source}: node {node!r} ({op}): {reason}{more}; "
-            "replace or remove this op before export, or keep it out of the engine")
+            "replace or remove this op before export, or keep it out of the engine: "
+            + spelled(cli="--outputs NAME[,NAME]", python="outputs=[NAME, ...]") + " cuts the graph before it"
+            + (" and " + spelled(cli="--nms HEAD", python="postprocess=trtforge.NMS(head)") + " appends a "
+               "fixed-shape NMS" if op in DETECTION_POSTPROCESSING_OPS else ""))
 
 
 class ShapeInputError(Unsupported):
