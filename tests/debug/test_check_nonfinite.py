@@ -40,3 +40,32 @@ def test_check_names_the_nan_outputs_and_their_samples(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "FAIL: output 'y' has 4 NaN/inf value(s) in 2 sample(s); FP32 has none" in done.stdout
     assert "rel_l2 nan" not in done.stdout
+
+
+def test_check_and_compare_show_progress_per_stage(tmp_path):
+    """A progress bar per stage on stderr (the reference's batches, the route's; each side of compare), drawn once
+    the work has run a moment: here at once (delay 0), on a console that is a terminal."""
+    import io
+
+    from rich.console import Console
+
+    from trtforge.builder.progress import StepProgress
+    from trtforge.debug.check import check_artifact
+    from trtforge.debug.compare import compare_sides
+
+    built = run(["build", _normalize_onnx(tmp_path / "normalize.onnx"), "--precision", "fp16", "-o", tmp_path, "-q"])
+    assert built.returncode == 0, built.stderr
+    artifact = tmp_path / "normalize_fp16.json"
+    screen = io.StringIO()
+    with StepProgress("check normalize", console=Console(file=screen, force_terminal=True, width=120), delay=0) as steps:
+        report = check_artifact(artifact, route="onnxruntime", samples=8, repeats=1, progress=steps)
+    assert report.passed and report.samples == 8
+    shown = screen.getvalue()
+    assert "check normalize: FP32 reference" in shown and "check normalize: route onnxruntime" in shown
+    assert "8/8" in shown  # 8 samples, the profile's batch of 1: counted per batch
+    screen = io.StringIO()
+    with StepProgress("compare", console=Console(file=screen, force_terminal=True, width=120), delay=0) as steps:
+        compare_sides(str(tmp_path / "normalize.onnx"), f"{artifact}@onnxruntime", samples=4, progress=steps)
+    assert "compare: A runs" in screen.getvalue() and "compare: B runs" in screen.getvalue()
+    quiet = run(["check", artifact, "--route", "onnxruntime", "--samples", "4", "--repeats", "1"])
+    assert quiet.returncode == 0 and "FP32 reference" not in quiet.stderr  # a check within a moment prints no bar

@@ -14,7 +14,7 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -120,3 +120,48 @@ def stage_progress(description: str, *, enabled: bool = True, console: Console |
     with progress:
         progress.add_task(description, total=None)
         yield
+
+
+#: Work that ends within this many seconds shows no progress line (a check of a small model prints only its result).
+PROGRESS_DELAY_S = 1.0
+
+
+class StepProgress:
+    """Counted steps, one bar per stage, on stderr; drawn once the work has run ``delay`` seconds, gone after.
+
+    Example:
+        >>> with StepProgress("check lite0") as steps:
+        ...     step = steps.stage("FP32 reference (ONNX Runtime)", total=len(batches))
+        ...     for batch in batches:
+        ...         run(batch)
+        ...         step()
+    """
+
+    def __init__(self, title: str, *, enabled: bool = True, console: Console | None = None,
+                 delay: float = PROGRESS_DELAY_S) -> None:
+        self.title = title
+        self._progress = Progress(
+            SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
+            TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+            console=console or Console(file=sys.stderr), transient=True, disable=not enabled)
+        self._delay = delay
+        self._timer = threading.Timer(delay, self._progress.start) if enabled and delay > 0 else None
+
+    def __enter__(self) -> StepProgress:
+        if self._timer is not None:
+            self._timer.daemon = True
+            self._timer.start()
+        else:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer.join()
+        self._progress.stop()
+
+    def stage(self, description: str, total: int) -> Callable[[], None]:
+        """A new bar ``TITLE: description`` of ``total`` steps; call what it returns after each step."""
+        task = self._progress.add_task(f"{self.title}: {description}", total=max(total, 1))
+        return lambda: self._progress.advance(task)

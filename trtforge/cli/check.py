@@ -42,6 +42,7 @@ def check(
 ) -> None:
     """Run ARTIFACT through --route and compare it with its FP32 reference (ONNX in ONNX Runtime; PyTorch for a
     direct-path artifact)."""
+    from trtforge.builder.progress import StepProgress
     from trtforge.debug.check import CannotRunHere, check_artifact
 
     options = {}
@@ -50,8 +51,9 @@ def check(
 
         options["model"] = module_from_factory(model)
     try:
-        report = check_artifact(artifact, route=route, device=device, samples=samples, inputs=inputs, limit=limit,
-                                repeats=repeats, compare_fp16=fp16, **options)
+        with StepProgress(f"check {artifact.stem}") as steps:  # on stderr, once it runs more than a moment
+            report = check_artifact(artifact, route=route, device=device, samples=samples, inputs=inputs, limit=limit,
+                                    repeats=repeats, compare_fp16=fp16, progress=steps, **options)
     except CannotRunHere as exc:
         say_error(str(exc))
         raise typer.Exit(EXIT_FAILED) from exc

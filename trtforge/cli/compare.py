@@ -42,9 +42,12 @@ def compare(
     if layerwise:
         _layerwise(Path(a), Path(b), inputs, samples, threshold, plot, parse_size(max_memory))
         return
+    from trtforge.builder.progress import StepProgress
     from trtforge.debug.compare import compare_sides, save_run
 
-    result = compare_sides(a, b, route=route, device=device, samples=samples, inputs=inputs, limit=limit)
+    with StepProgress("compare") as steps:  # on stderr, once it runs more than a moment
+        result = compare_sides(a, b, route=route, device=device, samples=samples, inputs=inputs, limit=limit,
+                               progress=steps)
     j = result.judgement
     for side, runs in zip("AB", result.runs, strict=True):
         if runs:

@@ -22,6 +22,7 @@ import importlib.util
 import resource
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from trtforge.builder.capability import SCHEME_OF_PRECISION
+from trtforge.builder.progress import StepProgress
 from trtforge.core.errors import MissingDependency, NotPermitted, Unsupported, spelled
 from trtforge.core.routes import ROUTE_PRECISION
 from trtforge.core.sidecar import Sidecar, read_sidecar
@@ -112,12 +114,15 @@ def to_numpy(outputs: dict[str, Any]) -> dict[str, np.ndarray]:
     return arrays
 
 
-def run_batches(engine: Any, batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Every batch through ``engine``; the outputs concatenated along the sample axis."""
+def run_batches(engine: Any, batches: list[dict[str, np.ndarray]],
+                step: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
+    """Every batch through ``engine``; the outputs concatenated along the sample axis (``step`` after each)."""
     parts: dict[str, list[np.ndarray]] = {}
     for batch in batches:
         for name, value in to_numpy(engine(**batch)).items():
             parts.setdefault(name, []).append(value)
+        if step is not None:
+            step()
     return {name: values[0] if len(values) == 1 else np.concatenate(values) for name, values in parts.items()}
 
 
@@ -140,8 +145,10 @@ def timed_first_call(engine: Any, batch: dict[str, np.ndarray]) -> tuple[dict[st
     return outputs, (time.perf_counter() - start) * 1000.0
 
 
-def timed_run(engine: Any, batches: list[dict[str, np.ndarray]], repeats: int = 20) -> tuple[dict, Timing]:
-    """Run every batch, timing the first call and the steady state (on the first batch), with memory."""
+def timed_run(engine: Any, batches: list[dict[str, np.ndarray]], repeats: int = 20,
+              step: Callable[[], None] | None = None) -> tuple[dict, Timing]:
+    """Run every batch, timing the first call and the steady state (on the first batch), with memory (``step``
+    after each batch)."""
     import torch
 
     from trtforge.bench.timing import measure
@@ -150,7 +157,9 @@ def timed_run(engine: Any, batches: list[dict[str, np.ndarray]], repeats: int = 
     cuda = device.type == "cuda"
     free_before = torch.cuda.mem_get_info(device)[0] if cuda else 0
     first, first_ms = timed_first_call(engine, batches[0])
-    rest = run_batches(engine, batches[1:]) if len(batches) > 1 else {}
+    if step is not None:
+        step()
+    rest = run_batches(engine, batches[1:], step) if len(batches) > 1 else {}
     outputs = {k: np.concatenate([v, rest[k]]) if k in rest else v for k, v in first.items()}
     steady = measure(lambda: engine(**batches[0]), device, warmup=2, repeats=repeats).median_ms
     if cuda:
@@ -170,13 +179,15 @@ def _first_call_cached(open_engine: Any, batch: dict[str, np.ndarray]) -> float 
 
 def check_artifact(
     path: Path, route: str = "tensorrt", device: Any = None, samples: int = 32, inputs: Path | None = None,
-    limit: float | None = None, repeats: int = 20, compare_fp16: bool = True, **options: Any,
+    limit: float | None = None, repeats: int = 20, compare_fp16: bool = True, progress: StepProgress | None = None,
+    **options: Any,
 ) -> CheckReport:
     """Run the artifact at ``path`` through ``route`` and judge it against the FP32 reference in ONNX Runtime.
 
     ``options`` go to ``trtforge.load`` (e.g. ``bindings=`` for the TensorRT route's test double,
     ``model=`` for a PyTorch route). ``limit`` overrides the tolerance of the task's metric. On the
     TensorRT route, a quantized engine (INT8, FP8, weight-only) is also timed against its FP16 build (``compare_fp16``).
+    ``progress`` shows a bar per stage (the reference's batches, the route's), counted per batch.
     """
     from trtforge.core.routes import ROUTE_NAMES
     from trtforge.runtime.load import load, route_options
@@ -198,7 +209,8 @@ def check_artifact(
     count = 1 if whole else next(iter(arrays.values())).shape[0]
     batches = [arrays] if whole else split_batches(arrays, batch_size(sidecar.inputs, sidecar.profiles, count))
     load_options = route_options(route)  # the artifact's own precision, as serve's onnxruntime route runs it
-    expected, reference_onnx = _reference(sidecar, batches, options)
+    stage = progress.stage if progress is not None else (lambda description, total: None)
+    expected, reference_onnx = _reference(sidecar, batches, options, stage("FP32 reference", len(batches)))
     with contextlib.ExitStack() as stack:
         if route == "tensorrt":  # first call without, then with, the runtime cache the first load stores
             from trtforge.cache.runtime_cache import RuntimeCacheStore
@@ -206,7 +218,7 @@ def check_artifact(
             store = RuntimeCacheStore(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtforge-check-")))
             load_options["runtime_cache"] = store
         with _candidate(sidecar, route, device, load_options, options) as engine:
-            outputs, timing = timed_run(engine, batches, repeats)
+            outputs, timing = timed_run(engine, batches, repeats, stage(f"route {route}", len(batches)))
             evaluator = getattr(engine, "evaluator", None)
             precision = ROUTE_PRECISION.get(route) or getattr(engine, "precision", None) or sidecar.precision.built
             device_name = str(engine.device)
@@ -231,14 +243,15 @@ def check_artifact(
                        "ONNX Runtime FP32" if reference_onnx is not None else "PyTorch FP32")
 
 
-def _reference(sidecar: Sidecar, batches: list[dict[str, np.ndarray]], options: dict) -> tuple[dict, Path | None]:
+def _reference(sidecar: Sidecar, batches: list[dict[str, np.ndarray]], options: dict,
+               step: Callable[[], None] | None = None) -> tuple[dict, Path | None]:
     """The FP32 reference's outputs and its ONNX file: the reference graph in ONNX Runtime, or for a direct-path
     artifact (no ONNX) the PyTorch model in FP32 on the CPU, ``model=`` (``--model``) or a trusted factory."""
     from trtforge.runtime.load import TRUSTED_FACTORY_PREFIXES, load
 
     if sidecar.source.path != "direct":
         with load(sidecar.path, route="onnxruntime") as reference:
-            return run_batches(reference, batches), reference.onnx_path
+            return run_batches(reference, batches, step), reference.onnx_path
     factory = sidecar.source.factory or "package.module:function"
     trusted = options.get("trust_factory") or factory.startswith(TRUSTED_FACTORY_PREFIXES)
     if options.get("model") is None and not trusted:
@@ -249,7 +262,7 @@ def _reference(sidecar: Sidecar, batches: list[dict[str, np.ndarray]], options: 
                 python=f"pass model=<the nn.Module>, or trust_factory=True to import {factory}"))
     model_options = {k: options[k] for k in ("model", "trust_factory") if k in options}
     with load(sidecar.path, route="eager", device="cpu", **model_options) as reference:
-        return run_batches(reference, batches), None
+        return run_batches(reference, batches, step), None
 
 
 def _candidate(sidecar: Sidecar, route: str, device: Any, load_options: dict, options: dict) -> Any:

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from trtforge.builder.progress import StepProgress
 from trtforge.core.errors import InvalidArgument, MissingFile
 from trtforge.core.specs import TensorSpec
 from trtforge.debug.check import ROUTE_PRECISION, run_batches
@@ -192,9 +193,12 @@ def _task(a: Side, b: Side) -> str:
 
 def compare_sides(
     a: str, b: str, route: str = "tensorrt", device: Any = None, samples: int = 16, inputs: Path | None = None,
-    limit: float | None = None, **options: Any,
+    limit: float | None = None, progress: StepProgress | None = None, **options: Any,
 ) -> Comparison:
-    """Run ``a`` and ``b`` on the same inputs and judge ``b`` against ``a`` (see the module docstring)."""
+    """Run ``a`` and ``b`` on the same inputs and judge ``b`` against ``a`` (see the module docstring).
+
+    ``progress`` shows a bar per side while it runs.
+    """
     with contextlib.ExitStack() as stack:
         side_a, side_b = open_side(a, stack, route, device, **options), open_side(b, stack, route, device, **options)
         _same_graph(side_a, side_b)
@@ -217,8 +221,14 @@ def compare_sides(
         batches = [arrays] if whole else split_batches(
             arrays, batch_size(specs, known.profiles, count) if specs else count)
         names = side_a.outputs or side_b.outputs
+        done = progress.stage(f"A runs {side_a.label}", 1) if progress is not None else None
         out_a = side_a.run(batches, names)
+        if done is not None:
+            done()
+            done = progress.stage(f"B runs {side_b.label}", 1)
         out_b = side_b.run(batches, side_b.outputs or tuple(out_a))
+        if done is not None:
+            done()
         if set(out_a) != set(out_b) and len(out_a) == len(out_b):  # a module's outputs have no names
             out_b = dict(zip(out_a, out_b.values(), strict=True))
         judgement = judge(out_a, out_b, task=_task(side_a, side_b), precision=side_b.precision, limit=limit)
