@@ -9,7 +9,9 @@ The pass, in order:
    reads ``-1`` there (``0`` when the shape has a ``-1`` already, with ``allowzero=0``), an ``Expand`` shape reads ``1``
    there (broadcast keeps the input's rows), a constant ``Concat`` operand of one row (a class
    token) is expanded to the rows of the batched operand beside it, and one that numbers the rows
-   (``arange(batch)`` as a ``GatherND``'s row index) counts the rows at run time;
+   (``arange(batch)`` as a ``GatherND``'s row index) counts the rows at run time; a ``Reshape`` that
+   folds the batch into its rows (``[B, C, H, W] → [B·k, ...]``) or unfolds it, and a ``Resize`` to
+   constant sizes, read their dim 0 from the data at run time;
 3. ONNX shape inference must agree: every batched output keeps a symbolic dim 0;
 4. the proof on the reference: ONNX Runtime at batch 2 equals two batch-1 runs, row by row.
 
@@ -81,15 +83,22 @@ def _replace_const(node: ir.Node, index: int, array: np.ndarray, name: str) -> N
 
 
 def _rewrite_shapes(model: ir.Model, batch: int) -> list[str]:
-    """Reshape/Expand shape constants whose dim 0 is ``batch``: rewritten; the names of the nodes changed."""
+    """Reshape/Expand shape constants that hard-code the batch: rewritten; the names of the nodes changed."""
     changed = []
+    live = _input_dependent(model)
     for node in list(model.graph):
-        shape = _const_input(node, 1) if node.op_type in ("Reshape", "Expand") else None
-        if shape is None or shape.ndim != 1 or not shape.size or int(shape[0]) != batch:
+        if node.op_type == "Resize" and node.inputs[0] in live and _rewrite_resize(node, batch):
+            changed.append(node.name)
             continue
-        if node.op_type == "Expand" and batch == 1:
-            continue  # expanding to 1 row keeps the input's rows already
+        shape = _const_input(node, 1) if node.op_type in ("Reshape", "Expand") else None
+        if shape is None or shape.ndim != 1 or not shape.size or int(shape[0]) <= 0:
+            continue
         new = shape.astype(np.int64).copy()
+        if node.op_type == "Reshape" and node.inputs[0] in live and _rows_scaled(node, new, batch):
+            changed.append(node.name)
+            continue
+        if int(shape[0]) != batch or (node.op_type == "Expand" and batch == 1):
+            continue  # expanding to 1 row keeps the input's rows already
         if node.op_type == "Expand":
             new[0] = 1
             _replace_const(node, 1, new, f"{node.name or node.op_type}_dynamic_batch_shape")
@@ -97,6 +106,69 @@ def _rewrite_shapes(model: ir.Model, batch: int) -> list[str]:
             _rewrite_reshape(node, new)
         changed.append(node.name)
     return changed
+
+
+def _data_rows(node: ir.Node, batch: int) -> int | None:
+    """The static dim 0 of a Reshape's data (the symbolic batch of a graph input reads ``batch``), None if unknown."""
+    shape = node.inputs[0].shape
+    if shape is None or not shape.rank():
+        return None
+    return shape[0] if isinstance(shape[0], int) else batch if str(shape[0]) == BATCH else None
+
+
+def _rows_scaled(node: ir.Node, shape: np.ndarray, batch: int) -> bool:
+    """A Reshape that folds the batch into dim 0 with other rows (``[B, C, H, W] → [B·k, ...]``, MobileViT's
+    patches) or unfolds it (``[B·k, n, d] → [B, k, -1]``): its dim 0 becomes the data's rows times (or divided by)
+    ``k`` at run time, ``Concat(Shape(data)[0:1] · k, shape[1:])``. Reshapes that keep the batch as it is
+    (``_rewrite_reshape``) are left to it; one that keeps its dim 0 copies it (``0``). False when none of these."""
+    rows, target = _data_rows(node, batch), int(shape[0])
+    if rows is None or rows == target == batch:
+        return False
+    if rows == target:  # B·k rows kept: copy them (0), right whether or not they scale with the batch
+        if node.attributes.get_int("allowzero", 0) and 0 in shape[1:]:
+            return False
+        shape[0] = 0
+        node.attributes["allowzero"] = ir.AttrInt64("allowzero", 0)
+        _replace_const(node, 1, shape, f"{node.name or node.op_type}_dynamic_batch_shape")
+        return True
+    if target == batch and -1 in shape[1:] and rows % batch == 0:
+        op, factor = "Div", rows // batch  # unfold: a -1 beside, so dim 0 cannot be -1, and 0 would copy B·k
+    elif rows == batch and target % batch == 0 and target != batch:
+        op, factor = "Mul", target // batch  # fold
+    else:
+        return False
+    _runtime_dim0(node, 1, shape[1:], op, factor)
+    return True
+
+
+def _runtime_dim0(node: ir.Node, index: int, tail: np.ndarray, op: str | None = None, factor: int = 1) -> None:
+    """Input ``index`` of ``node`` (a target shape) becomes ``Concat(Shape(data)[0:1] (op factor), tail)``, the data
+    being the node's input 0: its dim 0 read at run time."""
+    graph, name = node.graph, f"{node.name or node.op_type}_dynamic_batch_shape"
+
+    def constant(suffix: str, array: np.ndarray) -> ir.Value:
+        value = ir.Value(name=f"{name}_{suffix}", const_value=ir.tensor(array.astype(np.int64)),
+                         type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape(list(array.shape)))
+        graph.initializers[value.name] = value
+        return value
+
+    added = [ir.node("Shape", [node.inputs[0]], attributes={"start": 0, "end": 1}, name=f"{name}_rows")]
+    if op is not None:
+        added.append(ir.node(op, [added[-1].outputs[0], constant("factor", np.array([factor]))], name=f"{name}_scaled"))
+    added.append(ir.node("Concat", [added[-1].outputs[0], constant("tail", tail)], attributes={"axis": 0}, name=name))
+    for new in added:
+        graph.insert_before(node, new)
+    node.replace_input_with(index, added[-1].outputs[0])
+
+
+def _rewrite_resize(node: ir.Node, batch: int) -> bool:
+    """A Resize to constant ``sizes`` that keep the data's dim 0 (bilinear upsampling of ``[1, C, H, W]``): the
+    sizes read that dim 0 at run time."""
+    sizes = _const_input(node, 3)
+    if sizes is None or sizes.ndim != 1 or not sizes.size or _data_rows(node, batch) != int(sizes[0]):
+        return False
+    _runtime_dim0(node, 3, sizes[1:])
+    return True
 
 
 def _rewrite_reshape(node: ir.Node, shape: np.ndarray) -> None:
