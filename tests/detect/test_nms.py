@@ -149,3 +149,19 @@ def test_quantization_leaves_the_nms_out():
     before = {c.output: c.is_head for c in analyse(model).candidates}
     after = {c.output: c.is_head for c in analyse(append_nms(model, NMS("yolo"))).candidates}
     assert after == before and sum(before.values()) == 4  # the 3 class convolutions and the DFL convolution
+
+
+def test_trtforge_never_imports_ultralytics():
+    """ultralytics is AGPL and pulls a torchvision that cannot import here: tests, examples and bench only."""
+    import ast
+    from pathlib import Path
+
+    import trtforge
+
+    found = []
+    for path in Path(trtforge.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.name}: {n}" for n in names if n.split(".")[0] in ("ultralytics", "torchvision")]
+    assert not found
