@@ -134,3 +134,31 @@ def test_check_and_compare_run_the_emulation(det):
                 "--samples", "2"])
     assert done.returncode in (0, 1) and not done.stderr, done.stdout + done.stderr  # judged, as check is
     assert f"B runs {det / 'ppocr_det_bf16.onnx'} ({EMULATED})" in done.stdout
+
+
+def test_a_bf16_input_and_output_graph_runs_emulated(tmp_path):
+    """A graph written in BF16 end to end (input, weights, output): the ONNX Runtime route feeds FP32, rounds it
+    to BF16 as the graph would store it, and returns what ``onnx.reference`` computes in BF16, within rounding."""
+    import ml_dtypes
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    from trtforge.core.bf16_emulation import EMULATED
+    from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
+
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(ml_dtypes.bfloat16), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])],
+        "bf16", [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [1, 4, 8, 8])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    onnx.save(model, tmp_path / "m.onnx")
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    strict = ReferenceEvaluator(model).run(None, {"x": x.astype(ml_dtypes.bfloat16)})[0].astype(np.float32)
+    with OnnxRuntimeEngine(tmp_path / "m.onnx") as engine:
+        assert engine.evaluator == EMULATED and engine.inputs[0].dtype == "float32"
+        emulated = engine(x)["y"].numpy()
+    assert _rel_l2(emulated, strict) < 1e-2
+    # the output is stored in BF16: every value is one BF16 holds
+    assert np.array_equal(emulated, emulated.astype(ml_dtypes.bfloat16).astype(np.float32))
