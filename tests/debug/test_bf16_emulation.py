@@ -132,7 +132,7 @@ def test_check_and_compare_run_the_emulation(det):
     assert 0.0 < probabilities.max_abs < 1e-4
     done = run(["compare", f"{det / 'ppocr_det_reference_fp32.onnx'}", f"{det / 'ppocr_det_bf16.json'}@onnxruntime",
                 "--samples", "2"])
-    assert done.returncode in (0, 1) and not done.stderr, done.stdout + done.stderr  # judged, as check is
+    assert done.returncode in (0, 1) and "error" not in done.stderr.lower(), done.stdout + done.stderr  # judged
     assert f"B runs {det / 'ppocr_det_bf16.onnx'} ({EMULATED})" in done.stdout
 
 
