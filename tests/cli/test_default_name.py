@@ -56,3 +56,14 @@ def test_python_names_a_module_after_its_class_in_snake_case():
     assert default_name(made) == "regnet_small"
     made.trtforge_name = "regnet"  # a model's own name wins
     assert default_name(made) == "regnet"
+
+
+def test_snake_case_keeps_acronyms_whole():
+    """Acronyms stay one word (``ViTModel`` gave ``vi_t_model``); a version glued to an acronym stays glued."""
+    from trtforge.pipeline.paths import snake_case
+
+    names = ["ViTModel", "MLPHead", "RegNetModel", "BERTEncoder", "YOLOv8", "MobileViT", "DeiTModel",
+             "CLIPTextModel", "GPT2Model", "ViTForImageClassification", "regnet"]
+    assert [snake_case(name) for name in names] == [
+        "vit_model", "mlp_head", "reg_net_model", "bert_encoder", "yolov8", "mobile_vit", "deit_model",
+        "clip_text_model", "gpt2_model", "vit_for_image_classification", "regnet"]

@@ -69,11 +69,24 @@ def default_name(model_or_onnx: Any) -> str:
 def snake_case(name: str) -> str:
     """``RegNetModel`` → ``reg_net_model``, ``MLPHead`` → ``mlp_head``, ``regnet`` stays ``regnet``.
 
+    Acronyms stay whole: a word breaks before a capitalised word (``Net``), before an acronym of two letters or more
+    (``MobileBERT`` → ``mobile_bert``) and where an acronym ends in a word of two lowercase letters or more
+    (``BERTEncoder`` → ``bert_encoder``); one capital after lowercase stays with it (``ViT`` → ``vit``), as does a
+    version after an acronym (``YOLOv8`` → ``yolov8``).
+
     Example:
-        >>> snake_case("ViTForImageClassification")
-        'vi_t_for_image_classification'
+        >>> snake_case("ViTForImageClassification"), snake_case("YOLOv8")
+        ('vit_for_image_classification', 'yolov8')
     """
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+    return SNAKE_BREAKS.sub("_", name).lower()
+
+
+#: Where :func:`snake_case` puts an underscore (see its docstring).
+SNAKE_BREAKS = re.compile(
+    r"(?<=[a-z0-9])(?=[A-Z][a-z])"  # before a capitalised word: Reg|Net
+    r"|(?<=[a-z0-9])(?=[A-Z]{2,}(?![a-z]))"  # before an acronym: Mobile|BERT, not Vi|TModel
+    r"|(?<=[A-Z])(?=[A-Z][a-z]{2})"  # after an acronym, before a word: MLP|Head, ViT|Model, not YOL|Ov8
+)
 
 
 def prepare_output_dir(directory: Path) -> Path:
