@@ -26,7 +26,7 @@ from trtforge.core.errors import InvalidArgument
 from trtforge.core.sidecar import PrecisionRecord, QuantizationRecord, SourceRecord
 from trtforge.core.specs import TensorSpec, shape_value_candidates
 from trtforge.passes.finite_guard import example_feeds, finite_process
-from trtforge.passes.graph import dtype_summary, proto_bytes
+from trtforge.passes.graph import copy_model, dtype_summary, proto_bytes
 from trtforge.passes.process import Processed, process, reference_graph
 from trtforge.passes.range_probe import probe
 from trtforge.pipeline.flavour import capability_probe, flavour_keep
@@ -48,14 +48,13 @@ def capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileCo
         from trtforge.passes.dynamic_batch import make_batch_dynamic
 
         reference = make_batch_dynamic(reference, config.batched_inputs)
+    head = reference  # the model's own outputs: what quantization calibrates and measures
     if config.postprocess is not None:  # part of the FP32 reference: every precision builds the same NMS
-        from trtforge.passes.nms import append_nms
-
-        reference = append_nms(reference, config.postprocess)
+        reference = _postprocessed(copy_model(head), config)
         edit_notes.append(f"post-processing appended: {config.postprocess!r}, FP32 at every precision")
     reference_bytes = proto_bytes(reference)
     feeds = probe_feeds(model_or_onnx, example_inputs, reference)
-    processed, quant_report = _process(reference, config, calibration_data, feeds)
+    processed, quant_report = _process(reference, config, calibration_data, feeds, head)
     target_plan = plan_graph(processed.model, config, capability_probe(config))  # each quantized layer, each GPU
     float_plan, built_precision = processed.float_plan, processed.built_precision
     processed_bytes = reference_bytes if processed.model is reference else proto_bytes(processed.model)
@@ -169,9 +168,21 @@ def _check_probe_feeds(reference: ir.Model, feeds: Mapping[str, Any], precision:
             f"them: give every input in the dict (name → array), e.g. {{{missing[0]!r}: array, ...}}")
 
 
+def _postprocessed(model: ir.Model, config: CompileConfig) -> ir.Model:
+    """``model`` with ``config.postprocess`` (the fixed-shape NMS) appended, or as it is."""
+    if config.postprocess is None:
+        return model
+    from trtforge.passes.nms import append_nms
+
+    return append_nms(model, config.postprocess)
+
+
 def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
-             feeds: list[dict[str, Any]]) -> tuple[Processed, dict | None]:
+             feeds: list[dict[str, Any]], head: ir.Model) -> tuple[Processed, dict | None]:
     """The processed graph for ``config.precision`` (INT8: quantize first, for the plan) and the INT8 report.
+
+    Quantization calibrates and measures ``head``, the model's own outputs (the reference before the appended
+    post-processing: detections that change order are no error measure); the post-processing joins after it.
 
     FP16/BF16: the range probe runs the reference on ``feeds`` and keeps what leaves the low type's range; FP16:
     the non-finite guard (``passes.finite_guard``) keeps what turns the outputs NaN/inf, or refuses.
@@ -190,14 +201,14 @@ def _process(reference: ir.Model, config: CompileConfig, calibration_data: Any,
         from trtforge.builder.precision_plan import auto_ladder
         from trtforge.quantize.auto_precision import quantize_auto
 
-        result = quantize_auto(reference, calibration_data, config.quant, auto_ladder(config, capability_probe(config)),
+        result = quantize_auto(head, calibration_data, config.quant, auto_ladder(config, capability_probe(config)),
                                preprocessing=config.preprocessing, progress=config.progress)
     else:
         from trtforge.quantize.quantizer import quantize_model
 
-        result = quantize_model(reference, calibration_data, config.quant if config.quant is not None else QuantConfig(),
+        result = quantize_model(head, calibration_data, config.quant if config.quant is not None else QuantConfig(),
                                 preprocessing=config.preprocessing, progress=config.progress, precision=config.precision)
-    processed = process(result.fp32, result.plan.precision, result.plan)
+    processed = process(_postprocessed(result.fp32, config), result.plan.precision, result.plan)
     if processed.built_precision not in (config.precision, result.plan.precision):
         log.warning(no_quantized_line(config.name, config.precision, result.plan.excluded))
     return processed, result.report
