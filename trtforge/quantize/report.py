@@ -24,16 +24,51 @@ from trtforge.quantize.precision import spec_of
 
 
 def run_model(model: ir.Model | onnx.ModelProto, batches: Sequence[dict[str, np.ndarray]], session=None) -> list[np.ndarray]:
-    """Every graph output over all batches, concatenated along the batch axis (a scalar output: one row per batch)."""
+    """Every graph output over all batches, one row per sample: concatenated along the batch axis.
+
+    An output whose dim 0 is not the batch (a transposed ``(classes, N)``, a ``(K,)`` or a scalar) has no rows per
+    sample: then every row is one batch run, each output of the run flattened (zeros pad a shorter run, which
+    changes no norm or dot product the metrics take).
+
+    Example:
+        >>> [o.shape for o in run_model(mlp, [{"x": x[:3]}, {"x": x[3:]}])]  # outputs (N, 8) and (8, N)
+        [(2, 24), (2, 24)]
+    """
     session = session or ort_session(model)
-    outs: list[list[np.ndarray]] = []
+    may_batch = _may_carry_batch(session)
+    runs: list[list[np.ndarray]] = []
+    batched = list(may_batch)
     for batch in batches:
-        res = session.run(None, batch)
-        if not outs:
-            outs = [[] for _ in res]
-        for i, r in enumerate(res):
-            outs[i].append(np.atleast_1d(np.asarray(r, dtype=np.float32)))
-    return [np.concatenate(o, axis=0) for o in outs]
+        res = [np.asarray(r, dtype=np.float32) for r in session.run(None, batch)]
+        rows = next((a.shape[0] for a in batch.values() if np.ndim(a)), None)
+        batched = [b and r.ndim > 0 and r.shape[0] == rows for b, r in zip(batched, res, strict=True)]
+        runs.append(res)
+    if not runs or all(batched):
+        return [np.concatenate([np.atleast_1d(run[i]) for run in runs], axis=0) for i in range(len(may_batch))]
+    return [_rows_per_run([run[i] for run in runs]) for i in range(len(may_batch))]
+
+
+def _may_carry_batch(session) -> list[bool]:
+    """Per output, whether its declared dim 0 may be the batch: not a fixed size where the inputs' dim 0 is a name
+    (or another fixed size). The runs then decide (not a scalar, dim 0 equal to the inputs')."""
+    input_dims = {tuple(i.shape[:1]) for i in session.get_inputs() if i.shape}
+    fixed = {d for (d,) in input_dims if isinstance(d, int)}
+    named = len(fixed) < len(input_dims)
+
+    def may(shape) -> bool:  # ONNX Runtime says [] for a scalar and for an unknown rank alike: the runs decide
+        dim = shape[0] if shape else None
+        return not isinstance(dim, int) or (not named and (not fixed or dim in fixed))
+
+    return [may(o.shape) for o in session.get_outputs()]
+
+
+def _rows_per_run(outputs: list[np.ndarray]) -> np.ndarray:
+    """One output over the runs as ``(runs, elements)``, a shorter run padded with zeros."""
+    width = max(o.size for o in outputs)
+    rows = np.zeros((len(outputs), width), dtype=np.float32)
+    for row, output in zip(rows, outputs, strict=True):
+        row[: output.size] = output.ravel()
+    return rows
 
 
 def classification_metrics(ref_logits: np.ndarray, test_logits: np.ndarray) -> dict[str, float]:
