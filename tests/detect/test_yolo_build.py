@@ -52,6 +52,9 @@ def test_fp16_keeps_the_nms_in_fp32(built):
     fp16_inputs = {i for n in graph.node if n.name.startswith(NMS_PREFIX) for i in n.input}
     types = {v.name: v.type.tensor_type.elem_type for v in [*graph.value_info, *graph.output]}
     assert not [name for name in fp16_inputs if types.get(name) == onnx.TensorProto.FLOAT16]
+    decoding = [name for name, why in kept.items() if why.startswith("box decoding before the NMS")]
+    ops = sorted(n.op_type for n in graph.node if n.name in decoding)  # DFL's distances to corners, the class sigmoid
+    assert ops.count("Sigmoid") == 1 and ops.count("Sub") == 2 and ops.count("Add") == 2 and "Conv" not in ops
 
 
 def test_fp32_graph_detections_equal_greedy(built):

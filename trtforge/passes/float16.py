@@ -22,7 +22,7 @@ from trtforge.core.errors import InternalError, InvalidArgument, Unsupported
 from trtforge.core.postprocess import NMS_PREFIX
 from trtforge.passes.graph import attr as attr_value
 from trtforge.passes.graph import has_qdq, infer_shapes, is_constant
-from trtforge.passes.ops import NORMALIZATION_OPS
+from trtforge.passes.ops import MAC_OPS, NORMALIZATION_OPS
 
 FLOAT_TARGETS: dict[str, ir.DataType] = {"float16": ir.DataType.FLOAT16, "bfloat16": ir.DataType.BFLOAT16}
 FP16_MAX = 65504.0
@@ -210,6 +210,29 @@ NODE_RULES: tuple[Callable[[ir.Node], str | None], ...] = (
 FP16_RANGE_RULES = frozenset({_rule_range_fragile, _rule_out_of_range_constant})
 
 
+#: Why the nodes between a detector's last layers and the appended NMS stay FP32.
+DECODING_REASON = ("box decoding before the NMS (after the model's last Conv/MatMul/Gemm): FP16 keeps half a pixel at "
+                   "640, which moves IoUs across the NMS threshold")
+#: At most this many nodes count as the decoding; a longer walk stops there (the rest computes in the low type).
+DECODING_NODES = 64
+
+
+def head_decoding(graph: ir.Graph) -> list[str]:
+    """The nodes that feed the appended NMS (``passes.nms``) from the model's last MAC layers: box decoding (a
+    YOLO's DFL distances to corners, an SSD's deltas against anchors) and the score activation. Empty without
+    an NMS."""
+    stack = [v.producer() for node in graph if node.name.startswith(NMS_PREFIX) for v in node.inputs
+             if v is not None and v.producer() is not None and not v.producer().name.startswith(NMS_PREFIX)]
+    found: dict[str, None] = {}
+    while stack and len(found) < DECODING_NODES:
+        node = stack.pop()
+        if node.name in found or node.op_type in MAC_OPS or node.name.startswith(NMS_PREFIX):
+            continue
+        found[node.name] = None
+        stack.extend(v.producer() for v in node.inputs if v is not None and v.producer() is not None)
+    return list(found)
+
+
 def plan_float(model: ir.Model, dtype: str = "float16", keep: Mapping[str, str] | None = None) -> FloatPlan:
     """Decide which nodes and initializers stay FP32; nothing in the model changes.
 
@@ -247,6 +270,8 @@ def plan_float(model: ir.Model, dtype: str = "float16", keep: Mapping[str, str] 
             path = _downstream_norm_path(node)
             for member in path:
                 fp32_nodes.setdefault(member.name, f"part of a normalisation ({node.op_type} → {path[-1].op_type})")
+    for name in head_decoding(graph):
+        fp32_nodes.setdefault(name, DECODING_REASON)
     fp32_inits: dict[str, str] = {}
     for name, value in graph.initializers.items():
         if not _is_float32(value):
