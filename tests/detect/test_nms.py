@@ -134,6 +134,7 @@ def test_head_that_does_not_match_is_refused(nms, shapes, message):
     ({"head": "yolo", "score_threshold": 0.0}, r"NMS\(score_threshold=0.0\): give a number in \(0, 1\)"),
     ({"head": "yolo", "iou_threshold": 1.0}, r"NMS\(iou_threshold=1.0\): give a number in \(0, 1\)"),
     ({"head": "yolo", "max_detections": 300, "candidates": 200}, "above the 200 candidates"),
+    ({"head": "yolo", "candidates": 5000}, r"NMS\(candidates=5000\): TensorRT's TopK takes at most 3840"),
 ])
 def test_bad_settings_are_refused(kwargs, message):
     with pytest.raises(ConfigError, match=message):

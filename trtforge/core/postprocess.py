@@ -28,6 +28,8 @@ from trtforge.core.options import GRAPH, CliFlag, option
 HEADS: tuple[str, ...] = ("yolo", "yolov5", "boxes-scores")
 #: The outputs, in the EfficientNMS convention: (N, 1) int32, (N, K, 4) float32, (N, K) float32, (N, K) int32.
 NMS_OUTPUTS: tuple[str, ...] = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
+#: TensorRT's TopK takes at most this K (every flavour: "K exceeds the maximum value allowed (3840)").
+MAX_CANDIDATES = 3840
 #: Every node the NMS appends is named with this prefix (the float pass keeps them in FP32 by rule).
 NMS_PREFIX = "trtforge_nms/"
 
@@ -73,6 +75,9 @@ class NMS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{_flag(name, value)}: give a positive whole number")
+        if self.candidates > MAX_CANDIDATES:
+            raise ConfigError(f"{_flag('candidates', self.candidates)}: TensorRT's TopK takes at most {MAX_CANDIDATES} "
+                              f"candidates; give {MAX_CANDIDATES} or fewer (1000 is usual)")
         if self.max_detections > self.candidates:
             raise ConfigError(f"{_flag('max_detections', self.max_detections)} is above the {self.candidates} "
                               "candidates, and only candidates can survive NMS; lower it or raise "
