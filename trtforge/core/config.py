@@ -467,8 +467,9 @@ class CompileConfig:
             "outputs": _outputs(self.outputs) or None, "postprocess": NMS.of(self.postprocess),
         }
         if path == "direct" and (normalised["outputs"] or normalised["postprocess"]):
-            raise ConfigError("outputs= and postprocess= edit the ONNX graph (--outputs, --nms); build with "
-                              "path='onnx' (--path onnx), or leave them out")
+            raise ConfigError(spelled(cli="--outputs and --nms edit the ONNX graph; drop --path direct, or them",
+                                      python="outputs= and postprocess= edit the ONNX graph; build with "
+                                             "path='onnx', or leave them out"))
         validate_patterns(normalised["keep_fp32"], "keep_fp32")
         check_layer_precision(normalised["layer_precision"], precision)
         check_quant_options(quant, precision)
@@ -529,6 +530,14 @@ class CompileConfig:
         data["batched_inputs"] = None if self.batched_inputs is None else list(self.batched_inputs)
         data["targets"] = list(self.targets)
         data["shapes"] = [[name, [list(s) for s in triple]] for name, triple in self.shapes]
+        return data
+
+    def record_fields(self) -> dict[str, Any]:
+        """The build request as the sidecar records it (``builder.config``): ``key_fields`` and the graph options a
+        rebuild from the source file needs (``dynamic_batch``; the engine key sees it through the graph's bytes)."""
+        data = self.key_fields()
+        if self.dynamic_batch:  # only when set: other builds' records stay as they were
+            data["dynamic_batch"] = True
         return data
 
     def graph_fields(self) -> dict[str, Any]:

@@ -304,7 +304,8 @@ def _source(model: Path, sidecar) -> list[str]:
 
 
 def _batch_text(batch) -> str:
-    return ",".join(":".join(str(int(d)) for d in profile) for profile in batch)
+    """The recorded batch (``["1:8:32"]``, as ``key_fields`` writes it; older records ``[[1, 8, 32]]``) as ``--batch``."""
+    return ",".join(p if isinstance(p, str) else ":".join(str(int(d)) for d in p) for p in batch)
 
 
 def _config_flags(config: Mapping) -> list[str]:
@@ -325,7 +326,7 @@ def _config_flags(config: Mapping) -> list[str]:
     if config.get("hardware_compatibility"):
         flags += ["--hardware-compatibility", config["hardware_compatibility"]]
     flags += [f"--{key.replace('_', '-')}" for key in ("version_compatible", "refittable", "strip_weights",
-                                                      "allow_unaccelerated") if config.get(key)]
+                                                      "allow_unaccelerated", "dynamic_batch") if config.get(key)]
     return flags
 
 

@@ -73,7 +73,7 @@ def build_record(result: BuildResult, config: CompileConfig, precision: Precisio
     path's own facts (graph hashes or ``path="direct"``, quantization, the converters' hash)."""
     inputs, outputs = static_io(result.inputs, result.outputs, result.profiles)
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    builder = replace(result.builder, created=created, config=json.loads(json.dumps(config.key_fields())),
+    builder = replace(result.builder, created=created, config=json.loads(json.dumps(config.record_fields())),
                       trtforge_version=__version__, converter_hash=converter_hash)
     return BuildRecord(inputs=inputs, outputs=outputs, profiles=result.profiles, precision=precision,
                        builder=builder, source=source, notes=tuple(notes), quantization=quantization,

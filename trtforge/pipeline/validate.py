@@ -86,7 +86,7 @@ def differing_options(sidecar: Path, config: CompileConfig, source: Mapping[str,
     except (OSError, UserError):  # damaged or foreign: nothing to compare
         return []
     recorded = old.builder.config or {}
-    new = json.loads(json.dumps(config.key_fields(), default=str))
+    new = json.loads(json.dumps(config.record_fields(), default=str))
     differ = [f"{key} {recorded.get(key)!r} → {new.get(key)!r}" for key in sorted(set(recorded) | set(new))
               if key in recorded and recorded.get(key) != new.get(key)]
     for key in ("kind", "module", "factory"):
