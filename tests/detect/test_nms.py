@@ -166,3 +166,16 @@ def test_trtforge_never_imports_ultralytics():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             found += [f"{path.name}: {n}" for n in names if n.split(".")[0] in ("ultralytics", "torchvision")]
     assert not found
+
+
+def test_fp16_head_is_read_in_fp32(yolo_raw):
+    """A model exported in FP16: the NMS casts its head to FP32 and decides on those values."""
+    raw = yolo_raw.astype(np.float16)
+    graph = helper.make_graph([helper.make_node("Identity", ["head0"], ["head0_out"], name="head0")], "head",
+                              [helper.make_tensor_value_info("head0", TensorProto.FLOAT16, ["N", 84, 2100])],
+                              [helper.make_tensor_value_info("head0_out", TensorProto.FLOAT16, ["N", 84, 2100])])
+    nms = NMS("yolo")
+    model = append_nms(load_ir(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])), nms)
+    outputs = session(proto_bytes(model)).run(list(NMS_OUTPUTS), {"head0": raw})
+    rows = raw.astype(np.float32).transpose(0, 2, 1)
+    assert_same_detections(outputs, xywh_to_xyxy(rows[..., :4]), rows[..., 4:], nms)

@@ -96,7 +96,7 @@ def find_head(graph: ir.Graph, nms: NMS) -> Head:
     if len(outputs) != 2:
         raise _refuse(nms, outputs, f"boxes-scores reads two outputs, boxes (N, A, 4) and scores (N, A, C); "
                       f"the model has {len(outputs)}")
-    boxes, scores = outputs if dims[0][2] == 4 else outputs[::-1]
+    boxes, scores = outputs if dims[0][2] == 4 else outputs[::-1]  # 4 classes and 4 coordinates: boxes first
     (_, a, four), (_, a_scores, classes) = _dims(boxes), _dims(scores)
     if four != 4 or classes is None or (a is not None and a_scores is not None and a != a_scores):
         raise _refuse(nms, outputs, "boxes-scores is boxes (N, A, 4) and scores (N, A, C), the same A, C static")
@@ -134,10 +134,12 @@ class _Writer:
 
 
 def _decode(w: _Writer, head: Head, nms: NMS) -> tuple[ir.Value, ir.Value]:
-    """boxes (N, A, 4) as x1, y1, x2, y2 and scores (N, A, C) from the head's outputs."""
+    """boxes (N, A, 4) as x1, y1, x2, y2 and scores (N, A, C), FP32, from the head's outputs."""
+    values = [v if v.dtype in (None, ir.DataType.FLOAT) else w.op("Cast", v, to=int(ir.DataType.FLOAT))
+              for v in head.values]  # a model exported in FP16: the NMS computes in FP32 all the same
     if nms.head == "boxes-scores":
-        return head.values
-    raw = head.values[0]
+        return values[0], values[1]
+    raw = values[0]
     rows = w.op("Transpose", raw, perm=[0, 2, 1]) if nms.head == "yolo" else raw  # (N, A, 4+C | 5+C)
     first = 4 if nms.head == "yolo" else 5
     scores = w.slice(rows, first, first + head.classes, 2)
