@@ -13,7 +13,8 @@ The pass, in order:
    folds the batch into its rows (``[B, C, H, W] → [B·k, ...]``) or unfolds it, and a ``Resize`` to
    constant sizes, read their dim 0 from the data at run time;
 3. ONNX shape inference must agree: every batched output keeps a symbolic dim 0;
-4. the proof on the reference: ONNX Runtime at batch 2 equals two batch-1 runs, row by row.
+4. the proof on the reference: ONNX Runtime at batch 2 equals two batch-1 runs, row by row, on distinct
+   rows (random floats; token ids random within the tables their Gathers read, never 0; masks 1).
 
 A graph that fails 3 or 4 is refused in one line naming the node that pins the batch.
 
@@ -33,6 +34,7 @@ import onnx_ir as ir
 
 from trtforge.core.errors import Unsupported, spelled
 from trtforge.passes.graph import constant_value, infer_shapes, ort_session
+from trtforge.passes.index_ranges import table_rows
 
 BATCH = "batch"
 #: Rows of the proof run; each is compared with its own batch-1 run.
@@ -333,7 +335,12 @@ def _sample(value: ir.Value, rows: int, rng: np.random.Generator) -> np.ndarray:
     dtype = value.dtype.numpy() if value.dtype is not None else np.dtype(np.float32)
     if np.issubdtype(dtype, np.floating):
         return rng.standard_normal(dims).astype(dtype)
-    return np.zeros(dims, dtype)  # token ids, masks and flags: 0 is valid for every table
+    if not np.issubdtype(dtype, np.integer):
+        return np.zeros(dims, dtype)  # flags
+    rows = table_rows(value)  # token ids: distinct rows within their table, never 0 (equal rows hide row mixing)
+    if rows is not None and rows > 2:
+        return rng.integers(1, rows, dims).astype(dtype)
+    return np.ones(dims, dtype)  # masks, and ids of a table this cannot see: 1 is valid for both
 
 
 def prove_rows(model: ir.Model, inputs: Sequence[ir.Value], batch: int) -> None:

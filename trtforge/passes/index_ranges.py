@@ -43,6 +43,17 @@ def _table_rows(node: ir.Node, index: int) -> int | None:
     return rows if isinstance(rows, int) else None
 
 
+def table_rows(value: ir.Value) -> int | None:
+    """The rows of the smallest table a Gather looks ``value`` up in (its valid ids: ``0..rows - 1``), else None.
+
+    Example:
+        >>> table_rows(model.graph.inputs[0])  # input_ids into a vocabulary of 1000
+        1000
+    """
+    rows = [r for node, index in value.uses() if (r := _table_rows(node, index)) is not None]
+    return min(rows, default=None)
+
+
 def index_overflow(model: ir.Model, samples: Sequence[Mapping[str, np.ndarray]]) -> IndexOverflow | None:
     """The first integer graph input of ``samples`` that a Gather reads past its table's rows, else None."""
     for value in model.graph.inputs:
