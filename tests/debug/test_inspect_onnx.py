@@ -38,6 +38,38 @@ def test_a_node_the_parser_refuses_is_named(tmp_path):
     assert "batch×4" in result.output  # the dynamic dim keeps its name
 
 
+def _training_batchnorm_model(path):
+    """A BatchNormalization in training mode with its running-stat outputs, as TorchScript writes a weight-
+    standardized conv (transformers' BiT): ONNX Runtime runs it, TensorRT's parser refuses it."""
+    from onnx import numpy_helper
+
+    init = [numpy_helper.from_array(__import__("numpy").full(4, v, "float32"), n)
+            for n, v in (("scale", 1.0), ("bias", 0.0), ("mean", 0.0), ("var", 1.0))]
+    node = helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y", "rm", "rv"],
+                            name="weight_standardization", training_mode=1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 3, 3])], init)
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    return path
+
+
+@needs_trt
+def test_parser_refusals_end_in_one_error_line_naming_the_fix(tmp_path):
+    """The refused-nodes table is followed by one ``error:`` line (the build's refusal, in CLI terms), and none of
+    TensorRT's own parser log lines (a BiT exported by TorchScript printed 72 'error: TensorRT error' lines, or in
+    a long-lived process none, exiting 1 without saying why)."""
+    from cli_in_process import run
+
+    path = _training_batchnorm_model(tmp_path / "bn.onnx")
+    done = run(["inspect", path.name], cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, done.stderr
+    assert "cannot parse bn.onnx: node 'weight_standardization' (BatchNormalization)" in errors[0]
+    assert "--outputs NAME[,NAME]" in errors[0] and "outputs=[" not in errors[0]
+    assert "weight_standardization" in done.stdout  # the table still lists the node
+
+
 @needs_trt
 def test_lite0_fp32_and_its_int8_graph(lite0_onnx, tmp_path):
     info = describe_onnx(lite0_onnx)

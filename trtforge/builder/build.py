@@ -218,7 +218,7 @@ def parser_refusals(model: bytes) -> list[tuple[str, str, str]]:
     logger = RecordingLogger()
     network = mod.Builder(logger.trt_logger).create_network(trt.network_flags())
     parser = mod.OnnxParser(network, logger.trt_logger)
-    with native_output_to_log():
+    with native_output_to_log(), logger.active():  # the parser's log lines are its refusals, returned below
         supported = parser.supports_model_v2(model)
     if supported:
         return []

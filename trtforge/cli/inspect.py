@@ -161,4 +161,7 @@ def _inspect_onnx(path: Path) -> None:
     for node, op, why in info.refused:
         refused.add_row(escape(node), escape(op), escape(why))
     console.print(refused)
+    from trtforge.builder.build import OnnxParseError
+
+    say_error(str(OnnxParseError(path.name, info.refused)))  # what build would say, with the fix
     raise typer.Exit(1)
