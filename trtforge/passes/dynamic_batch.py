@@ -283,10 +283,11 @@ def _row_numbers(concat: ir.Node, index: int, batched: ir.Value, rank: int) -> i
 
 
 def _forget_shapes(model: ir.Model) -> None:
-    """Intermediate shapes the exporter recorded at the old batch would contradict inference: dropped."""
-    for node in model.graph:
+    """Intermediate shapes the exporter recorded at the old batch would contradict inference: dropped, in the
+    subgraphs too (an ``If`` whose branches still say ``[1, 32]`` would pin its output's batch)."""
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
         for value in node.outputs:
-            if not value.is_graph_output():
+            if not (value.is_graph_output() and value.graph is model.graph):
                 value.shape = None
 
 
