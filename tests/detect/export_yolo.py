@@ -19,6 +19,9 @@ class scores after the sigmoid. Writes, into OUT (default ``.venv-yolo/models``)
 - ``yolov8n.onnx``, ``yolo11n.onnx``, ``yolov5nu.onnx``: input ``images (1, 3, S, S)`` float32 in [0, 1]
   (RGB, letterboxed with grey 114), output ``output0 (1, 84, A)``: static shapes, as ultralytics' own
   ``export(format="onnx")`` writes them (``--dynamic-batch`` makes the batch dynamic);
+- ``yolov8n_dynamic.onnx``: the same YOLOv8n with a dynamic batch and image size, as ultralytics'
+  ``export(format="onnx", dynamic=True)`` writes it (``output0 (batch, 84, anchors)``, though the exporter
+  declares the 84 as a name too);
 - ``photos.npz``: ``images (16, 3, S, S)`` uint8, the letterboxed photos; ``scale``, ``pad`` per photo;
 - ``<model>.raw.npy``: PyTorch's raw head output on those photos (float32, ``(16, 84, A)``).
 
@@ -114,6 +117,12 @@ def export(name: str, x, out: Path) -> None:
     np.save(out / f"{name}.raw.npy", raw.numpy().astype(np.float32))
     torch.onnx.export(model, (x[:1],), str(out / f"{name}.onnx"), dynamo=False, opset_version=17,
                       input_names=["images"], output_names=["output0"])
+    if name == "yolov8n":  # as ultralytics' export(format="onnx", dynamic=True) writes it: batch and size dynamic
+        head.dynamic = True
+        torch.onnx.export(model, (x[:1],), str(out / f"{name}_dynamic.onnx"), dynamo=False, opset_version=17,
+                          input_names=["images"], output_names=["output0"],
+                          dynamic_axes={"images": {0: "batch", 2: "height", 3: "width"},
+                                        "output0": {0: "batch", 2: "anchors"}})
     scores = raw[:, 4:].amax(1)
     print(f"{name}: {tuple(raw.shape)}, anchors above 0.25 per photo: {float((scores > 0.25).sum(1).float().mean()):.0f}")
 

@@ -179,3 +179,16 @@ def test_fp16_head_is_read_in_fp32(yolo_raw):
     outputs = session(proto_bytes(model)).run(list(NMS_OUTPUTS), {"head0": raw})
     rows = raw.astype(np.float32).transpose(0, 2, 1)
     assert_same_detections(outputs, xywh_to_xyxy(rows[..., :4]), rows[..., 4:], nms)
+
+
+def test_ultralytics_dynamic_export():
+    """ultralytics' dynamic export declares every dim of output0 by name, the 84 channels too: shape inference
+    finds them, and the NMS follows the anchors of each image size (2100 at 320², 1344 at 256²)."""
+    path = yolo_file("yolov8n_dynamic.onnx")
+    raw_model = session(path)
+    detector = session(proto_bytes(append_nms(load_ir(path), NMS("yolo"))))
+    images = np.load(yolo_file("photos.npz"))["images"][:4].astype(np.float32) / 255
+    for x in (images, np.ascontiguousarray(images[:, :, 32:288, 32:288])):
+        rows = raw_model.run(None, {"images": x})[0].transpose(0, 2, 1)
+        outputs = detector.run(list(NMS_OUTPUTS), {"images": x})
+        assert_same_detections(outputs, xywh_to_xyxy(rows[..., :4]), rows[..., 4:], NMS("yolo"))

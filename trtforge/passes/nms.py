@@ -61,6 +61,25 @@ def _dims(value: ir.Value) -> tuple[int | str | None, ...] | None:
     return tuple(d if isinstance(d, int) else None for d in value.shape)
 
 
+def infer_output_dims(model: ir.Model) -> None:
+    """Static output dims that ONNX shape inference with data propagation finds where the exporter declared
+    names: the TorchScript exporter names every dim of a dynamic YOLO export's ``output0`` (``Concatoutput0_dim_1``
+    for the 84 channels too). The model's outputs get the static dims found; the others stay as they were."""
+    import onnx
+
+    proto = ir.serde.serialize_model(model)
+    for output in proto.graph.output:
+        output.type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):  # the declared dims stay
+        return
+    for value, found in zip(model.graph.outputs, inferred.graph.output, strict=True):
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in found.type.tensor_type.shape.dim]
+        if value.shape is not None and len(dims) == len(value.shape):
+            value.shape = ir.Shape([new if new is not None else old for new, old in zip(dims, value.shape, strict=True)])
+
+
 def _describe(values: list[ir.Value]) -> str:
     return ", ".join(f"{v.name} {tuple(_dims(v) or ('?',))}".replace("None", "N") for v in values)
 
@@ -225,6 +244,8 @@ def append_nms(model: ir.Model, nms: NMS) -> ir.Model:
     Refuses, before changing anything, a head whose shapes do not match ``nms.head``.
     """
     graph = model.graph
+    if any(d is None or None in d[1:] for d in map(_dims, graph.outputs)):
+        infer_output_dims(model)
     head = find_head(graph, nms)
     if model.opset_imports.get("", 0) < 13:
         raise InvalidArgument(f"the model's opset {model.opset_imports.get('', 0)} is below 13, which the NMS nodes "
