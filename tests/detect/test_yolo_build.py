@@ -76,6 +76,7 @@ def test_fp32_graph_detections_equal_greedy(built):
     (["--nms", "yolo", "--max-detections", "300", "--nms-candidates", "200"], "--max-detections 300 is above"),
     (["--score-threshold", "0.3"], "--score-threshold set(s) the NMS that --nms HEAD appends"),
     (["--outputs", "nope"], "--outputs 'nope' is no tensor of the graph"),
+    (["--outputs", "output0,output0"], "--outputs names 'output0' more than once"),
     (["--nms", "yolo", "--path", "direct"], "--outputs and --nms edit the ONNX graph; drop --path direct"),
 ])
 def test_bad_input_is_one_line_before_any_build(tmp_path, flags, message):

@@ -30,6 +30,10 @@ def cut_graph(model: ir.Model, names: tuple[str, ...]) -> int:
     """
     graph = model.graph
     values = values_by_name(graph)
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise InvalidArgument(f"{spelled(cli='--outputs', python='outputs=')} names {', '.join(map(repr, twice))} "
+                              "more than once; name each tensor once")
     for name in names:
         if name not in values or values[name].is_initializer():
             near = difflib.get_close_matches(name, [n for n, v in values.items() if not v.is_initializer()], 3)
