@@ -312,3 +312,31 @@ def test_cli_refuses_options_the_precision_cannot_use(mlp, tmp_path, flags, matc
     text = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 2 and match in text and "Traceback" not in text, text
     assert not out.exists() or not any(out.rglob("*.engine"))
+
+
+@pytest.mark.parametrize("precision", ["int8", "int8-wo"])
+def test_nothing_to_quantize_names_the_fix_in_the_readers_terms(tmp_path, precision):
+    """A graph with nothing the precision quantizes (a Conv-only net at int8-wo, as MobileNetV1; a Relu at int8) is
+    refused in one line whose fix is spelled for the reader: ``--precision fp16`` in the CLI, ``precision='fp16'``
+    in Python (the CLI said ``precision='fp16'``)."""
+    from cli_in_process import run
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"])] if precision == "int8-wo" else \
+        [helper.make_node("Relu", ["x"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4 if precision == "int8-wo" else 3,
+                                                                                     6 if precision == "int8-wo" else 8,
+                                                                                     6 if precision == "int8-wo" else 8])],
+                              [weight] if precision == "int8-wo" else [])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((4, 3, 8, 8)).astype(np.float32))
+    calib = ["--calib", "x.npy", "--allow-unaccelerated"] if precision == "int8" else []
+    done = run(["build", "m.onnx", "--precision", precision, *calib, "-q"], cwd=tmp_path)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1, done.stderr
+    assert "to quantize; build it with --precision fp16 instead" in errors[0] and "precision='fp16'" not in errors[0]
+    with pytest.raises(InvalidArgument, match=r"build it with precision='fp16' instead"):
+        quantize_model(onnx.load(tmp_path / "m.onnx"), None if precision == "int8-wo" else
+                       [np.load(tmp_path / "x.npy")], QuantConfig(), progress=False, precision=precision)

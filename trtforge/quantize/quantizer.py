@@ -37,7 +37,7 @@ import onnx_ir as ir
 from trtforge.cache.calib_cache import CalibrationCache
 from trtforge.core.budget import ErrorBudget, resolve_budget
 from trtforge.core.config import QuantConfig, check_quant_options
-from trtforge.core.errors import InvalidArgument
+from trtforge.core.errors import InvalidArgument, spelled
 from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.passes.graph import (
     ensure_node_names,
@@ -75,6 +75,9 @@ log = logging.getLogger(__name__)
 
 #: What a weight-only report says when no calibration data was given (``QuantizationRecord.calibration_data``).
 NO_DATA = "none: weight scales from the weights alone (absmax per channel or block); no accuracy measured"
+
+#: The fix of a graph with nothing to quantize, in Python terms (the CLI's is ``--precision fp16``).
+FP16_FIX = "precision='fp16'"
 
 
 def _what(spec: PrecisionSpec) -> str:
@@ -142,7 +145,8 @@ def _calibrated(model: ir.Model, data: CalibrationSet, config: QuantConfig, spec
     with nothing to quantize before calibrating."""
     analysis = placement.analyse(model)
     if not spec.candidates(analysis).candidates:
-        raise InvalidArgument(f"the graph has no {_what(spec)} to quantize; build it with precision='fp16' instead")
+        raise InvalidArgument(f"the graph has no {_what(spec)} to quantize; build it with "
+                              f"{spelled(cli='--precision fp16', python=FP16_FIX)} instead")
     amax, shapes, data_sha = _calibrate_cached(model, analysis, data, config, spec, report, bar)
     return analysis, build_full_plan(model, analysis, amax, shapes, config.calibrator, spec), data_sha
 
@@ -378,7 +382,8 @@ def quantize_weights(fp32: ir.Model | onnx.ModelProto, config: QuantConfig, spec
     task = detect_task(model, config.task)
     analysis = placement.analyse(model)
     if not spec.candidates(analysis).candidates:
-        raise InvalidArgument(f"the graph has no {_what(spec)} to quantize; build it with precision='fp16' instead")
+        raise InvalidArgument(f"the graph has no {_what(spec)} to quantize; build it with "
+                              f"{spelled(cli='--precision fp16', python=FP16_FIX)} instead")
     full = build_full_plan(model, analysis, {}, _shapes_without_data(model, analysis, config, spec),
                            config.calibrator, spec)
     plan = _start_plan(spec.candidates(analysis), full, config)
