@@ -1,27 +1,31 @@
 """Every user-facing command on one foreign model, in one process: the matrix's row for that model.
 
-Run ``python tests/matrix/driver.py MODEL WORKDIR RESULT.json`` (``tests/matrix/matrix_models.py``
-names the models). Each cell is one ``trtforge`` command line, run in this process through typer's
-test runner (one import of torch and TensorRT per model, not per command); its outcome is one of
+Run ``python tests/matrix/driver.py ROW WORKDIR RESULT.json`` (``tests/matrix/matrix_models.py``'s ``ROWS``:
+``vit/dynamo``, ``vit/torchscript``, ``ppocr_det``, ...). Each cell is one ``trtforge`` command line, run in
+this process as the console script would (tests/support/cli_in_process.py: one import of torch and TensorRT
+per row, not per command), in ``WORKDIR/elsewhere``: the model's file lies in another folder, named by a
+relative path. Builds take the cheapest builder optimization level. Its outcome is one of
 
 - ``pass``: exit 0;
 - ``refused``: exit 1 or 2 with exactly one ``error:`` line (a clean refusal, or a failed check);
 - ``traceback``: a traceback, the "bug in trtforge" line, or an exception out of the command;
 - ``self-compare``: a ``compare`` that ran the same graph on both sides;
 - ``messy``: any other exit code, or a failure with no or several ``error:`` lines;
-- ``n/a``: not run, because the build it needs was refused (that refusal is its own cell).
+- ``n/a``: not run, because the build it needs was refused (that refusal is its own cell), or there is no
+  ONNX file (torch's exporter refused the model: its reason is the line; a YOLO file not made).
 
 Only ``pass``, ``refused`` and ``n/a`` are acceptable (tests/matrix/test_matrix.py).
 
 Example:
-    $ python tests/matrix/driver.py vit /tmp/m /tmp/m/vit.json && jq '.cells[0]' /tmp/m/vit.json
-    {"cell": "inspect onnx", "argv": [...], "exit": 0, "outcome": "pass", "line": "", "seconds": 0.4}
+    $ python tests/matrix/driver.py vit/dynamo /tmp/m /tmp/m/vit.json && jq '.cells[0]' /tmp/m/vit.json
+    {"cell": "inspect onnx", "argv": ["inspect", "../model/vit.onnx"], "exit": 0, "outcome": "pass", ...}
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import sys
 import time
@@ -29,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1] / "support")]
 
 import matrix_models  # noqa: E402
 
@@ -37,34 +41,37 @@ from trtforge.builder.portability import file_suffix  # noqa: E402
 from trtforge.core.config import CompileConfig  # noqa: E402
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
+#: FP8 builds with TensorRT-RTX for the GPUs that run it.
+FP8_TARGETS = ("sm89", "sm120")
+#: Calibration samples (random) for int8 and fp8: one batch of 4 and the held-out share.
+CALIBRATION_SAMPLES = 8
+#: The cells every row with an ONNX file gets, in the order they run.
+ONNX_CELLS = ("inspect onnx", *(f"build {p}" for p in PRECISIONS),
+              *(f"{c} {p}" for p in PRECISIONS for c in ("inspect", "check")),
+              "compare onnx-vs-fp16", "compare fp16-vs-bf16", "compare fp32-vs-int8", "compare fp16-vs-fp8",
+              "compare --layerwise fp16", "compare --layerwise bf16", "debug precision fp16",
+              "export triton tensorrt", "export triton python")
+#: The cells of a torch model's last exporter's row: the direct path takes no ONNX file, so once per model.
+TORCH_CELLS = ("coverage", "build --path direct fp16")
 #: The line ``compare`` prints for each side that runs an ONNX graph (``A runs GRAPH``).
 RUNS_LINE = re.compile(r"^([AB]) runs (\S+\.onnx)", re.MULTILINE)
 BUG_LINE = "this is a bug in trtforge"
-
-
-def _invoke(argv: list[str]) -> tuple[int, str, str, BaseException | None]:
-    from typer.testing import CliRunner
-
-    from trtforge.cli import app
-
-    result = CliRunner().invoke(app, argv, catch_exceptions=True)
-    exc = result.exception if not isinstance(result.exception, SystemExit) else None
-    return result.exit_code, result.stdout, result.stderr, exc
 
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else str(path)
 
 
-def outcome(argv: list[str], code: int, stdout: str, stderr: str, exc: BaseException | None) -> tuple[str, str]:
-    """(outcome, the line that says why) of one command (see the module docstring)."""
+def outcome(argv: list[str], code: int, stdout: str, stderr: str, exc: BaseException | None,
+            cwd: Path = Path()) -> tuple[str, str]:
+    """(outcome, the line that says why) of one command run in ``cwd`` (see the module docstring)."""
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     if exc is not None or "Traceback (most recent call last)" in stdout + stderr or BUG_LINE in stderr:
         first = f"{type(exc).__name__}: {exc}" if exc is not None else (errors[0] if errors else "traceback")
         return "traceback", first.splitlines()[0][:300] if first else "traceback"
     if argv[0] == "compare" and "--layerwise" not in argv and code == 0:
         graphs = RUNS_LINE.findall(stdout)
-        if len(graphs) == 2 and _sha(Path(graphs[0][1])) == _sha(Path(graphs[1][1])):
+        if len(graphs) == 2 and _sha(cwd / graphs[0][1]) == _sha(cwd / graphs[1][1]):
             return "self-compare", f"both sides ran {graphs[0][1]}"
         if len(graphs) != 2 and any(a.endswith("@onnxruntime") for a in argv):
             return "self-compare", "compare did not name the graph each @onnxruntime side runs"
@@ -80,7 +87,7 @@ def outcome(argv: list[str], code: int, stdout: str, stderr: str, exc: BaseExcep
     return "messy", f"exit {code}"
 
 
-def _calibration(inputs: tuple, shapes: dict, path: Path, count: int = 24) -> Path:
+def _calibration(inputs: tuple, shapes: dict, path: Path, count: int = CALIBRATION_SAMPLES) -> Path:
     """``count`` random samples of each input (int inputs: token ids below 8), as an .npz named like the inputs."""
     rng = np.random.default_rng(0)
     arrays = {}
@@ -93,77 +100,118 @@ def _calibration(inputs: tuple, shapes: dict, path: Path, count: int = 24) -> Pa
     return path
 
 
-def cells(name: str, work: Path) -> list[tuple[str, list[str]]]:
-    """(cell name, argv) of every command this model gets, in order (later cells use earlier ones' files)."""
-    from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
-
-    kind, shapes = matrix_models.MODELS[name]
-    onnx_path = matrix_models.onnx_file(name, work)
-    out = work / "out"
-    with OnnxRuntimeEngine(onnx_path) as engine:
-        specs = engine.inputs
-    fixed = matrix_models.SHAPES.get(name, {})
-    calib = _calibration(specs, fixed, work / "calib.npz") if specs else work / "calib.npz"
-    shape_flags = [x for n, dims in fixed.items() for x in ("--shapes", ":".join([n] + ["x".join(map(str, dims))] * 3))]
-    targets = {"fp8": ("sm89", "sm120")}  # FP8 builds with TensorRT-RTX for the GPUs that run it
-    art = {p: out / f"{name}_{p}{file_suffix(CompileConfig(targets=targets.get(p, ())))}.json"
-           for p in PRECISIONS}
-    table: list[tuple[str, list[str]]] = [("inspect onnx", ["inspect", str(onnx_path)])]
+def _builds(name: str, model: str, out: str, calib: str, shape_flags: list[str]) -> list[tuple[str, list[str]]]:
+    """The build cells, at the cheapest builder optimization level (the matrix tests commands, not the level)."""
+    table = []
     for precision in PRECISIONS:
         # TensorRT-RTX runs no W8A8 INT8 (builder/capability.py): built anyway, the sidecar says what runs as what
         # FP8 builds with TensorRT-RTX for the GPUs that run it (sm89, sm120); ONNX Runtime checks it on the CPU
-        extra = {"int8": ["--calib", str(calib), "--allow-unaccelerated"],
-                 "fp8": ["--calib", str(calib), *[x for t in targets["fp8"] for x in ("--target", t)]]}.get(precision, [])
-        table.append((f"build {precision}", ["build", str(onnx_path), "--precision", precision, "-o", str(out),
-                                             "--name", name, "-q", *shape_flags, *extra]))
-    for precision in PRECISIONS:
-        table.append((f"inspect {precision}", ["inspect", str(art[precision])]))
-        table.append((f"check {precision}", ["check", str(art[precision]), "--route", "onnxruntime",
-                                             "--samples", "4", "--repeats", "2"]))
-    table += [
-        ("compare onnx-vs-fp16", ["compare", str(onnx_path), f"{art['fp16']}@onnxruntime", "--samples", "4"]),
-        ("compare fp16-vs-bf16", ["compare", f"{art['fp16']}@onnxruntime", f"{art['bf16']}@onnxruntime",
-                                  "--samples", "4"]),
-        ("compare fp32-vs-int8", ["compare", f"{art['fp32']}@onnxruntime", f"{art['int8']}@onnxruntime",
-                                  "--samples", "4"]),
-        ("compare fp16-vs-fp8", ["compare", f"{art['fp16']}@onnxruntime", f"{art['fp8']}@onnxruntime",
-                                 "--samples", "4"]),
-        ("compare --layerwise fp16", ["compare", "--layerwise", str(out / f"{name}_reference_fp32.onnx"),
-                                      str(out / f"{name}_fp16.onnx"), "--samples", "4"]),
-        ("debug precision fp16", ["debug", "precision", str(art["fp16"]), "--precision", "fp16", "--metric", "rel_l2",
-                                  "--target", "0.01", "--data", str(calib), "--samples", "8", "--held-out", "8",
-                                  "--max-seconds", "5"]),  # a budget refusal is a clean outcome too
-        ("export triton tensorrt", ["export", "triton", str(art["fp16"]), "--repo", str(work / "repo_trt")]),
-        ("export triton python", ["export", "triton", str(art["fp16"]), "--repo", str(work / "repo_py"),
-                                  "--backend", "python", "--route", "onnxruntime"]),
-    ]
-    if kind == "torch":
+        extra = {"int8": ["--calib", calib, "--calib-batch-size", "4", "--allow-unaccelerated"],
+                 "fp8": ["--calib", calib, "--calib-batch-size", "4",
+                         *[x for t in FP8_TARGETS for x in ("--target", t)]]}.get(precision, [])
+        table.append((f"build {precision}", ["build", model, "--precision", precision, "-o", out, "--name", name,
+                                             "-q", "--opt-level", "0", *shape_flags, *extra]))
+    return table
+
+
+def cells(row: str, work: Path, onnx_path: Path | None) -> list[tuple[str, list[str]]]:
+    """(cell name, argv) of every command this row gets, in order (later cells use earlier ones' files).
+
+    Paths are relative to the folder the commands run in (``work/elsewhere``): the model's file lies in
+    another folder (``work/model``, or the wheel's), the artifacts in ``work/out``. ``onnx_path`` None: the
+    file could not be made (its cells are n/a), the torch cells still run."""
+    name, exporter = matrix_models.split_row(row)
+    kind, shapes = matrix_models.MODELS[name]
+    here = work / "elsewhere"
+    table: list[tuple[str, list[str]]] = []
+    if onnx_path is not None:
+        table = _onnx_cells(name, work, onnx_path, here)
+    if kind == "torch" and exporter == matrix_models.EXPORTERS[-1]:  # the direct path: once per model, not per exporter
         factory = f"matrix_models:{name}"
         input_flags = [x for s in shapes for x in ("--input-shape", s)]
         table += [("coverage", ["coverage", factory, *input_flags]),
                   ("build --path direct fp16", ["build", factory, "--path", "direct", *input_flags, "--precision",
-                                                "fp16", "-o", str(work / "direct"), "--name", name, "-q"])]
+                                                "fp16", "-o", "../direct", "--name", name, "-q", "--opt-level", "0"])]
     return table
 
 
-def run(name: str, work: Path) -> dict:
-    """Every cell of ``name``'s row; the record the test and bench/matrix.py read."""
-    work.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for cell, argv in cells(name, work):
-        start = time.perf_counter()
-        missing = [a for a in argv if a.startswith(str(work / "out")) and not Path(a.split("@")[0]).exists()]
+def _onnx_cells(name: str, work: Path, onnx_path: Path, here: Path) -> list[tuple[str, list[str]]]:
+    from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
+
+    model = os.path.relpath(onnx_path, here)
+    with OnnxRuntimeEngine(onnx_path) as engine:
+        specs = engine.inputs
+    fixed = matrix_models.SHAPES.get(name, {})
+    calib = os.path.relpath(_calibration(specs, fixed, work / "calib.npz") if specs else work / "calib.npz", here)
+    shape_flags = [x for n, dims in fixed.items() for x in ("--shapes", ":".join([n] + ["x".join(map(str, dims))] * 3))]
+    out = "../out"
+    art = {p: f"{out}/{name}_{p}{file_suffix(CompileConfig(targets=FP8_TARGETS if p == 'fp8' else ()))}.json"
+           for p in PRECISIONS}
+    table = [("inspect onnx", ["inspect", model]), *_builds(name, model, out, calib, shape_flags)]
+    for precision in PRECISIONS:
+        table.append((f"inspect {precision}", ["inspect", art[precision]]))
+        table.append((f"check {precision}", ["check", art[precision], "--route", "onnxruntime",
+                                             "--samples", "2", "--repeats", "1"]))
+    reference = f"{out}/{name}_reference_fp32.onnx"
+    table += [
+        ("compare onnx-vs-fp16", ["compare", model, f"{art['fp16']}@onnxruntime", "--samples", "2"]),
+        ("compare fp16-vs-bf16", ["compare", f"{art['fp16']}@onnxruntime", f"{art['bf16']}@onnxruntime",
+                                  "--samples", "2"]),
+        ("compare fp32-vs-int8", ["compare", f"{art['fp32']}@onnxruntime", f"{art['int8']}@onnxruntime",
+                                  "--samples", "2"]),
+        ("compare fp16-vs-fp8", ["compare", f"{art['fp16']}@onnxruntime", f"{art['fp8']}@onnxruntime",
+                                 "--samples", "2"]),
+        ("compare --layerwise fp16", ["compare", "--layerwise", reference, f"{out}/{name}_fp16.onnx", "--samples", "2"]),
+        ("compare --layerwise bf16", ["compare", "--layerwise", reference, f"{out}/{name}_bf16.onnx", "--samples", "2"]),
+        ("debug precision fp16", ["debug", "precision", art["fp16"], "--precision", "fp16", "--metric", "rel_l2",
+                                  "--target", "0.01", "--data", calib, "--samples", "4", "--held-out", "4",
+                                  "--max-seconds", "3"]),  # a budget refusal is a clean outcome too
+        ("export triton tensorrt", ["export", "triton", art["fp16"], "--repo", "../repo_trt"]),
+        ("export triton python", ["export", "triton", art["fp16"], "--repo", "../repo_py",
+                                  "--backend", "python", "--route", "onnxruntime"]),
+    ]
+    return table
+
+
+def _model_file(row: str, work: Path) -> tuple[Path | None, str]:
+    """(the row's ONNX file, "") or (None, why there is none: the exporter's refusal, a YOLO file not made)."""
+    try:
+        return matrix_models.onnx_file(row, work / "model"), ""
+    except (matrix_models.ExportFailed, FileNotFoundError) as exc:
+        return None, str(exc)
+
+
+def run(row: str, work: Path) -> dict:
+    """Every cell of ``row``'s row (``MODEL/EXPORTER`` or ``MODEL``); the record the test and bench/matrix.py read.
+
+    Each command runs in ``work/elsewhere``, not in the model's folder."""
+    from cli_in_process import run as trtforge
+
+    here = work / "elsewhere"
+    for folder in (here, work / "model"):
+        folder.mkdir(parents=True, exist_ok=True)
+    cpu = time.process_time()
+    onnx_path, why = _model_file(row, work)
+    rows = [] if onnx_path is not None else [{"cell": cell, "argv": [], "exit": None, "outcome": "n/a", "line": why,
+                                               "seconds": 0.0} for cell in ONNX_CELLS]
+    for cell, argv in cells(row, work, onnx_path):
+        start, cpu_start = time.perf_counter(), time.process_time()
+        missing = [a for a in argv if a.startswith("../out/") and not (here / a.split("@")[0]).exists()]
         if missing and not cell.startswith("build"):
             rows.append({"cell": cell, "argv": argv, "exit": None, "outcome": "n/a", "seconds": 0.0,
                          "line": f"no {Path(missing[0].split('@')[0]).name}: its build did not write it (refused, or nothing was quantized and it wrote another precision's files)"})
-            print(f"{name:18s} {cell:26s} n/a", flush=True)
+            print(f"{row:24s} {cell:26s} n/a", flush=True)
             continue
-        code, stdout, stderr, exc = _invoke(argv)
-        kind, line = outcome(argv, code, stdout, stderr, exc)
+        try:
+            done, exc = trtforge(argv, cwd=here), None
+            code, stdout, stderr = done.returncode, done.stdout, done.stderr
+        except Exception as error:  # out of the command itself: the traceback outcome
+            code, stdout, stderr, exc = 1, "", "", error
+        kind, line = outcome(argv, code, stdout, stderr, exc, here)
         rows.append({"cell": cell, "argv": argv, "exit": code, "outcome": kind, "line": line,
-                     "seconds": round(time.perf_counter() - start, 2)})
-        print(f"{name:18s} {cell:26s} {kind:12s} {rows[-1]['seconds']:6.1f}s {line[:150]}", flush=True)
-    return {"model": name, "cells": rows}
+                     "seconds": round(time.perf_counter() - start, 2), "cpu": round(time.process_time() - cpu_start, 2)})
+        print(f"{row:24s} {cell:26s} {kind:12s} {rows[-1]['cpu']:6.1f} CPU s {line[:150]}", flush=True)
+    return {"model": row, "cells": rows, "cpu_seconds": round(time.process_time() - cpu, 1)}
 
 
 if __name__ == "__main__":

@@ -3,10 +3,15 @@
 - PP-OCRv4 detector and recognizer: the ONNX files inside the ``rapidocr_onnxruntime`` wheel;
 - transformers architectures from small configs with random weights (never downloaded), each a
   module factory ``matrix_models:NAME`` that ``trtforge coverage`` and ``build --path direct`` import;
+- more architectures from a table (``architectures.py``: vision, detection, depth, multimodal, text, audio and
+  video encoders, two plain-PyTorch conv nets), factories ``matrix_models:NAME`` too;
 - odd ONNX graphs written with ``onnx.helper``: a scalar output, an input that is also an output,
-  no input, int64 and bool inputs, opset 7 and opset 23.
+  no input, int64 and bool inputs, opset 7 and opset 23;
+- ultralytics YOLO files that ``make setup`` exports into ``.venv-yolo/models`` (issue 37), when they are there.
 
-``MODELS`` is the table the matrix runs: name → (kind, input shapes for ``--input-shape``).
+``MODELS`` is the table of models: name → (kind, input shapes for ``--input-shape``). ``ROWS`` is what the
+matrix runs: each torch model once per exporter (``vit/dynamo``: torch's default exporter, weights in
+``vit.onnx.data`` beside the file; ``vit/torchscript``: ``dynamo=False``), each other model once.
 
 Example:
     >>> module = vit(); module(*EXAMPLES["vit"]()).shape
@@ -15,12 +20,16 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 from pathlib import Path
 
 import numpy as np
+from architectures import ARCHITECTURES, build
 
-#: name → (kind, ``--input-shape`` values). kind: "torch" (a factory here), "onnx" (a file ``onnx_file`` writes).
+#: name → (kind, ``--input-shape`` values). kind: "torch" (a factory here), "onnx" (a file ``onnx_file`` writes),
+#: "yolo" (a file in ``YOLO_MODELS``, written by ``make setup``; the row is skipped with a reason without it).
 MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ppocr_det": ("onnx", ()),
     "ppocr_rec": ("onnx", ()),
@@ -39,12 +48,39 @@ MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "int64_bool_inputs": ("onnx", ()),
     "opset7": ("onnx", ()),
     "opset23": ("onnx", ()),
+    **{name: ("torch", entry[5]) for name, entry in ARCHITECTURES.items()},
+    "yolov8n": ("yolo", ()),
 }
+#: The two exporters of torch.onnx.export every torch model goes through: torch's default and the legacy one.
+EXPORTERS = ("dynamo", "torchscript")
+#: The rows of the matrix: ``MODEL/EXPORTER`` for torch models, ``MODEL`` for the others.
+ROWS = tuple(f"{name}/{e}" if kind == "torch" else name for name, (kind, _) in MODELS.items()
+             for e in (EXPORTERS if kind == "torch" else ("",)))
+#: Where ``make setup``'s ultralytics venv writes its YOLO ONNX files (tests/detect/export_yolo.py).
+YOLO_MODELS = Path(__file__).resolve().parents[2] / ".venv-yolo" / "models"
 #: Dynamic dims beyond the batch, fixed small for the matrix (``build --shapes``, calibration data).
 SHAPES: dict[str, dict[str, tuple[int, ...]]] = {
     "ppocr_det": {"x": (1, 3, 64, 64)},
     "ppocr_rec": {"x": (1, 3, 48, 64)},
+    "yolov8n": {"images": (1, 3, 320, 320)},
 }
+
+
+class ExportFailed(RuntimeError):
+    """torch.onnx.export refused the model (a finding about the exporter: the row's ONNX cells are n/a)."""
+
+
+def split_row(row: str) -> tuple[str, str]:
+    """``("vit", "dynamo")`` from ``"vit/dynamo"``; ``("ppocr_det", "")`` from a row with one file."""
+    name, _, exporter = row.partition("/")
+    return name, exporter
+
+
+def __getattr__(name: str):
+    """``matrix_models:NAME`` for the table-made architectures (``trtforge coverage`` imports it so)."""
+    if name in ARCHITECTURES:
+        return lambda: build(name)
+    raise AttributeError(name)
 
 
 def _plain(model, key: str):
@@ -217,22 +253,46 @@ def _odd(name: str):
     return graph, opset
 
 
-def onnx_file(name: str, folder: Path) -> Path:
-    """The ONNX file of ``name``: the wheel's file for PP-OCR, else written into ``folder``.
+def _export(name: str, exporter: str, path: Path) -> Path:
+    """``name`` through torch.onnx.export with its example inputs (a static batch, as many exported models are):
+    ``dynamo`` as torch's default exporter writes it (its opset, the weights in ``NAME.onnx.data``),
+    ``torchscript`` at opset 17. Raises ExportFailed with the exporter's own reason."""
+    import torch
 
-    Torch models are exported by the legacy TorchScript exporter at opset 17 with their example inputs
-    (a static batch, as many exported models are).
+    model = globals()[name]() if name in globals() else build(name)
+    options = {"dynamo": True, "external_data": True} if exporter == "dynamo" else {"dynamo": False,
+                                                                                    "opset_version": 17}
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # the dynamo exporter's progress lines
+            torch.onnx.export(model, example_inputs(name), str(path), **options)
+    except Exception as exc:  # the exporter's refusal, whatever its type, is the finding
+        cause = exc
+        while cause.__cause__ is not None:
+            cause = cause.__cause__
+        reason = (str(cause).strip().splitlines() or [""])[0]
+        raise ExportFailed(f"torch.onnx.export(dynamo={exporter == 'dynamo'}) fails: {type(cause).__name__}: "
+                           f"{reason}"[:300]) from exc
+    return path
+
+
+def onnx_file(row: str, folder: Path) -> Path:
+    """The ONNX file of ``row``: the wheel's file for PP-OCR, ``make setup``'s for YOLO, else written into ``folder``.
+
+    Raises FileNotFoundError (a YOLO file not made) or ExportFailed (torch's exporter refused the model).
     """
     import onnx
 
+    name, exporter = split_row(row)
     if name.startswith("ppocr_"):
         return _ppocr(name.removeprefix("ppocr_"))
+    if MODELS[name][0] == "yolo":
+        path = YOLO_MODELS / f"{name}.onnx"
+        if not path.is_file():
+            raise FileNotFoundError(f"no {path}: make setup's ultralytics venv writes it (make yolo-models)")
+        return path
     path = Path(folder) / f"{name}.onnx"
     if MODELS[name][0] == "torch":
-        import torch
-
-        torch.onnx.export(globals()[name](), example_inputs(name), str(path), opset_version=17, dynamo=False)
-        return path
+        return _export(name, exporter, path)
     from onnx import helper as h
 
     graph, opset = _odd(name)

@@ -1,6 +1,7 @@
 """The command × model matrix (issue 20): every user-facing command on models nobody here wrote.
 
-One driver run per model (``driver.py``, in this process) runs its whole row; each cell is then one test here, which
+One driver run per row (``driver.py``, in this process) runs its whole row (a torch model once per exporter:
+``vit/dynamo``, ``vit/torchscript``; each command run from another folder than the model file's); each cell is then one test here, which
 passes when the command passed or refused in one line, and fails on a traceback, a ``compare`` of a
 graph with itself, or a messy failure. The table of results is docs/conformance.md's "Foreign models"
 section (``python bench/matrix.py``).
@@ -25,25 +26,29 @@ import matrix_models  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 
-#: (model, cell) → the finding of issue 20 that makes it fail today (xfail, strict). Empty: every finding the
-#: matrix met (scalar output, no input, export of a model without inputs) is fixed; add an entry with a new one.
-KNOWN: dict[tuple[str, str], str] = {}
+#: (row, cell) → the finding that makes it fail today (xfail, strict): "issue N item M: what". The entries of
+#: issue 20 are fixed; issue 35's items are being fixed: each entry goes once its fix lands (strict: a fixed
+#: cell fails as XPASS until its entry is removed).
+KNOWN: dict[tuple[str, str], str] = {
+    ("efficientnet/torchscript", "build --path direct fp16"): (
+        "new finding (issue 35 matrix): the direct path hands TensorRT a negative convolution pre-padding "
+        "(IConvolutionLayer::setPrePadding API usage error, 21 error lines, exit 2) for EfficientNet's "
+        "asymmetric 'same' padding"),
+}
 
-#: The cells every model gets (the torch models also get "coverage" and "build --path direct fp16").
-ONNX_CELLS = ("inspect onnx", *(f"build {p}" for p in driver.PRECISIONS),
-              *(f"{c} {p}" for p in driver.PRECISIONS for c in ("inspect", "check")),
-              "compare onnx-vs-fp16", "compare fp16-vs-bf16", "compare fp32-vs-int8", "compare --layerwise fp16",
-              "debug precision fp16", "export triton tensorrt", "export triton python")
-TORCH_CELLS = ("coverage", "build --path direct fp16")
+
+def _cells(row: str) -> tuple[str, ...]:
+    name, exporter = matrix_models.split_row(row)
+    last = matrix_models.MODELS[name][0] == "torch" and exporter == matrix_models.EXPORTERS[-1]
+    return driver.ONNX_CELLS + (driver.TORCH_CELLS if last else ())
 
 
 def _params():
-    for model, (kind, _) in matrix_models.MODELS.items():
-        for cell in ONNX_CELLS + (TORCH_CELLS if kind == "torch" else ()):
-            marks = ([pytest.mark.xfail(strict=True, reason=f"issue 20: {KNOWN[model, cell]}")]
-                     if (model, cell) in KNOWN else [])
-            marks.append(pytest.mark.xdist_group(f"matrix-{model}"))  # a row's cells share its one driver run
-            yield pytest.param(model, cell, id=f"{model}-{cell}", marks=marks)
+    for row in matrix_models.ROWS:
+        for cell in _cells(row):
+            marks = ([pytest.mark.xfail(strict=True, reason=KNOWN[row, cell])] if (row, cell) in KNOWN else [])
+            marks.append(pytest.mark.xdist_group(f"matrix-{row}"))  # a row's cells share its one driver run
+            yield pytest.param(row, cell, id=f"{row}-{cell}", marks=marks)
 
 
 @pytest.fixture(scope="session")
@@ -60,7 +65,7 @@ def matrix_rows(tmp_path_factory, engine_store):
 
     def row(model: str) -> dict:
         if model not in rows:
-            work = tmp_path_factory.mktemp(f"matrix_{model}")
+            work = tmp_path_factory.mktemp(f"matrix_{model.replace('/', '_')}")
             with environment({"TRTFORGE_CACHE_DIR": str(engine_store), "COLUMNS": "200"}), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 rows[model] = driver.run(model, work)
