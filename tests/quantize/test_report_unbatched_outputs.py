@@ -61,3 +61,17 @@ def test_run_model_rows_are_runs_when_an_output_is_not_batched(tmp_path):
     batched = onnx.load(tmp_path / "m.onnx")
     batched.graph.output.pop(0)  # e alone: (N, 8), one row per sample as before
     assert run_model(batched, batches)[0].shape == (5, 8)
+
+
+def test_check_and_compare_on_a_transposed_output_with_a_short_last_batch(tmp_path):
+    """``check``/``compare`` of a dynamic-batch artifact with a ``(8, N)`` output on 6 samples (batches of 4 and
+    2) crashed joining the batches ("all the input array dimensions except for the concatenation axis must
+    match"); that output is now judged per batch run, and both pass against the FP32 reference."""
+    _mlp(tmp_path / "m.onnx", "N")
+    built = run(["build", tmp_path / "m.onnx", "--batch", "1:4:8", "--opt-level", "0", "-o", tmp_path / "out", "-q"])
+    assert built.returncode == 0, built.stderr
+    artifact = tmp_path / "out" / "m_fp16.json"
+    checked = run(["check", artifact, "--route", "onnxruntime", "--samples", "6", "--repeats", "1"])
+    assert checked.returncode == 0 and "batch 4" in checked.stdout, checked.stdout + checked.stderr
+    compared = run(["compare", tmp_path / "m.onnx", f"{artifact}@onnxruntime", "--samples", "6"])
+    assert compared.returncode == 0 and "PASS" in compared.stdout, compared.stdout + compared.stderr

@@ -7,11 +7,42 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 Outputs = Sequence[np.ndarray]
+
+
+def batch_rows(batch: Mapping[str, np.ndarray]) -> int | None:
+    """The rows of one batch of inputs: the first input's dim 0 (None when every input is a scalar)."""
+    return next((int(np.shape(a)[0]) for a in batch.values() if np.ndim(a)), None)
+
+
+def carries_rows(runs: Sequence[np.ndarray], rows: Sequence[int | None]) -> bool:
+    """Whether an output's dim 0 is the batch in every run (its rows are the inputs' rows)."""
+    return all(np.ndim(r) and n is not None and np.shape(r)[0] == n for r, n in zip(runs, rows, strict=True))
+
+
+def rows_per_run(runs: Sequence[np.ndarray]) -> np.ndarray:
+    """One output over the runs as ``(runs, elements)``, each run flattened, a shorter run padded with zeros (zeros
+    in both the reference and the candidate change no norm, dot product or difference the metrics take)."""
+    width = max((np.size(r) for r in runs), default=0)
+    joined = np.zeros((len(runs), width), dtype=np.result_type(*runs) if runs else np.float32)
+    for row, run in zip(joined, runs, strict=True):
+        row[: np.size(run)] = np.ravel(run)
+    return joined
+
+
+def join_runs(runs: Sequence[np.ndarray], rows: Sequence[int | None]) -> np.ndarray:
+    """One output over several batch runs, one row per sample: concatenated along dim 0 where that is the batch
+    (``rows``: each run's input rows), else one row per run (a transposed ``(classes, N)``, a ``(K,)``, a scalar).
+
+    Example:
+        >>> join_runs([np.ones((8, 4)), np.ones((8, 2))], [4, 2]).shape  # (classes, N): per run
+        (2, 32)
+    """
+    return np.concatenate(runs, axis=0) if carries_rows(runs, rows) else rows_per_run(runs)
 
 
 def _float64_blocks(ref: Outputs, test: Outputs, elements: int = 1 << 20):

@@ -32,6 +32,7 @@ import numpy as np
 from trtforge.builder.capability import SCHEME_OF_PRECISION
 from trtforge.builder.progress import StepProgress
 from trtforge.core.errors import MissingDependency, NotPermitted, Unsupported, spelled
+from trtforge.core.metrics import batch_rows, join_runs
 from trtforge.core.routes import ROUTE_PRECISION
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.debug.inputs import (
@@ -114,16 +115,19 @@ def to_numpy(outputs: dict[str, Any]) -> dict[str, np.ndarray]:
     return arrays
 
 
-def run_batches(engine: Any, batches: list[dict[str, np.ndarray]],
-                step: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
-    """Every batch through ``engine``; the outputs concatenated along the sample axis (``step`` after each)."""
-    parts: dict[str, list[np.ndarray]] = {}
-    for batch in batches:
+def run_batches(engine: Any, batches: list[dict[str, np.ndarray]], step: Callable[[], None] | None = None,
+                first: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Every batch through ``engine`` (``first``: the first batch's outputs, already run); each output concatenated
+    along the sample axis, or one row per batch where its dim 0 is not the batch (``core.metrics.join_runs``);
+    ``step`` after each batch run here."""
+    parts: dict[str, list[np.ndarray]] = {name: [value] for name, value in (first or {}).items()}
+    for batch in batches[1:] if first is not None else batches:
         for name, value in to_numpy(engine(**batch)).items():
             parts.setdefault(name, []).append(value)
         if step is not None:
             step()
-    return {name: values[0] if len(values) == 1 else np.concatenate(values) for name, values in parts.items()}
+    rows = [batch_rows(batch) for batch in batches]
+    return {name: join_runs(values, rows) for name, values in parts.items()}
 
 
 def _ensure_runnable(sidecar: Sidecar) -> None:
@@ -159,8 +163,7 @@ def timed_run(engine: Any, batches: list[dict[str, np.ndarray]], repeats: int = 
     first, first_ms = timed_first_call(engine, batches[0])
     if step is not None:
         step()
-    rest = run_batches(engine, batches[1:], step) if len(batches) > 1 else {}
-    outputs = {k: np.concatenate([v, rest[k]]) if k in rest else v for k, v in first.items()}
+    outputs = run_batches(engine, batches, step, first=first)
     steady = measure(lambda: engine(**batches[0]), device, warmup=2, repeats=repeats).median_ms
     if cuda:
         memory, kind = (free_before - torch.cuda.mem_get_info(device)[0]) / 2**20, "device MiB taken"

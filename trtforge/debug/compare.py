@@ -30,6 +30,7 @@ import numpy as np
 
 from trtforge.builder.progress import StepProgress
 from trtforge.core.errors import InvalidArgument, MissingFile
+from trtforge.core.metrics import batch_rows, join_runs
 from trtforge.core.specs import TensorSpec
 from trtforge.debug.check import ROUTE_PRECISION, run_batches
 from trtforge.debug.inputs import (
@@ -95,7 +96,8 @@ def _module_side(factory: str, device: Any) -> Side:
                 keys = names if len(names) == len(values) else tuple(f"output_{i}" for i in range(len(values)))
                 for key, value in zip(keys, values, strict=True):
                     parts.setdefault(key, []).append(value.detach().float().cpu().numpy())
-        return {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in parts.items()}
+        rows = [batch_rows(batch) for batch in batches]
+        return {k: join_runs(v, rows) for k, v in parts.items()}
 
     return Side(factory, run)
 

@@ -17,7 +17,7 @@ import onnx_ir as ir
 
 from trtforge.core.budget import ErrorBudget
 from trtforge.core.config import QuantConfig
-from trtforge.core.metrics import per_sample_errors, softmax
+from trtforge.core.metrics import batch_rows, carries_rows, per_sample_errors, rows_per_run, softmax
 from trtforge.core.quant_plan import QuantPlan
 from trtforge.passes.graph import ort_session
 from trtforge.quantize.precision import spec_of
@@ -34,18 +34,16 @@ def run_model(model: ir.Model | onnx.ModelProto, batches: Sequence[dict[str, np.
         >>> [o.shape for o in run_model(mlp, [{"x": x[:3]}, {"x": x[3:]}])]  # outputs (N, 8) and (8, N)
         [(2, 24), (2, 24)]
     """
+    if not batches:
+        return []
     session = session or ort_session(model)
     may_batch = _may_carry_batch(session)
-    runs: list[list[np.ndarray]] = []
-    batched = list(may_batch)
-    for batch in batches:
-        res = [np.asarray(r, dtype=np.float32) for r in session.run(None, batch)]
-        rows = next((a.shape[0] for a in batch.values() if np.ndim(a)), None)
-        batched = [b and r.ndim > 0 and r.shape[0] == rows for b, r in zip(batched, res, strict=True)]
-        runs.append(res)
-    if not runs or all(batched):
-        return [np.concatenate([np.atleast_1d(run[i]) for run in runs], axis=0) for i in range(len(may_batch))]
-    return [_rows_per_run([run[i] for run in runs]) for i in range(len(may_batch))]
+    runs = [[np.asarray(r, dtype=np.float32) for r in session.run(None, batch)] for batch in batches]
+    rows = [batch_rows(batch) for batch in batches]
+    outputs = [[run[i] for run in runs] for i in range(len(may_batch))]
+    if all(may and carries_rows(out, rows) for may, out in zip(may_batch, outputs, strict=True)):
+        return [np.concatenate(out, axis=0) for out in outputs]
+    return [rows_per_run(out) for out in outputs]
 
 
 def _may_carry_batch(session) -> list[bool]:
@@ -60,15 +58,6 @@ def _may_carry_batch(session) -> list[bool]:
         return not isinstance(dim, int) or (not named and (not fixed or dim in fixed))
 
     return [may(o.shape) for o in session.get_outputs()]
-
-
-def _rows_per_run(outputs: list[np.ndarray]) -> np.ndarray:
-    """One output over the runs as ``(runs, elements)``, a shorter run padded with zeros."""
-    width = max(o.size for o in outputs)
-    rows = np.zeros((len(outputs), width), dtype=np.float32)
-    for row, output in zip(rows, outputs, strict=True):
-        row[: output.size] = output.ravel()
-    return rows
 
 
 def classification_metrics(ref_logits: np.ndarray, test_logits: np.ndarray) -> dict[str, float]:
