@@ -53,10 +53,10 @@ def _params():
 
 @pytest.fixture(scope="session")
 def matrix_rows(tmp_path_factory, engine_store):
-    """model → its row (the driver's record), each model run once, in this process, when first asked for.
+    """row → its record (the driver's), each row run once, in this process, when first asked for.
 
     In process, as ``driver.py`` itself runs its commands: a row no longer pays a process's start-up (torch,
-    transformers, TensorRT: about 8 s a row). ``bench/matrix.py`` still runs a process per model."""
+    transformers, TensorRT: about 8 s a row). ``bench/matrix.py`` runs the rows the same way."""
     import warnings
 
     from cli_in_process import environment
