@@ -83,3 +83,37 @@ def test_minilm_attention_all_or_nothing_and_mlp_rule(minilm_analysis):
     assert all(d[o] for o in block)
     assert sum(1 for o in block if "all INT8 or all FP16" in d[o]) == 5
     assert not any(d[o] for o in a.attention_blocks[1])
+
+
+def test_a_batched_constant_matmul_weight_is_quantized_per_tensor(tmp_path):
+    """A MatMul whose B is a constant of rank 3 (DeBERTa-v2's relative-position keys, folded by the dynamo
+    exporter into a (heads, K, N) tensor): a per-channel DequantizeLinear (1-D scale on a 3-D B) crashed the INT8
+    build, because ONNX Runtime fuses it into MatMulIntegerToFloat, which refuses that zero point ("b zero point
+    is not valid"). Its weight is quantized per tensor; the build passes and the Q/DQ graph runs in ONNX Runtime."""
+    import json
+
+    import numpy as np
+    from cli_in_process import run
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    init = [numpy_helper.from_array(rng.standard_normal((2, 16, 16)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "w2"),
+            numpy_helper.from_array(np.array([2, 16, 16], np.int64), "s")]
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["xr"], name="fold"),
+             helper.make_node("MatMul", ["xr", "w"], ["m"], name="bmm"),
+             helper.make_node("Add", ["m", "m"], ["r"], name="twice"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="head")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16, 4])], init)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "bmm.onnx")
+    np.save(tmp_path / "x.npy", rng.standard_normal((8, 2, 16, 16)).astype(np.float32))
+    done = run(["build", "bmm.onnx", "--precision", "int8", "--calib", "x.npy", "--allow-unaccelerated",
+                "--include", "bmm", "-q", "--opt-level", "0"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    quantized = onnx.load(tmp_path / "trtforge_out" / "bmm_int8.onnx")
+    scales = {i.name: list(i.dims) for i in quantized.graph.initializer if i.name.endswith("_scale")}
+    assert any(name.startswith("w_") and dims == [] for name, dims in scales.items()), scales
+    assert analyse(onnx.load(tmp_path / "bmm.onnx")).candidates[0].weight == (1, "w", None)
+    sidecar = json.loads((tmp_path / "trtforge_out" / "bmm_int8.json").read_text())
+    assert sidecar["quantization"]["int8_layers"] == 1, sidecar["quantization"]

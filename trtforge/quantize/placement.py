@@ -93,8 +93,10 @@ def _weight_axis(node: ir.Node, index: int, rank: int) -> int | None:
         if index == 1:
             return 0 if attr(node, "transB", 0) else 1
         return None
-    if node.op_type == "MatMul" and index == 1 and rank >= 2:
+    if node.op_type == "MatMul" and index == 1 and rank == 2:
         return rank - 1
+    # a batched constant B (rank 3+, e.g. DeBERTa's folded relative-position keys) is quantized per tensor: ONNX
+    # Runtime fuses a per-channel DequantizeLinear on it into MatMulIntegerToFloat, which refuses a 1-D zero point
     return None
 
 
