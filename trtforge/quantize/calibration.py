@@ -45,11 +45,16 @@ class CalibrationSet:
         return batches(self.holdout, self.batch)
 
 
-def batch_size(specs, config: QuantConfig) -> int:
-    """The graph's static batch when its inputs have one, else ``config.batch_size``. A batch dim written as
-    -1 (PaddlePaddle's exports, e.g. PP-OCR's classifier) or 0 is dynamic, like a named one."""
+def static_batch(specs) -> int | None:
+    """The graph's static batch (dim 0 of its inputs), or None. A batch dim written as -1 (PaddlePaddle's
+    exports, e.g. PP-OCR's classifier) or 0 is dynamic, like a named one."""
     static = {s[2][0] for s in specs if s[2] and isinstance(s[2][0], int) and s[2][0] > 0}
-    return int(next(iter(static))) if static else config.batch_size
+    return int(next(iter(static))) if static else None
+
+
+def batch_size(specs, config: QuantConfig) -> int:
+    """The graph's static batch when its inputs have one, else ``config.batch_size``."""
+    return static_batch(specs) or config.batch_size
 
 
 def split_samples(model: ir.Model, calibration_data, config: QuantConfig, preprocessing: PreprocessConfig | Mapping | None,
@@ -58,14 +63,25 @@ def split_samples(model: ir.Model, calibration_data, config: QuantConfig, prepro
     specs = input_specs(model)
     samples = load_calibration(calibration_data, specs, preprocessing, config.max_images)
     check_index_ranges(model, samples)
-    return split_loaded(samples, batch_size(specs, config), config)
+    static = static_batch(specs)
+    return split_loaded(samples, static or config.batch_size, config, whole_batches=static is not None)
 
 
-def split_loaded(samples: list[dict[str, np.ndarray]], batch: int, config: QuantConfig) -> CalibrationSet:
-    """Loaded samples split: the last ``config.holdout`` share (at least one) held back; enough for a batch?"""
+def split_loaded(samples: list[dict[str, np.ndarray]], batch: int, config: QuantConfig,
+                 whole_batches: bool = False) -> CalibrationSet:
+    """Loaded samples split: the last ``config.holdout`` share (at least one) held back; enough for a batch?
+
+    ``whole_batches`` (a graph with a static batch): both parts are whole batches, the held-back share rounded
+    up to one and the samples left over from the last calibration batch dropped (the graph runs no other size).
+    """
     held = max(1, int(round(len(samples) * config.holdout)))
+    if whole_batches:
+        held = -(-held // batch) * batch
     check_count(samples, batch, held)
-    return CalibrationSet(samples[: len(samples) - held], samples[len(samples) - held :], batch)
+    calib = len(samples) - held
+    if whole_batches:
+        calib -= calib % batch
+    return CalibrationSet(samples[:calib], samples[len(samples) - held :], batch)
 
 
 def check_index_ranges(model: ir.Model, samples: list[dict[str, np.ndarray]]) -> None:
