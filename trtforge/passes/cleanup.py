@@ -165,10 +165,50 @@ def adopt_orphan_constants(model: ir.Model) -> list[str]:
     return adopted
 
 
+def fold_constant_training_batchnorms(model: ir.Model) -> list[str]:
+    """Fold each main-graph ``BatchNormalization(training_mode=1)`` whose inputs are all constants and whose
+    running-stat outputs nobody reads into the constant it computes (in place); the folded nodes' names.
+
+    TorchScript writes weight standardization (``F.batch_norm(w, None, None, training=True)``, transformers'
+    BiT) so: the conv weights pass through a training-mode BatchNormalization, which TensorRT's parser refuses
+    and onnxscript's folding skips (three outputs). The batch statistics are those of ONNX's definition: mean
+    and population variance over every axis but 1.
+
+    Example:
+        >>> fold_constant_training_batchnorms(model)
+        ['/model/embedder/convolution/BatchNormalization']
+    """
+    import numpy as np
+
+    folded = []
+    for node in list(model.graph):
+        arrays = [v.const_value.numpy() if v is not None and v.const_value is not None else None for v in node.inputs]
+        if (node.op_type != "BatchNormalization" or node.domain not in ("", "ai.onnx")
+                or node.attributes.get_int("training_mode", 0) != 1 or any(a is None for a in arrays[:3])
+                or any(o.uses() or o.is_graph_output() for o in node.outputs[1:]) or node.outputs[0].is_graph_output()):
+            continue
+        x, scale, bias = (np.asarray(a, np.float64) for a in arrays[:3])
+        axes = tuple(i for i in range(x.ndim) if i != 1)
+        column = (1, -1) + (1,) * (x.ndim - 2)
+        eps = node.attributes.get_float("epsilon", 1e-5)
+        y = (x - x.mean(axes, keepdims=True)) / np.sqrt(x.var(axes, keepdims=True) + eps)
+        y = (y * scale.reshape(column) + bias.reshape(column)).astype(arrays[0].dtype)
+        out = node.outputs[0]
+        value = ir.Value(name=out.name, const_value=ir.tensor(y, name=out.name), type=out.type, shape=ir.Shape(y.shape))
+        out.name = f"{out.name}_folded"
+        ir.convenience.replace_all_uses_with(out, value)
+        model.graph.register_initializer(value)
+        model.graph.remove(node, safe=True)
+        folded.append(node.name)
+    return folded
+
+
 def cleanup(model: ir.Model) -> ir.Model:
     """Fold constants and BatchNorms, drop no-ops and identities; returns the same model object."""
     keep_public_names(model)
     onnxscript.optimizer.optimize_ir(model)
+    if fold_constant_training_batchnorms(model):  # their inputs are constants once folded; fold what follows
+        onnxscript.optimizer.optimize_ir(model)
     adopt_orphan_constants(model)
     onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=list(CLEANUP_RULES))
     adopt_orphan_constants(model)
