@@ -1,5 +1,7 @@
 """The matrix's table-made architectures: transformers models from tiny configs (random weights, never downloaded)
-and two plain-PyTorch conv nets, one entry each.
+and two plain-PyTorch conv nets, one entry each. Conv nets keep 32 or 64 channels where INT8 would apply: the
+placement keeps a layer whose input channels are not a multiple of 32 in FP16, and an INT8 build that quantizes
+nothing writes an FP16 artifact (the matrix's int8 cells would not run).
 
 ``ARCHITECTURES``: name → (family, model class, config class, config fields, output key(s), ``--input-shape``
 values). ``build(name)`` makes the module; ``matrix_models`` exposes each as a factory ``matrix_models:NAME``
@@ -36,13 +38,13 @@ ARCHITECTURES: dict[str, tuple[str, str, str, dict, str | tuple[str, ...], tuple
                      {"image_size": 32, "width_coefficient": 0.1, "depth_coefficient": 0.1, "hidden_dim": 128},
                      "pooler_output", _IMAGE),
     "resnet": ("vision", "ResNetForImageClassification", "ResNetConfig",
-               {"embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1], "layer_type": "bottleneck",
+               {"embedding_size": 32, "hidden_sizes": [32, 64], "depths": [1, 1], "layer_type": "bottleneck",
                 "num_labels": 10}, "logits", _IMAGE),
     "regnet": ("vision", "RegNetModel", "RegNetConfig",
-               {"embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1], "groups_width": 8},
+               {"embedding_size": 32, "hidden_sizes": [32, 64], "depths": [1, 1], "groups_width": 16},
                "pooler_output", _IMAGE),
     "poolformer": ("vision", "PoolFormerModel", "PoolFormerConfig",
-                   {"hidden_sizes": [8, 16], "depths": [1, 1], "num_encoder_blocks": 2, "patch_sizes": [7, 3],
+                   {"hidden_sizes": [32, 64], "depths": [1, 1], "num_encoder_blocks": 2, "patch_sizes": [7, 3],
                     "strides": [4, 2], "padding": [2, 1], "pool_size": 3, "mlp_ratio": 2.0},
                    "last_hidden_state", _IMAGE),
     "swinv2": ("vision", "Swinv2ForImageClassification", "Swinv2Config",
@@ -93,9 +95,9 @@ def _conv3d_net():
     """A small 3-D conv classifier over a clip (N, C, T, H, W)."""
     from torch import nn
 
-    return nn.Sequential(nn.Conv3d(3, 8, 3, padding=1), nn.BatchNorm3d(8), nn.ReLU(), nn.MaxPool3d((1, 2, 2)),
-                         nn.Conv3d(8, 16, 3, stride=(1, 2, 2), padding=1), nn.ReLU(), nn.AdaptiveAvgPool3d(1),
-                         nn.Flatten(), nn.Linear(16, 5), nn.Softmax(dim=-1)).eval()
+    return nn.Sequential(nn.Conv3d(3, 32, 3, padding=1), nn.BatchNorm3d(32), nn.ReLU(), nn.MaxPool3d((1, 2, 2)),
+                         nn.Conv3d(32, 32, 3, stride=(1, 2, 2), padding=1), nn.ReLU(), nn.AdaptiveAvgPool3d(1),
+                         nn.Flatten(), nn.Linear(32, 5), nn.Softmax(dim=-1)).eval()
 
 
 def _ssd_head():
@@ -106,10 +108,10 @@ def _ssd_head():
     class SSDHead(nn.Module):
         def __init__(self, anchors: int = 3, classes: int = 4) -> None:
             super().__init__()
-            self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.BatchNorm2d(8), nn.ReLU6())
-            self.down = nn.Sequential(nn.Conv2d(8, 16, 3, 2, 1), nn.ReLU())
-            self.boxes = nn.ModuleList([nn.Conv2d(c, anchors * 4, 3, padding=1) for c in (8, 16)])
-            self.scores = nn.ModuleList([nn.Conv2d(c, anchors * classes, 3, padding=1) for c in (8, 16)])
+            self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.BatchNorm2d(32), nn.ReLU6())
+            self.down = nn.Sequential(nn.Conv2d(32, 32, 3, 2, 1), nn.ReLU())
+            self.boxes = nn.ModuleList([nn.Conv2d(32, anchors * 4, 3, padding=1) for _ in range(2)])
+            self.scores = nn.ModuleList([nn.Conv2d(32, anchors * classes, 3, padding=1) for _ in range(2)])
             self.classes = classes
 
         def forward(self, x):
