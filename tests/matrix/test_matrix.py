@@ -31,9 +31,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 #: cell fails as XPASS until its entry is removed).
 KNOWN: dict[tuple[str, str], str] = {
     ("efficientnet/torchscript", "build --path direct fp16"): (
-        "new finding (issue 35 matrix): the direct path hands TensorRT a negative convolution pre-padding "
-        "(IConvolutionLayer::setPrePadding API usage error, 21 error lines, exit 2) for EfficientNet's "
-        "asymmetric 'same' padding"),
+        "new finding (issue 35 matrix): the direct path hands TensorRT negative convolution paddings on "
+        "EfficientNet: 20 'IConvolutionLayer::setPre/PostPadding: API Usage Error' lines before its one-line "
+        "refusal (avg_pool2d with ceil_mode), exit 2"),
 }
 
 
