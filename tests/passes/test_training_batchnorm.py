@@ -54,3 +54,18 @@ def test_tensorrt_rtx_builds_it(standardized):
     done = run(["build", standardized.name, "--precision", "fp16", "-q", "--opt-level", "0"],
                cwd=standardized.parent)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.skipif(not trt.available(), reason="no TensorRT bindings installed")
+def test_inspect_asks_the_parser_about_the_graph_build_hands_it(standardized):
+    """``inspect`` said the parser refuses the file (exit 1) though ``build`` takes it: it now asks again after
+    the cleanup every build runs, and notes what that folded away."""
+    from cli_in_process import run
+
+    from trtforge.debug.onnx_inspect import describe_onnx
+
+    info = describe_onnx(standardized)
+    assert info.refused == [], info.refused
+    assert any("2 node(s) of the file as written" in n and "BatchNormalization" in n for n in info.notes), info.notes
+    done = run(["inspect", standardized.name], cwd=standardized.parent)
+    assert done.returncode == 0 and "accepts every node" in done.stdout, done.stdout + done.stderr

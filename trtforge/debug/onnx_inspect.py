@@ -48,15 +48,28 @@ def _io(values) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
     return tuple(rows)
 
 
-def _parser_check(data: bytes) -> tuple[list[tuple[str, str, str]] | None, str, tuple[str, ...]]:
+def _parser_check(proto) -> tuple[list[tuple[str, str, str]] | None, str, tuple[str, ...]]:
+    """The nodes the parser refuses in the graph ``trtforge build`` hands it: where it refuses the file as
+    written, asked again after the cleanup every build runs (constant folding: a training-mode BatchNormalization
+    of constant weights, as TorchScript writes BiT's weight standardization, is gone there)."""
     from trtforge.core import trt
 
     if not trt.available():
         return None, "", ("no TensorRT bindings: the parser check was skipped (" + trt.INSTALL_HINT + ")",)
     from trtforge.builder.build import parser_refusals
+    from trtforge.passes.cleanup import cleanup
+    from trtforge.passes.graph import load_ir, to_proto
 
     info = trt.info()
-    return parser_refusals(data), f"{info.flavour} {info.version}", ()
+    parser = f"{info.flavour} {info.version}"
+    as_written = parser_refusals(proto.SerializeToString())
+    if not as_written:
+        return [], parser, ()
+    refused = parser_refusals(to_proto(cleanup(load_ir(proto))).SerializeToString())
+    nodes = len({node for node, _, _ in as_written}) - len({node for node, _, _ in refused})
+    notes = (f"the parser refuses {nodes} node(s) of the file as written that trtforge build's cleanup folds away "
+             f"({', '.join(sorted({op for _, op, _ in as_written}))})",) if nodes > 0 else ()
+    return refused, parser, notes
 
 
 def describe_onnx(path: Path, parser: bool = True) -> OnnxDescription:
@@ -81,7 +94,7 @@ def describe_onnx(path: Path, parser: bool = True) -> OnnxDescription:
         notes = (f"{path} with its weights is over protobuf's 2 GiB: the parser check was skipped (trtforge build "
                  "parses it from the file)",)
     elif parser:  # the parser reads bytes with the weights inline: it has no folder to find external data in
-        refused, parser_name, notes = _parser_check(proto.SerializeToString())
+        refused, parser_name, notes = _parser_check(proto)
     return OnnxDescription(
         path=path, opset=opset_version(model), nodes=sum(ops.values()), ops=ops,
         inputs=_io(v for v in model.graph.inputs if not v.is_initializer()), outputs=_io(model.graph.outputs),
