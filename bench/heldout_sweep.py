@@ -27,6 +27,7 @@ import io
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -106,6 +107,8 @@ HELD_OUT: dict[str, tuple[str, str, dict, str | tuple[str, ...], tuple[str, ...]
     "anchor_detector": ("", "", {}, "", ("1x3x32x32",)),
 }
 EXPORTERS = ("dynamo", "torchscript")
+#: Terminal colour codes (the dynamo exporter colours its messages).
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 FINDINGS = ("traceback", "self-compare", "messy")
 
 
@@ -217,7 +220,8 @@ def export(name: str, exporter: str, folder: Path) -> tuple[Path | None, str]:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             torch.onnx.export(build(name), example_inputs(name), str(path), **options)
     except Exception as exc:  # the exporter's refusal is the row's line, not a trtforge finding
-        return None, f"torch.onnx.export({exporter}) fails: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        reason = ANSI.sub("", str(exc)).splitlines()[0][:200]
+        return None, f"torch.onnx.export({exporter}) fails: {type(exc).__name__}: {reason}"
     return path, ""
 
 
@@ -360,7 +364,7 @@ def markdown(records: list[dict], meta: dict) -> str:
 
 
 def _cell_text(line: str) -> str:
-    return line.replace("|", "/")[:220]
+    return ANSI.sub("", line).replace("|", "/")[:220]
 
 
 PAGE = ROOT / "docs" / "conformance.md"
