@@ -9,7 +9,8 @@ The pass, in order:
    reads ``-1`` there (``0`` when the shape has a ``-1`` already, with ``allowzero=0``), an ``Expand`` shape reads ``1``
    there (broadcast keeps the input's rows), a constant ``Concat`` operand of one row (a class
    token) is expanded to the rows of the batched operand beside it, and one that numbers the rows
-   (``arange(batch)`` as a ``GatherND``'s row index) counts the rows at run time; a ``Reshape`` that
+   (``arange(batch)`` as a ``GatherND``'s row index) counts the rows at run time, a ``GatherElements`` table of
+   one row read with batched indices (RoBERTa's token types) is expanded to their rows; a ``Reshape`` that
    folds the batch into its rows (``[B, C, H, W] → [B·k, ...]``) or unfolds it, and a ``Resize`` to
    constant sizes, read their dim 0 from the data at run time;
 3. ONNX shape inference must agree: every batched output keeps a symbolic dim 0;
@@ -231,17 +232,37 @@ def _expand_constant_rows(model: ir.Model, batch: int, names: set[str]) -> None:
             node.replace_input_with(index, _row_numbers(node, index, batched, shape.rank()))
             names.add(node.name)
             continue
-        rows = ir.node("Shape", [batched], attributes={"start": 0, "end": 1}, name=f"{node.name}_rows_{index}")
-        ones = ir.Value(name=f"{node.name}_ones_{index}", const_value=ir.tensor(np.ones(shape.rank() - 1, np.int64)),
-                        type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([shape.rank() - 1]))
-        graph.initializers[ones.name] = ones
-        target = ir.node("Concat", [rows.outputs[0], ones], attributes={"axis": 0},
-                         name=f"{node.name}_target_{index}")
-        expand = ir.node("Expand", [value, target.outputs[0]], name=f"{node.name}_expand_{index}")
-        for new in (rows, target, expand):
-            graph.insert_before(node, new)
-        node.replace_input_with(index, expand.outputs[0])
+        _expand_to_rows(node, index, value, batched, shape.rank())
         names.add(node.name)
+
+
+def _expand_to_rows(node: ir.Node, index: int, value: ir.Value, batched: ir.Value, rank: int) -> None:
+    """``node``'s input ``index`` (``value``, one row) becomes ``Expand(value, Concat(Shape(batched)[:1], ones))``."""
+    graph = node.graph
+    rows = ir.node("Shape", [batched], attributes={"start": 0, "end": 1}, name=f"{node.name}_rows_{index}")
+    ones = ir.Value(name=f"{node.name}_ones_{index}", const_value=ir.tensor(np.ones(rank - 1, np.int64)),
+                    type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([rank - 1]))
+    graph.initializers[ones.name] = ones
+    target = ir.node("Concat", [rows.outputs[0], ones], attributes={"axis": 0}, name=f"{node.name}_target_{index}")
+    expand = ir.node("Expand", [value, target.outputs[0]], name=f"{node.name}_expand_{index}")
+    for new in (rows, target, expand):
+        graph.insert_before(node, new)
+    node.replace_input_with(index, expand.outputs[0])
+
+
+def _expand_gather_elements_tables(model: ir.Model, batch: int, names: set[str]) -> None:
+    """A ``GatherElements`` (axis not 0) whose data is a constant of one row and whose indices are batched
+    (RoBERTa's token types: ``gather(buffer.expand(batch, -1), 1, positions)`` exported at batch 1) reads its
+    data expanded to the indices' rows: GatherElements does not broadcast."""
+    live = _input_dependent(model)
+    sites = [node for node in model.graph if node.op_type == "GatherElements" and batch == 1
+             and node.attributes.get_int("axis", 0) != 0 and node.inputs[0] not in live and node.inputs[1] in live]
+    shapes = _constant_shapes(model, [node.inputs[0] for node in sites])
+    for node in sites:
+        shape = shapes[node.inputs[0].name]
+        if len(shape) > 1 and shape[0] == 1:
+            _expand_to_rows(node, 0, node.inputs[0], node.inputs[1], len(shape))
+            names.add(node.name)
 
 
 def _is_row_index(concat: ir.Node, index: int, value: ir.Value, batch: int) -> bool:
@@ -309,6 +330,7 @@ def make_batch_dynamic(model: ir.Model, batched: Sequence[str] | None = None) ->
     outputs = [v for v in model.graph.outputs if v.shape is not None and v.shape.rank() and v.shape[0] == batch]
     changed: set[str] = set()
     _expand_constant_rows(model, batch, changed)  # reads the static graph once in ONNX Runtime
+    _expand_gather_elements_tables(model, batch, changed)
     for value in inputs:
         _set_dim0(value, ir.SymbolicDim(BATCH))
     changed.update(_rewrite_shapes(model, batch))
