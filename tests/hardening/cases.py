@@ -425,7 +425,7 @@ for _stage, _function in [
 # -- usage errors (click's own): one line too ---------------------------------------------------------
 @case("usage_unknown_option")
 def _unknown_option(ctx: Ctx) -> Case:
-    return Case(build(ctx, "--bogus"), USER, r"No such option: --bogus; see 'trtforge build --help'",
+    return Case(build(ctx, "--bogus"), USER, r"No such option: --bogus( \(Possible options: [-\w, ]+\))?; see 'trtforge build --help'",  # click may suggest
                 fix=lambda: build(ctx))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -113,7 +114,11 @@ class BuildFailedError(Unsupported):
 
 
 class BuildCancelled(Cancelled):
-    """The user pressed Ctrl-C during a build; nothing was written."""
+    """The user pressed Ctrl-C during a build, or SIGTERM arrived (``signum``); nothing was written."""
+
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.signum = signum
 
 
 @dataclass(frozen=True)
@@ -332,7 +337,7 @@ def build_network(builder, network, logger: RecordingLogger, config: CompileConf
             timing.save()
     seconds = time.perf_counter() - start
     if monitor.cancelled:
-        raise BuildCancelled(f"build of {name} cancelled by the user; nothing was written")
+        raise BuildCancelled(f"build of {name} cancelled by the user; nothing was written", monitor.signum)
     if plan is None:
         raise BuildFailedError(
             f"{trt.info().flavour} could not build {source}: "

@@ -30,6 +30,7 @@ class BuildProgress:
     def __init__(self, enabled: bool = True, console: Console | None = None, title: str = "build") -> None:
         self.enabled = enabled
         self.cancelled = False
+        self.signum = signal.SIGINT  # the signal that cancelled the build (SIGINT or SIGTERM)
         self.title = title
         self._progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -56,7 +57,7 @@ class BuildProgress:
         self._progress.__exit__(*exc)
 
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
-        self.cancelled = True
+        self.cancelled, self.signum = True, signum
 
     # -- TensorRT callbacks ------------------------------------------------------------------
     def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:

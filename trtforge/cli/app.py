@@ -44,6 +44,7 @@ EXIT_FAILED, EXIT_USER_ERROR = 1, 2
 EXIT_CANCELLED = EXIT_FAILED
 #: The line for a Ctrl-C without a message of its own (true of every command: writes are staged).
 INTERRUPTED = "interrupted (Ctrl-C); no file was left half-written"
+TERMINATED = "terminated (SIGTERM); no file was left half-written and the temporary files are removed"
 #: errno → what to do, after the OS's own message (nothing was written: every write is staged).
 OS_ERROR_HINTS = {
     errno.ENOSPC: "; nothing was written. Free some space (or choose another --output-dir / --cache-dir) "
@@ -88,8 +89,8 @@ def interrupted_line(exc: KeyboardInterrupt) -> str:
         >>> interrupted_line(Cancelled("build of m cancelled by the user; nothing was written"))
         'interrupted (Ctrl-C); no file was left half-written'
     """
-    if isinstance(exc, Terminated):
-        return one_line(str(exc))
+    if isinstance(exc, Terminated) or getattr(exc, "signum", None) == signal.SIGTERM:  # a build stopped by SIGTERM
+        return TERMINATED
     return INTERRUPTED
 
 
@@ -182,7 +183,7 @@ class Terminated(Cancelled):
 
 
 def _on_sigterm(signum: int, _frame: Any) -> None:
-    raise Terminated("terminated (SIGTERM); no file was left half-written and the temporary files are removed")
+    raise Terminated(TERMINATED)
 
 
 def terminate_like_interrupt() -> None:
