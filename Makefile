@@ -7,7 +7,7 @@ YOLO_VENV   := .venv-yolo
 YOLO_STAMP  := $(YOLO_VENV)/.trtforge-yolo
 YOLO_MODELS := $(YOLO_VENV)/models
 
-.PHONY: setup demo test test-fast lint docs coverage clean modelopt-venv yolo-models
+.PHONY: setup demo test test-fast test-matrix lint docs coverage clean modelopt-venv yolo-models
 
 setup: $(STAMP) $(YOLO_STAMP)
 
@@ -66,6 +66,11 @@ test: setup lint docs
 #: TensorRT-RTX build per stage; slow tests and serving under load left out.
 test-fast: setup lint
 	$(PYTEST) --durations=25 -m "not slow and not serve_load"
+
+#: The whole command × model matrix: every command on every architecture's first file (make test runs the wider
+#: set of architectures with a subset: tests/matrix/driver.py, row_cells). About 10 min on the 2-core machine.
+test-matrix: setup
+	TRTFORGE_MATRIX=full $(PYTEST) tests/matrix
 
 #: The suite's line coverage of trtforge/ (subprocesses and workers included; docs/DEVELOPING.md, "The suite's cost").
 coverage: setup

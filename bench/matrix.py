@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -45,7 +46,9 @@ def run_rows(models: list[str], rows: Path) -> None:
     from cli_in_process import environment
 
     cache = Path(tempfile.mkdtemp(prefix="trtforge-matrix-cache-"))
-    with environment({"TRTFORGE_CACHE_DIR": str(cache), "COLUMNS": "200"}), warnings.catch_warnings():
+    # every command on every architecture (make test runs a subset of the wider set: driver.row_cells)
+    full = {"TRTFORGE_MATRIX": os.environ.get("TRTFORGE_MATRIX", "full")}
+    with environment({"TRTFORGE_CACHE_DIR": str(cache), "COLUMNS": "200", **full}), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for model in models:
             work = Path(tempfile.mkdtemp(prefix=f"trtforge-matrix-{model.replace('/', '-')}-"))

@@ -61,12 +61,27 @@ SHORT_CELLS = ("inspect onnx", "build fp16", "inspect fp16", "check fp16", "comp
 TORCH_CELLS = ("coverage", "build --path direct fp16")
 
 
+#: The first file of the wider set of architectures (tests/matrix/architectures.py) in ``make test``: the short set,
+#: BF16 and its layer-wise walk. Every ONNX cell and the direct path run on them with ``TRTFORGE_MATRIX=full``
+#: (``make test-matrix``, ``bench/matrix.py``): about 250 CPU s more than the test suite's budget holds.
+WIDE_CELLS = (*SHORT_CELLS, "build bf16", "compare --layerwise bf16")
+
+
+def full_matrix() -> bool:
+    """Whether every architecture gets every command (``TRTFORGE_MATRIX=full``), not only the first ones."""
+    return os.environ.get("TRTFORGE_MATRIX", "") == "full"
+
+
 def row_cells(row: str) -> tuple[str, ...]:
-    """The cells ``row`` gets, in order: every ONNX cell on a model's first file, the short set on its second."""
+    """The cells ``row`` gets: every ONNX cell on a model's first file (``WIDE_CELLS`` for the wider set unless
+    ``full_matrix()``), the short set on its second; the direct path once per model."""
     name, exporter = matrix_models.split_row(row)
     kind = matrix_models.MODELS[name][0]
-    onnx_cells = ONNX_CELLS if kind != "torch" or exporter == matrix_models.full_exporter(name) else SHORT_CELLS
-    return onnx_cells + (TORCH_CELLS if kind == "torch" and exporter == matrix_models.EXPORTERS[-1] else ())
+    every = full_matrix() or name not in matrix_models.ARCHITECTURES
+    first = kind != "torch" or exporter == matrix_models.full_exporter(name)
+    onnx_cells = (ONNX_CELLS if every else WIDE_CELLS) if first else SHORT_CELLS
+    direct = kind == "torch" and exporter == matrix_models.EXPORTERS[-1] and every
+    return onnx_cells + (TORCH_CELLS if direct else ())
 #: The line ``compare`` prints for each side that runs an ONNX graph (``A runs GRAPH``).
 RUNS_LINE = re.compile(r"^([AB]) runs (\S+\.onnx)", re.MULTILINE)
 BUG_LINE = "this is a bug in trtforge"
