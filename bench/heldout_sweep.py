@@ -197,16 +197,9 @@ def __getattr__(name: str):
 
 
 def example_inputs(name: str) -> tuple:
-    import torch
+    import matrix_models
 
-    generator = torch.Generator().manual_seed(0)
-    made = []
-    for text in HELD_OUT[name][4]:
-        dtype, _, dims = text.rpartition(":")
-        shape = tuple(int(d) for d in dims.split("x"))
-        made.append(torch.randint(0, 64, shape, generator=generator) if dtype == "int64"
-                    else torch.randn(shape, generator=generator))
-    return tuple(made)
+    return matrix_models.random_inputs(HELD_OUT[name][4])
 
 
 def export(name: str, exporter: str, folder: Path) -> tuple[Path | None, str]:
@@ -299,8 +292,7 @@ def _resolve(argv: list[str], here: Path) -> tuple[list[str], str]:
 
 def run_row(name: str, exporter: str, work: Path, torch_cells: bool) -> list[dict]:
     """Every cell of one (model, exporter) row, each run in ``work/elsewhere``."""
-    from cli_in_process import run as trtforge
-    from driver import outcome
+    from driver import run_cell
 
     here = work / "elsewhere"
     for folder in (here, work / "model"):
@@ -320,16 +312,11 @@ def run_row(name: str, exporter: str, work: Path, torch_cells: bool) -> list[dic
                             "line": missing, "cpu": 0.0})
             print(f"{row:32s} {cell:26s} n/a          {missing}", flush=True)
             continue
-        try:
-            done, exc = trtforge(argv, cwd=here), None
-            code, stdout, stderr = done.returncode, done.stdout, done.stderr
-        except Exception as error:  # out of the command itself: the traceback outcome
-            code, stdout, stderr, exc = 1, "", "", error
-        kind, line = outcome(argv, code, stdout, stderr, exc, here)
+        code, kind, line, output = run_cell(argv, here)
         records.append({"row": row, "cell": cell, "argv": argv, "exit": code, "outcome": kind, "line": line,
                         "cpu": round(time.process_time() - cpu, 2), "seconds": round(time.perf_counter() - wall, 2)})
         if kind in FINDINGS:
-            records[-1]["stderr_tail"] = (stderr or stdout)[-3000:]
+            records[-1]["stderr_tail"] = output[-3000:]
         print(f"{row:32s} {cell:26s} {kind:12s} {records[-1]['seconds']:6.1f} s {line[:140]}", flush=True)
     return records
 

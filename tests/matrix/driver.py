@@ -203,6 +203,19 @@ def _onnx_cells(name: str, work: Path, onnx_path: Path, here: Path) -> list[tupl
     return table
 
 
+def run_cell(argv: list[str], here: Path) -> tuple[int, str, str, str]:
+    """(exit code, outcome, its line, stderr or else stdout) of one ``trtforge`` command run in process in ``here``."""
+    from cli_in_process import run as trtforge
+
+    try:
+        done, exc = trtforge(argv, cwd=here), None
+        code, stdout, stderr = done.returncode, done.stdout, done.stderr
+    except Exception as error:  # out of the command itself: the traceback outcome
+        code, stdout, stderr, exc = 1, "", "", error
+    kind, line = outcome(argv, code, stdout, stderr, exc, here)
+    return code, kind, line, stderr or stdout
+
+
 def _model_file(row: str, work: Path) -> tuple[Path | None, str]:
     """(the row's ONNX file, "") or (None, why there is none: the exporter's refusal, a YOLO file not made)."""
     try:
@@ -215,8 +228,6 @@ def run(row: str, work: Path) -> dict:
     """Every cell of ``row``'s row (``MODEL/EXPORTER`` or ``MODEL``); the record the test and bench/matrix.py read.
 
     Each command runs in ``work/elsewhere``, not in the model's folder."""
-    from cli_in_process import run as trtforge
-
     here = work / "elsewhere"
     for folder in (here, work / "model"):
         folder.mkdir(parents=True, exist_ok=True)
@@ -232,12 +243,7 @@ def run(row: str, work: Path) -> dict:
                          "line": f"no {Path(missing[0].split('@')[0]).name}: its build did not write it (refused, or nothing was quantized and it wrote another precision's files)"})
             print(f"{row:24s} {cell:26s} n/a", flush=True)
             continue
-        try:
-            done, exc = trtforge(argv, cwd=here), None
-            code, stdout, stderr = done.returncode, done.stdout, done.stderr
-        except Exception as error:  # out of the command itself: the traceback outcome
-            code, stdout, stderr, exc = 1, "", "", error
-        kind, line = outcome(argv, code, stdout, stderr, exc, here)
+        code, kind, line, _ = run_cell(argv, here)
         rows.append({"cell": cell, "argv": argv, "exit": code, "outcome": kind, "line": line,
                      "seconds": round(time.perf_counter() - start, 2), "cpu": round(time.process_time() - cpu_start, 2)})
         print(f"{row:24s} {cell:26s} {kind:12s} {rows[-1]['cpu']:6.1f} CPU s {line[:150]}", flush=True)

@@ -207,11 +207,16 @@ def whisper_encoder():
 
 def example_inputs(name: str) -> tuple:
     """The example inputs of a torch model: ``MODELS[name]``'s shapes, random values (token ids < 64)."""
+    return random_inputs(MODELS[name][1])
+
+
+def random_inputs(shapes: tuple[str, ...]) -> tuple:
+    """Seeded random tensors of ``--input-shape`` values (``int64:1x16``: token ids below 64)."""
     import torch
 
     generator = torch.Generator().manual_seed(0)
     made = []
-    for text in MODELS[name][1]:
+    for text in shapes:
         dtype, _, dims = text.rpartition(":")
         shape = tuple(int(d) for d in dims.split("x"))
         made.append(torch.randint(0, 64, shape, generator=generator) if dtype == "int64"
