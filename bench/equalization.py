@@ -28,7 +28,7 @@ from rich.table import Table  # noqa: E402
 from trtforge.core.config import QuantConfig  # noqa: E402
 from trtforge.passes.graph import to_proto  # noqa: E402
 from trtforge.quantize.coverage import int8_coverage, mac_counts  # noqa: E402
-from trtforge.quantize.equalize import equalize, equalize_activations  # noqa: E402
+from trtforge.quantize.methods.equalize import equalize, equalize_activations  # noqa: E402
 from trtforge.quantize.quantizer import quantize_model  # noqa: E402
 
 CONFIGS = (("default placement", QuantConfig()), ("every Conv/Gemm", QuantConfig(include=("Conv", "Gemm"))))

@@ -31,9 +31,9 @@ from trtforge.core.config import QuantConfig
 from trtforge.passes.graph import ensure_node_names, ensure_opset, fresh_ir, to_proto
 from trtforge.passes.qdq import apply_plan
 from trtforge.quantize import placement
-from trtforge.quantize.bias_correction import correct_biases
 from trtforge.quantize.calibration import split_samples
 from trtforge.quantize.coverage import int8_coverage, mac_counts
+from trtforge.quantize.methods.bias_correction import correct_biases
 from trtforge.quantize.precision import spec_of
 from trtforge.quantize.quantizer import quantize_model
 from trtforge.quantize.report import per_sample_errors, run_model

@@ -15,7 +15,7 @@ from trtforge.core.config import ConfigError, QuantConfig, check_quant_options
 from trtforge.passes.cleanup import cleanup
 from trtforge.passes.graph import load_ir, ort_session, to_proto
 from trtforge.passes.qdq import apply_plan, quantize_weight
-from trtforge.quantize.adaround import RoundingOptions, learn_rounding
+from trtforge.quantize.methods.adaround import RoundingOptions, learn_rounding
 from trtforge.quantize.quantizer import quantize_model
 
 

@@ -18,9 +18,10 @@ from onnx import helper, numpy_helper
 from trtforge.core.config import QuantConfig
 from trtforge.passes import graph
 from trtforge.passes.qdq import apply_plan
-from trtforge.quantize import bias_correction, observers
+from trtforge.quantize import observers
 from trtforge.quantize.calibration import CalibrationSet
 from trtforge.quantize.data import batches
+from trtforge.quantize.methods import bias_correction
 from trtforge.quantize.quantizer import quantize_model
 
 CHANNELS = 8

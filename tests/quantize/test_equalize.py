@@ -11,7 +11,7 @@ import torch
 from trtforge.capture.export import export_onnx
 from trtforge.passes.cleanup import cleanup
 from trtforge.passes.graph import copy_model, load_ir, ort_session
-from trtforge.quantize.equalize import equalize, find_pairs
+from trtforge.quantize.methods.equalize import equalize, find_pairs
 
 
 class ClippingChain(torch.nn.Module):
@@ -104,7 +104,7 @@ def test_efficientnet_lite0_keeps_its_outputs(lite0_onnx, photo_inputs):
 def test_activation_equalization_levels_the_depthwise_inputs(tmp_path):
     """``equalize_activations``: the depthwise conv's input channels all reach the same observed range, and
     the function is kept; the pair into the pointwise conv (not depthwise) is left alone."""
-    from trtforge.quantize.equalize import _middle, channel_amax, equalize_activations
+    from trtforge.quantize.methods.equalize import _middle, channel_amax, equalize_activations
 
     model = _onnx(ClippingChain(), (1, 3, 16, 16), tmp_path / "chain.onnx")
     rng = np.random.default_rng(3)
@@ -144,7 +144,7 @@ def _batches(seed: int) -> list[dict[str, np.ndarray]]:
 
 @pytest.mark.slow
 def test_high_biases_are_absorbed_into_the_next_conv(tmp_path):
-    from trtforge.quantize.equalize import absorb_biases, channel_range
+    from trtforge.quantize.methods.equalize import absorb_biases, channel_range
 
     model = _onnx(HighBiasChain(5.0, relu6=False), (1, 8, 12, 12), tmp_path / "relu.onnx")
     batches = _batches(4)
@@ -162,7 +162,7 @@ def test_high_biases_are_absorbed_into_the_next_conv(tmp_path):
 def test_a_relu6_that_clips_stops_absorption(tmp_path):
     """Channels whose pre-activation reaches 6 keep their bias (a shift would move the clip); forcing the
     ReLU rule on them changes the outputs, so the check below can fail."""
-    from trtforge.quantize.equalize import _absorb, absorb_biases, channel_range
+    from trtforge.quantize.methods.equalize import _absorb, absorb_biases, channel_range
 
     model = _onnx(HighBiasChain(5.5, relu6=True), (1, 8, 12, 12), tmp_path / "relu6.onnx")
     batches = _batches(5)
@@ -180,7 +180,7 @@ def test_a_relu6_that_clips_stops_absorption(tmp_path):
 
 @pytest.mark.slow
 def test_efficientnet_lite0_keeps_its_outputs_after_bias_absorption(lite0_onnx, photo_inputs):
-    from trtforge.quantize.equalize import absorb_biases
+    from trtforge.quantize.methods.equalize import absorb_biases
 
     model = load_ir(lite0_onnx)
     batches = [{"images": photo_inputs[i:i + 4]} for i in range(0, 16, 4)]

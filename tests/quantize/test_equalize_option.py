@@ -16,7 +16,7 @@ from trtforge.core.config import CompileConfig, ConfigError, QuantConfig, check_
 from trtforge.core.metrics import per_sample_errors
 from trtforge.passes.evaluate import FP32_TOLERANCE
 from trtforge.passes.graph import load_ir, ort_session, to_proto
-from trtforge.quantize.equalize import equalize_for_quantization
+from trtforge.quantize.methods.equalize import equalize_for_quantization
 from trtforge.quantize.quantizer import quantize_model
 
 REFUSAL = "equalize=True (--equalize) is for one W8A8 precision (int8, fp8), not {}: drop it"

@@ -1,5 +1,5 @@
-"""Quantization-aware fine-tuning (issue 25): ``trtforge.quantize.torch_graph`` evaluates ONNX graphs as ONNX
-Runtime does; ``trtforge.quantize.finetune`` lowers the held-back error of a plan (samples it never trained on),
+"""Quantization-aware fine-tuning (issue 25): ``trtforge.quantize.methods.torch_graph`` evaluates ONNX graphs as ONNX
+Runtime does; ``trtforge.quantize.methods.distill`` lowers the held-back error of a plan (samples it never trained on),
 and the Q/DQ graph it writes back computes in ONNX Runtime what its torch fake-quant model computed;
 ``QuantConfig(finetune_seconds=...)`` runs it in ``quantize_model`` (kept only when it helps, recorded in the
 report and the sidecar) and is refused where it cannot apply, in one line."""
@@ -18,9 +18,9 @@ from trtforge.core.metrics import per_sample_errors
 from trtforge.core.sidecar_records import QuantizationRecord
 from trtforge.passes.graph import load_ir, ort_session
 from trtforge.passes.qdq import apply_plan
-from trtforge.quantize.finetune import FinetuneOptions, fake_quant_inputs, finetune
+from trtforge.quantize.methods.distill import FinetuneOptions, fake_quant_inputs, finetune
+from trtforge.quantize.methods.torch_graph import TorchGraph
 from trtforge.quantize.quantizer import quantize_model
-from trtforge.quantize.torch_graph import TorchGraph
 
 REFUSAL = "finetune_seconds= (--finetune-seconds) fine-tunes INT8 (W8A8) weights, not {}: drop it, or build with precision int8"
 

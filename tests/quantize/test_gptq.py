@@ -13,7 +13,7 @@ from onnx import numpy_helper
 from trtforge.core import trt
 from trtforge.core.config import ConfigError, QuantConfig, check_quant_options
 from trtforge.core.ort_session import session
-from trtforge.quantize.gptq import gptq_weight
+from trtforge.quantize.methods.gptq import gptq_weight
 from trtforge.quantize.quantizer import quantize_model
 
 

@@ -18,8 +18,8 @@ from trtforge.core.config import QuantConfig
 from trtforge.core.errors import AccuracyBudgetMissed
 from trtforge.core.quant_plan import QuantPlan
 from trtforge.passes.graph import ensure_node_names, ensure_opset, fresh_ir, nodes_by_output
-from trtforge.quantize.bias_correction import correct_biases, find_bias
 from trtforge.quantize.data import batches
+from trtforge.quantize.methods.bias_correction import correct_biases, find_bias
 from trtforge.quantize.module_quantizer import corrected_copy, quantize_module
 from trtforge.quantize.quantizer import quantize_model
 from trtforge.quantize.report import compare_outputs

@@ -14,9 +14,9 @@ from trtforge.core.config import QuantConfig
 from trtforge.passes.cleanup import cleanup
 from trtforge.passes.graph import load_ir, to_proto
 from trtforge.quantize.data import batches
+from trtforge.quantize.methods.smoothquant import find_sites, smooth, smoothing_factors
 from trtforge.quantize.quantizer import quantize_model
 from trtforge.quantize.report import per_sample_errors, run_model
-from trtforge.quantize.smoothquant import find_sites, smooth, smoothing_factors
 
 
 class PreNormBlock(torch.nn.Module):

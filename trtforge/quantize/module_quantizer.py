@@ -34,9 +34,9 @@ from trtforge.core.budget import resolve_budget
 from trtforge.core.config import QuantConfig, check_quant_options
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.quant_plan import QuantLayer, QuantPlan
-from trtforge.quantize import bias_correction
 from trtforge.quantize.calibration import split_loaded
 from trtforge.quantize.data import Batches, data_hash
+from trtforge.quantize.methods import bias_correction
 from trtforge.quantize.module_calibration import calibrate_module
 from trtforge.quantize.report import finish_report, print_report, settings_report
 from trtforge.quantize.task import task_of_outputs

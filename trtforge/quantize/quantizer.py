@@ -6,7 +6,7 @@ calibrators (or the calibration cache), cross-layer equalization and bias absorp
 the equalized graph is calibrated too and kept when it quantizes closer to FP32 on the held-back
 samples), the placement (rules or measured, on the graph kept), the frozen ``QuantPlan``,
 learned rounding or GPTQ (optional; GPTQ rewrites weight-only weights and their scales), bias
-correction (optional), quantization-aware fine-tuning (optional, INT8; ``trtforge.quantize.finetune``: it starts
+correction (optional), quantization-aware fine-tuning (optional, INT8; ``trtforge.quantize.methods.distill``: it starts
 from the finished graph and is kept only when it beats it on the held-back samples), the accuracy report on held-back samples (ONNX Runtime, FP32 scales).
 What differs between precisions is data (``trtforge.quantize.precision.SPECS``). The graph handed to
 TensorRT is ``trtforge.passes.process(result.fp32, precision, result.plan)``: the FP16 pass, then the
@@ -49,7 +49,7 @@ from trtforge.passes.graph import (
 )
 from trtforge.passes.process import Processed, process
 from trtforge.passes.qdq import QuantPlan, apply_plan
-from trtforge.quantize import adaround, awq, bias_correction, gptq, placement, sensitivity, smoothquant
+from trtforge.quantize import placement, sensitivity
 from trtforge.quantize.calibration import (
     CalibrationSet,
     build_full_plan,
@@ -58,7 +58,8 @@ from trtforge.quantize.calibration import (
     split_samples,
 )
 from trtforge.quantize.data import CalibrationDataError, data_hash
-from trtforge.quantize.equalize import equalize_for_quantization
+from trtforge.quantize.methods import adaround, awq, bias_correction, gptq, smoothquant
+from trtforge.quantize.methods.equalize import equalize_for_quantization
 from trtforge.quantize.precision import PrecisionSpec, check_without_data, spec_of
 from trtforge.quantize.progress import progress_bar
 from trtforge.quantize.report import (
@@ -161,7 +162,7 @@ def _start_plan(analysis: placement.Analysis, full: QuantPlan, config: QuantConf
 def _equalize(reference_out, model: ir.Model, analysis: placement.Analysis, full: QuantPlan, data: CalibrationSet,
               config: QuantConfig, spec: PrecisionSpec, budget: ErrorBudget, report: dict, bar,
               ) -> tuple[ir.Model, placement.Analysis, QuantPlan]:
-    """(graph, analysis, full plan), equalized and bias-absorbed (``trtforge.quantize.equalize``) and calibrated
+    """(graph, analysis, full plan), equalized and bias-absorbed (``trtforge.quantize.methods.equalize``) and calibrated
     again, when that graph, quantized at the plan placement starts from, is closer to FP32 on the held-back
     samples (``bias_correction.verdict``: lower relative L2, and a budget that held still holds)."""
     start = time.perf_counter()
@@ -210,7 +211,7 @@ def _place(model: ir.Model, analysis: placement.Analysis, full: QuantPlan, data:
 
 def _learn_rounding(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationSet, config: QuantConfig,
                     report: dict, bar) -> ir.Model:
-    """``model`` with learned INT8 rounding of the plan's weights (``trtforge.quantize.adaround``)."""
+    """``model`` with learned INT8 rounding of the plan's weights (``trtforge.quantize.methods.adaround``)."""
     start = time.perf_counter()
     rounded, layers = adaround.learn_rounding(model, plan, data.calib_batches, config.rounding_seconds, progress=bar)
     before = compare_outputs(reference_out, run_model(apply_plan(model, plan), data.held_batches))["rel_l2_mean"]
@@ -225,7 +226,7 @@ def _learn_rounding(reference_out, model: ir.Model, plan: QuantPlan, data: Calib
 
 def _gptq(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationSet, report: dict, bar,
           ) -> tuple[ir.Model, QuantPlan]:
-    """``model`` and ``plan`` with GPTQ-rounded weight-only weights (``trtforge.quantize.gptq``), when that helps."""
+    """``model`` and ``plan`` with GPTQ-rounded weight-only weights (``trtforge.quantize.methods.gptq``), when that helps."""
     start = time.perf_counter()
     model, plan, out = gptq.gptq_if_better(reference_out, model, plan, data, report, progress=bar)
     _method(report, "gptq", start, report["gptq"]["applied"], reference_out, out)
@@ -237,9 +238,9 @@ def _finetune(reference: ir.Model, reference_out, model: ir.Model, sim: ir.Model
               ) -> tuple[ir.Model, ir.Model, list]:
     """(FP32 graph, its Q/DQ simulation, the simulation's held-back outputs), with the quantized layers' weights and
     biases fine-tuned under the plan's fake quantization, distilled from ``reference`` on the calibration samples
-    (``trtforge.quantize.finetune``), when that lowers the held-back error of the graph it starts from, the
+    (``trtforge.quantize.methods.distill``), when that lowers the held-back error of the graph it starts from, the
     finished (bias-corrected) one (``bias_correction.verdict``)."""
-    from trtforge.quantize import finetune  # torch: imported only when asked for
+    from trtforge.quantize.methods import distill as finetune  # torch: imported only when asked for
 
     start = time.perf_counter()
     if not plan.layers:
@@ -295,7 +296,9 @@ def _checked_start(fp32, calibration_data, config: QuantConfig, preprocessing: P
     check_quant_options(config, precision)
     model = ensure_node_names(ensure_opset(fresh_ir(fp32), opset))
     if config.finetune_seconds is not None:
-        from trtforge.quantize.torch_graph import unsupported_ops  # torch: imported only when asked for
+        from trtforge.quantize.methods.torch_graph import (
+            unsupported_ops,  # torch: imported only when asked for
+        )
 
         if missing := unsupported_ops(model):
             raise InvalidArgument(f"finetune_seconds= (--finetune-seconds) evaluates the graph in PyTorch, which has no "

@@ -3,7 +3,7 @@
 Each node runs as the torch function of its ONNX op (``OPS``, a table: one entry per op), on the graph's
 own tensor names, so a ``QuantPlan`` (layers addressed by their first output tensor, inputs by index)
 applies as it is: ``TorchGraph.forward(feeds, inputs=...)`` lets the caller replace any node input just
-before the node reads it (``trtforge.quantize.finetune`` puts fake quantization there). Initializers
+before the node reads it (``trtforge.quantize.methods.distill`` puts fake quantization there). Initializers
 named in ``trainable`` are ``torch.nn.Parameter`` objects holding the value in units of the tensor given there
 (``value = param · unit``; Adam's step is then a share of that unit); the rest are constant tensors.
 

@@ -1,6 +1,6 @@
 """Quantization-aware fine-tuning of a ``QuantPlan``'s graph, distilled from the FP32 graph: ``finetune``.
 
-The FP32 onnx_ir graph runs in PyTorch (``trtforge.quantize.torch_graph.TorchGraph``: the graph's own
+The FP32 onnx_ir graph runs in PyTorch (``trtforge.quantize.methods.torch_graph.TorchGraph``: the graph's own
 nodes and tensor names, so the plan applies as it is written). Where the plan puts an activation Q/DQ,
 the layer's input is fake-quantized per tensor with the plan's calibrated scale (INT8, −128…127); each
 quantized layer's weight is a trainable FP32 tensor fake-quantized per output channel with the plan's
@@ -36,9 +36,9 @@ import torch
 
 from trtforge.passes.graph import copy_model, nodes_by_output
 from trtforge.passes.qdq import QuantInput, QuantPlan, dequantized_weight
-from trtforge.quantize.bias_correction import find_bias
+from trtforge.quantize.methods.bias_correction import find_bias
+from trtforge.quantize.methods.torch_graph import TorchGraph
 from trtforge.quantize.report import run_model
-from trtforge.quantize.torch_graph import TorchGraph
 
 LOSSES = ("mse", "kl")
 
