@@ -41,6 +41,14 @@ from trtforge.core.options import (  # noqa: F401  (re-exported: the option decl
 )
 from trtforge.core.partition_options import DEFAULT_MIN_BLOCK_SIZE, check_min_block_size, op_names
 from trtforge.core.postprocess import NMS
+from trtforge.core.precisions import (  # noqa: F401  (AUTO_LADDER, PATHS: re-exported)
+    AUTO_LADDER,
+    FLOAT,
+    PATHS,
+    RECORDS,
+    WEIGHT_ONLY,
+)
+from trtforge.core.precisions import names as precision_names
 from trtforge.core.preprocessing import PreprocessConfig, read_preprocessing_json
 from trtforge.core.shapes import (  # noqa: F401  (parse_shapes: re-exported)
     check_batch_and_shapes,
@@ -48,28 +56,24 @@ from trtforge.core.shapes import (  # noqa: F401  (parse_shapes: re-exported)
     parse_shapes,
 )
 
-#: Every precision trtforge builds, named here once: import it, never re-list it.
+#: Every precision trtforge builds: one record each in ``core.precisions`` (``RECORDS``); these name lists derive
+#: from it. Import them, never re-list them.
 #: The precisions with no quantization: the whole graph computes in one float type.
-FLOAT_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
+FLOAT_PRECISIONS: tuple[str, ...] = precision_names(FLOAT)
 #: The float precisions below FP32: the float pass, its range probe and float bisection work on these.
-REDUCED_PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS[1:]
+REDUCED_PRECISIONS: tuple[str, ...] = tuple(p.name for p in RECORDS if p.kind == FLOAT and p.compute_dtype)
 #: The precisions ``trtforge.quantize`` plans (calibration data, a quantization plan, Q/DQ nodes): W8A8 INT8,
 #: FP8 (E4M3) weights and activations, and weight-only INT8/INT4 GEMMs (activations stay FP16).
-QUANTIZED_PRECISIONS: tuple[str, ...] = ("int8", "fp8", "int8-wo", "int4-wo")
+QUANTIZED_PRECISIONS: tuple[str, ...] = tuple(p.name for p in RECORDS if p.quantized)
 #: Quantized precisions that leave activations in the float type (DequantizeLinear-only weights).
-WEIGHT_ONLY_PRECISIONS: tuple[str, ...] = ("int8-wo", "int4-wo")
-PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS + QUANTIZED_PRECISIONS
+WEIGHT_ONLY_PRECISIONS: tuple[str, ...] = precision_names(WEIGHT_ONLY)
+PRECISIONS: tuple[str, ...] = precision_names()
 #: ``precision="auto"``: per layer the cheapest ``AUTO_LADDER`` rung (cheapest first; one W8A8 type a graph) that
 #: every target accelerates, moved up the ladder, then to FP16, where the error budget needs it.
 AUTO_PRECISION = "auto"
-AUTO_LADDER: tuple[tuple[str, ...], ...] = (("fp8", "int8"), ("int8-wo",))
 QUANTIZED_REQUESTS: tuple[str, ...] = QUANTIZED_PRECISIONS + (AUTO_PRECISION,)  # the requests that calibrate
-#: How a model becomes a TensorRT network: through ONNX and TensorRT's parser, or converted directly
-#: from PyTorch (``trtforge.convert``, docs/direct-path.md).
-PATHS: tuple[str, ...] = ("onnx", "direct")
 #: Precision → the float dtype the graph computes in (quantized graphs are FP16 outside Q/DQ).
-FLOAT_OF_PRECISION: dict[str, str | None] = {"fp32": None, "fp16": "float16", "bf16": "bfloat16",
-                                             **dict.fromkeys(QUANTIZED_PRECISIONS, "float16")}
+FLOAT_OF_PRECISION: dict[str, str | None] = {p.name: p.compute_dtype for p in RECORDS}
 OPTIMIZATION_LEVELS = range(0, 6)
 #: What ``layer_precision`` may give a layer: FP32 (kept out of the float pass) or the build's own type.
 LAYER_PRECISIONS: tuple[str, ...] = FLOAT_PRECISIONS
@@ -210,7 +214,8 @@ def check_quant_options(quant: QuantConfig, precision: str) -> None:
                       python="precision='fp8' or 'auto' (which may pick FP8) use calibrator='mse' (the default) or 'max'")
         raise ConfigError(spelled(cli="--calibrator entropy", python="calibrator='entropy'") + " fits INT8's 128 "
                           f"uniform levels and clips FP8 activations far too hard; with {fix}")
-    rounds = {"learned": ("int8", "int8-wo"), "gptq": WEIGHT_ONLY_PRECISIONS}.get(quant.rounding, (precision,))
+    integer_weights = tuple(p.name for p in RECORDS if p.weight_dtype == "int8")  # learned: per-channel INT8 grid
+    rounds = {"learned": integer_weights, "gptq": WEIGHT_ONLY_PRECISIONS}.get(quant.rounding, (precision,))
     if precision not in rounds:  # learned: per-channel integer weights; GPTQ: weight-only GEMM weights
         raise ConfigError(f"rounding={quant.rounding!r} (--rounding {quant.rounding}) is for {'/'.join(rounds)}, not {precision}: drop it")
     if quant.block_size is not None and not weight_only and precision != AUTO_PRECISION:

@@ -286,6 +286,10 @@ FP8_RULES: tuple[tuple[str, Callable[[Candidate], str | None]], ...] = (
     ("fp8_min_channels_16", _fp8_channels_rule),
     ("fp8_no_gemv", _gemv_rule),
 )
+#: A precision's default placement rule set (``core.precisions.Precision.placement``) → its rules.
+RULE_SETS: dict[str, tuple[tuple[str, Callable[[Candidate], str | None]], ...]] = {
+    "w8a8": RULES, "fp8": FP8_RULES, "weight-only": (),
+}
 
 
 def weight_only_analysis(analysis: Analysis) -> Analysis:

@@ -21,16 +21,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from trtforge.core.config import (
-    QUANTIZED_PRECISIONS,
     WEIGHT_ONLY_PRECISIONS,
     ConfigError,
     QuantConfig,
     option_spelling,
 )
 from trtforge.core.errors import InvalidArgument, spelled
+from trtforge.core.precisions import RECORDS, record
 from trtforge.passes.qdq import QUANT_DTYPES, QuantDtype, QuantInput, QuantLayer, fp16_scales
 from trtforge.quantize.calibrators import block_scales, weight_scales
-from trtforge.quantize.placement import FP8_RULES, RULES, Analysis, Candidate, weight_only_analysis
+from trtforge.quantize.placement import RULE_SETS, Analysis, Candidate, weight_only_analysis
 
 #: The smallest block along the reduction axis (TensorRT's INT4 kernels want at least 16 weights a block).
 MIN_BLOCK = 16
@@ -67,9 +67,8 @@ class PrecisionSpec:
 
     @property
     def name(self) -> str:
-        """How reports and tables spell it: INT8, FP8, INT8 weight-only, INT4 weight-only."""
-        base = {"int8": "INT8", "float8e4m3fn": "FP8", "int4": "INT4"}[self.weight_dtype]
-        return f"{base} weight-only" if self.weight_only else base
+        """How reports and tables spell it (its record's label): INT8, FP8, INT8 weight-only, INT4 weight-only."""
+        return record(self.precision).label
 
     def candidates(self, analysis: Analysis) -> Analysis:
         """The part of ``analysis`` this precision can quantize (weight-only: GEMM weights)."""
@@ -97,13 +96,10 @@ class PrecisionSpec:
                           tuple(int(d) for d in scales.shape))
 
 
-#: Every quantized precision (``core.config.QUANTIZED_PRECISIONS``, in its order) → its spec.
-SPECS: dict[str, PrecisionSpec] = {spec.precision: spec for spec in (
-    PrecisionSpec(QUANTIZED_PRECISIONS[0], "int8", "int8", RULES),
-    PrecisionSpec(QUANTIZED_PRECISIONS[1], "float8e4m3fn", "float8e4m3fn", FP8_RULES),
-    PrecisionSpec(QUANTIZED_PRECISIONS[2], None, "int8", ()),
-    PrecisionSpec(QUANTIZED_PRECISIONS[3], None, "int4", (), 128),
-)}
+#: Every quantized precision (``core.precisions.RECORDS``, in its order) → its spec.
+SPECS: dict[str, PrecisionSpec] = {p.name: PrecisionSpec(p.name, p.activation_dtype, p.weight_dtype,
+                                                         RULE_SETS[p.placement], p.block_size)
+                                   for p in RECORDS if p.quantized}
 
 
 def spec_of(precision: str, config: QuantConfig | None = None) -> PrecisionSpec:
