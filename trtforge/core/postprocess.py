@@ -32,6 +32,10 @@ NMS_OUTPUTS: tuple[str, ...] = ("num_detections", "detection_boxes", "detection_
 MAX_CANDIDATES = 3840
 #: Every node the NMS appends is named with this prefix (the float pass keeps them in FP32 by rule).
 NMS_PREFIX = "trtforge_nms/"
+#: Cluster-NMS suppression rounds, unrolled in the ONNX graph (``passes.nms``) and in the PyTorch routes'
+#: module (``runtime.torch_nms``): greedy NMS's result exactly when no suppression chain among the candidates
+#: has more links (tests/detect/test_nms.py shows 16 links exact and 17 not).
+NMS_ROUNDS = 16
 
 
 def _flag(name: str, value: Any) -> str:

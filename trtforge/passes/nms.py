@@ -22,7 +22,9 @@ run it. The graph (``trtforge.core.postprocess`` states the semantics):
    survivor and 0 otherwise), padded with zeros: ``num_detections (N, 1) int32``, ``detection_boxes (N, K, 4)``,
    ``detection_scores (N, K)``, ``detection_classes (N, K) int32`` (EfficientNMS's convention).
 
-Every node is named ``NMS_PREFIX...``; the float pass keeps them in FP32 by rule.
+Every node is named ``NMS_PREFIX...``; the float pass keeps them in FP32 by rule. The PyTorch routes run the
+model's module, not this graph, and append the same algorithm written in PyTorch (``trtforge.runtime.torch_nms``:
+the runtime never imports the passes); tests/detect/test_torch_nms.py shows both give identical outputs.
 
 Example:
     >>> model = load_ir(Path("yolov8n.onnx"))
@@ -40,10 +42,7 @@ import onnx_ir as ir
 from onnx_ir.tape import Tape
 
 from trtforge.core.errors import InvalidArgument, spelled
-from trtforge.core.postprocess import NMS, NMS_OUTPUTS, NMS_PREFIX
-
-#: Unrolled suppression rounds: exact when no suppression chain among the candidates is longer.
-NMS_ROUNDS = 16
+from trtforge.core.postprocess import NMS, NMS_OUTPUTS, NMS_PREFIX, NMS_ROUNDS
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ Inputs and outputs keep the spec dtypes (FP32 I/O); the casts run inside the rou
 graph for ``cuda_graph``). With no GPU every route runs on the CPU. Shape-tensor inputs the sidecar
 records reach the module as CPU integer tensors of their values (never cast, never moved to the GPU:
 shapes are host values), from a list, a numpy array or a tensor on any device, or left out for the
-recorded values; ``cuda_graph`` captures one graph per input shapes and values.
+recorded values; ``cuda_graph`` captures one graph per input shapes and values. An artifact built with
+``postprocess=trtforge.NMS(...)`` gets the same fixed-shape NMS after the module (``runtime.torch_nms``, FP32
+at every route's precision): ``cuda_graph`` captures model and NMS as one graph, ``compiled`` compiles both.
 
 Example:
     >>> engine = TorchEngine(efficientnet_lite0(), [TensorSpec("images", "float32", (-1, 3, 224, 224))],
@@ -33,6 +35,7 @@ import torch
 from torch import nn
 
 from trtforge.core.errors import InvalidArgument, MissingFile
+from trtforge.core.postprocess import NMS
 from trtforge.core.routes import ROUTE_PRECISION, TORCH_ROUTES
 from trtforge.core.sidecar import Sidecar
 from trtforge.core.specs import TensorSpec
@@ -77,6 +80,16 @@ def plan_torch_route(route: str, device: torch.device, compile_mode: str = "max-
     )
 
 
+def _with_postprocess(forward: Any, postprocess: NMS | None) -> Any:
+    """``forward`` followed by the fixed-shape NMS in FP32 (``runtime.torch_nms``) when the artifact was built
+    with one (``postprocess=trtforge.NMS(...)``): one program, which ``cuda_graph`` captures whole."""
+    if postprocess is None:
+        return forward
+    from trtforge.runtime.torch_nms import WithNMS
+
+    return WithNMS(forward, postprocess)
+
+
 def _as_tuple(out: Any) -> tuple[torch.Tensor, ...]:
     if isinstance(out, torch.Tensor):
         return (out,)
@@ -102,6 +115,7 @@ class TorchEngine(EngineBase):
         aot_probe: bool = True,
         sidecar: Sidecar | None = None,
         move_inputs: bool = False,
+        postprocess: NMS | None = None,
     ) -> None:
         self.sidecar = sidecar
         self._device = default_device(device)
@@ -124,14 +138,15 @@ class TorchEngine(EngineBase):
             if route != "compiled":
                 raise InvalidArgument("an AOTInductor package runs on route='compiled' only")
             self._module = None
-            self._forward = _load_aot_package(self.aot_package, self._device, probe=aot_probe)
+            self._forward = _with_postprocess(_load_aot_package(self.aot_package, self._device, probe=aot_probe),
+                                              postprocess)
         else:
             if module is None:
                 raise InvalidArgument("a PyTorch route needs the model: pass module=, or an aot_package= for 'compiled'")
             self._module = self._prepare(module)
-            self._forward = self._module
-            if self.plan.compile_mode is not None:
-                self._forward = torch.compile(self._module, mode=self.plan.compile_mode, dynamic=False)
+            self._forward = _with_postprocess(self._module, postprocess)
+            if self.plan.compile_mode is not None:  # model and NMS compiled as one program
+                self._forward = torch.compile(self._forward, mode=self.plan.compile_mode, dynamic=False)
 
     # -- setup ----------------------------------------------------------------------------
     def _prepare(self, module: nn.Module) -> nn.Module:
