@@ -43,6 +43,10 @@ def test_cut_head_with_nms_equals_greedy(ssd_onnx, tmp_path):
     sidecar = json.loads((tmp_path / "ssd_fp32.json").read_text())
     assert [o["name"] for o in sidecar["outputs"]] == list(NMS_OUTPUTS)
     assert any(note.startswith("graph cut at outputs boxes, scores (") for note in sidecar["notes"])
+    edits = {k: sidecar["graph_edits"]["nms"][k] for k in ("head", "score_threshold", "candidates", "outputs")}
+    assert sidecar["graph_edits"]["outputs"] == ["boxes", "scores"] and sidecar["builder"]["config"]["outputs"] == [
+        "boxes", "scores"] and edits == {"head": "boxes-scores", "score_threshold": 0.7, "candidates": 400,
+                                         "outputs": list(NMS_OUTPUTS)}
     built = onnx.load(tmp_path / "ssd_fp32.onnx")
     assert not {"NonZero", "NonMaxSuppression"} & {n.op_type for n in built.graph.node}
 

@@ -6,6 +6,7 @@ same 16 letterboxed photos. Bad NMS input is one ``error:`` line before any buil
 from __future__ import annotations
 
 import json
+import shlex
 
 import numpy as np
 import onnx
@@ -15,6 +16,7 @@ from detect_reference import assert_same_detections, xywh_to_xyxy, yolo_file
 
 from trtforge.core.ort_session import session
 from trtforge.core.postprocess import NMS, NMS_OUTPUTS, NMS_PREFIX
+from trtforge.passes.nms import NMS_ROUNDS
 
 OUTPUTS = [("num_detections", "int32", [1, 1]), ("detection_boxes", "float32", [1, 100, 4]),
            ("detection_scores", "float32", [1, 100]), ("detection_classes", "int32", [1, 100])]
@@ -41,6 +43,18 @@ def test_builds_with_four_outputs(built, precision):
     assert sidecar["precision"]["built"] == precision
     assert any("post-processing appended: NMS(head='yolo'" in note for note in sidecar["notes"])
     assert (out / f"yolov8n_{precision}.engine").stat().st_size > 0
+    settings = {**NMS("yolo").as_dict(), "rounds": NMS_ROUNDS, "outputs": list(NMS_OUTPUTS)}
+    assert sidecar["graph_edits"] == {"nms": settings}  # no cut: no outputs key
+    assert sidecar["builder"]["config"]["postprocess"] == NMS("yolo").as_dict()  # what a rebuild line reads
+
+
+def test_inspect_shows_the_nms(built):
+    _, out = built
+    done = run(["inspect", str(out / "yolov8n_fp16.json")])
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "NMS yolo: score > 0.25, IoU > 0.45, per class, top 1000 candidates, 100 detections kept" in text
+    assert "detection_boxes" in text and "detection_classes" in text
 
 
 def test_fp16_keeps_the_nms_in_fp32(built):
@@ -66,6 +80,34 @@ def test_fp32_graph_detections_equal_greedy(built):
     outputs = [np.concatenate([r[i] for r in runs]) for i in range(4)]
     counts = assert_same_detections(outputs, xywh_to_xyxy(raw[..., :4]), raw[..., 4:], NMS("yolo"))
     assert max(counts) == 100 and min(counts) < 100
+
+
+def test_reproduce_line_appends_the_nms_to_the_source_file(built):
+    """debug precision's line rebuilds from the user's file, so it names the NMS (the settings the sidecar's
+    builder.config records, defaults left out); the reference ONNX holds the NMS already, so a line from it must not."""
+    from trtforge.debug.bisect import BisectResult, reproduce_command
+
+    _, out = built
+    result = BisectResult(precision="fp16", metric="rel_l2", target=0.01, kept=(), search_value=0.0,
+                          held_out_value=0.0, baseline=0.0, candidates=0, evaluations=0, order="", reached=True,
+                          build_flags="--precision fp16")
+    sidecar = json.loads((out / "yolov8n_fp16.json").read_text())
+    argv = shlex.split(reproduce_command(out / "yolov8n_fp16.json", result))
+    assert argv[2] == str(yolo_file("yolov8n.onnx")) and argv[argv.index("--nms") + 1] == "yolo"
+    assert "--score-threshold" not in argv  # the default
+    moved = out / "elsewhere"
+    moved.mkdir(exist_ok=True)
+    for name in ("yolov8n_fp16.engine", "yolov8n_fp16.onnx", "yolov8n_reference_fp32.onnx"):
+        (moved / name).write_bytes((out / name).read_bytes())
+    nms = {**sidecar["builder"]["config"]["postprocess"], "score_threshold": 0.3}
+    for original in (sidecar["source"]["original"], str(moved / "gone.onnx")):
+        (moved / "yolov8n_fp16.json").write_text(json.dumps({
+            **sidecar, "source": {**sidecar["source"], "original": original},
+            "builder": {**sidecar["builder"], "config": {**sidecar["builder"]["config"], "postprocess": nms}}}))
+        argv = shlex.split(reproduce_command(moved / "yolov8n_fp16.json", result))
+        if original == sidecar["source"]["original"]:
+            assert argv[argv.index("--score-threshold") + 1] == "0.3"
+    assert argv[2].endswith("yolov8n_reference_fp32.onnx") and "--nms" not in argv  # the file gone: the reference
 
 
 @pytest.mark.parametrize(("flags", "message"), [

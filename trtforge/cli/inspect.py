@@ -74,6 +74,14 @@ def _rows(summary: Table, sc: Any) -> None:
     row("builder", f"{b.flavour} {b.version}, opt level {b.optimization_level}, built in {seconds} s")
     row("runs on", where_it_runs(b))
     row("source", f"{sc.source.kind} → {sc.source.onnx_file}")
+    edits = sc.graph_edits
+    if edits is not None and edits.outputs:
+        row("cut at", ", ".join(edits.outputs) + " (--outputs: the graph's outputs, dead nodes removed)")
+    if edits is not None and edits.nms is not None:
+        n = edits.nms
+        row("post-processing", f"NMS {n.head}: score > {n.score_threshold}, IoU > {n.iou_threshold}, "
+            f"{'class-agnostic' if n.class_agnostic else 'per class'}, top {n.candidates} candidates, "
+            f"{n.max_detections} detections kept, {n.rounds} suppression rounds; outputs {', '.join(n.outputs)}")
     if sc.preprocessing:
         p = sc.preprocessing
         row("preprocessing", f"resize {list(p.size)} {p.interpolation}, mean {list(p.mean)}, "

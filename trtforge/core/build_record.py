@@ -15,6 +15,7 @@ from typing import Any
 from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.core.sidecar import (
     BuilderRecord,
+    GraphEditsRecord,
     PrecisionRecord,
     ProfileRecord,
     QuantizationRecord,
@@ -63,14 +64,16 @@ class BuildRecord:
 
     def sidecar(self, *, name: str, engine_file: str, engine_size: int, engine_sha256: str,
                 source: SourceRecord | None = None, preprocessing: PreprocessConfig | None = None,
-                notes: tuple[str, ...] = (), cache: Mapping[str, Any] | None = None) -> Sidecar:
+                notes: tuple[str, ...] = (), cache: Mapping[str, Any] | None = None,
+                graph_edits: GraphEditsRecord | None = None) -> Sidecar:
         """The sidecar of this build's engine: ``source`` (the caller's facts) over the build's own, the
-        caller's ``notes`` before the build's, and the cache state in ``builder.cache``."""
+        caller's ``notes`` before the build's, the cache state in ``builder.cache``, and the request's graph
+        edits (the cut and the NMS: the engine key holds them, so a cache hit has the same)."""
         return Sidecar(name=name, engine_file=engine_file, engine_size=engine_size, engine_sha256=engine_sha256,
                        inputs=self.inputs, outputs=self.outputs, profiles=self.profiles, precision=self.precision,
                        builder=replace(self.builder, cache=cache), source=_merge(self.source, source),
                        preprocessing=preprocessing, notes=(*notes, *self.notes), quantization=self.quantization,
-                       shape_inputs=self.shape_inputs, target_plan=self.target_plan)
+                       shape_inputs=self.shape_inputs, target_plan=self.target_plan, graph_edits=graph_edits)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object the engine cache stores."""

@@ -539,10 +539,15 @@ class CompileConfig:
 
     def record_fields(self) -> dict[str, Any]:
         """The build request as the sidecar records it (``builder.config``): ``key_fields`` and the graph options a
-        rebuild from the source file needs (``dynamic_batch``; the engine key sees it through the graph's bytes)."""
+        rebuild from the source file needs (``dynamic_batch``, the cut ``outputs``, the ``postprocess`` NMS; the
+        engine key sees them through the graph's bytes)."""
         data = self.key_fields()
         if self.dynamic_batch:  # only when set: other builds' records stay as they were
             data["dynamic_batch"] = True
+        if self.outputs:
+            data["outputs"] = list(self.outputs)
+        if self.postprocess is not None:
+            data["postprocess"] = self.postprocess.as_dict()
         return data
 
     def graph_fields(self) -> dict[str, Any]:

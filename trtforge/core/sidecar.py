@@ -38,12 +38,15 @@ from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.core.sidecar_records import (  # noqa: F401  (re-exported: the records are this module's API)
     BuilderRecord,
     EngineRecord,
+    GraphEditsRecord,
+    NMSRecord,
     PrecisionRecord,
     QuantizationRecord,
     ShapeInputRecord,
     SidecarRecord,
     SourceRecord,
     TargetPlanRecord,
+    TunedRecord,
 )
 from trtforge.core.specs import TensorSpec
 
@@ -182,6 +185,10 @@ class Sidecar:
     shape_inputs: tuple[ShapeInputRecord, ...] = ()
     #: What each quantized layer runs as on each target (absent for builds without quantized layers).
     target_plan: TargetPlanRecord | None = None
+    #: The cut (``--outputs``) and the post-processing appended (``--nms``); absent for builds without either.
+    graph_edits: GraphEditsRecord | None = None
+    #: The deployment ``trtforge tune`` chose and the device it measured on (absent unless tuned).
+    tuned: TunedRecord | None = None
     trtforge_version: str = __version__
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
@@ -200,6 +207,10 @@ class Sidecar:
         object.__setattr__(self, "shape_inputs", tuple(ShapeInputRecord.from_dict(r) for r in self.shape_inputs))
         if self.target_plan is not None:
             object.__setattr__(self, "target_plan", TargetPlanRecord.from_dict(self.target_plan))
+        if self.graph_edits is not None:
+            object.__setattr__(self, "graph_edits", GraphEditsRecord.from_dict(self.graph_edits))
+        if self.tuned is not None:
+            object.__setattr__(self, "tuned", TunedRecord.from_dict(self.tuned))
         if self.preprocessing is not None:
             object.__setattr__(self, "preprocessing", PreprocessConfig.of(self.preprocessing))
 
@@ -286,6 +297,10 @@ class Sidecar:
             data["shape_inputs"] = [r.to_dict() for r in self.shape_inputs]
         if self.target_plan is not None:
             data["target_plan"] = self.target_plan.to_dict()
+        if self.graph_edits is not None:
+            data["graph_edits"] = self.graph_edits.to_dict()
+        if self.tuned is not None:
+            data["tuned"] = self.tuned.to_dict()
         return data
 
     @classmethod
@@ -310,6 +325,8 @@ class Sidecar:
             quantization=data.get("quantization"),
             shape_inputs=_shape_inputs(data.get("shape_inputs"), path),
             target_plan=data.get("target_plan"),
+            graph_edits=data.get("graph_edits"),
+            tuned=data.get("tuned"),
             trtforge_version=data.get("trtforge_version", "unknown"),
             schema_version=int(data.get("schema_version", SCHEMA_VERSION)),
             extra={k: v for k, v in data.items() if k not in known},
@@ -328,7 +345,9 @@ class Sidecar:
         found = list(self.extra)
         records = {"precision": self.precision, "builder": self.builder, "source": self.source,
                    "target_plan": self.target_plan,
-                   "quantization": self.quantization,
+                   "quantization": self.quantization, "graph_edits": self.graph_edits,
+                   "graph_edits.nms": self.graph_edits.nms if self.graph_edits is not None else None,
+                   "tuned": self.tuned,
                    **{f"shape_inputs[{i}]": r for i, r in enumerate(self.shape_inputs)}}
         for name, record in records.items():
             found += [f"{name}.{key}" for key in (record.extra if record is not None else ())]

@@ -1,5 +1,5 @@
 """The sidecar's typed sub-records (source, engine, precision, builder, quantization, target plan,
-shape inputs): frozen dataclasses that read their JSON keys and keep unknown ones in ``extra``.
+shape inputs, graph edits): frozen dataclasses that read their JSON keys and keep unknown ones in ``extra``.
 
 They live beside :mod:`trtforge.core.sidecar`, which re-exports them.
 """
@@ -21,7 +21,9 @@ def optional_field(default: Any = None) -> Any:
 
 
 def to_json(value: Any) -> Any:
-    """Tuples back to JSON lists, recursively (records keep string lists as tuples)."""
+    """Tuples back to JSON lists, recursively (records keep string lists as tuples); nested records as objects."""
+    if isinstance(value, SidecarRecord):
+        return value.to_dict()
     if isinstance(value, (list, tuple)):
         return [to_json(v) for v in value]
     if isinstance(value, Mapping):
@@ -236,3 +238,77 @@ class ShapeInputRecord(SidecarRecord):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "values", tuple(int(v) for v in as_tuple(self.values)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class NMSRecord(SidecarRecord):
+    """The fixed-shape NMS appended after the model's raw head (``--nms HEAD``, ``postprocess=trtforge.NMS(...)``):
+    its settings, the suppression rounds unrolled in the graph (greedy NMS's result exactly when no suppression
+    chain among the candidates is longer), and its outputs in EfficientNMS's convention: ``num_detections``
+    (N, 1) int32, ``detection_boxes`` (N, K, 4) float32 x1, y1, x2, y2, ``detection_scores`` (N, K) float32,
+    ``detection_classes`` (N, K) int32, padded with zeros to K = ``max_detections``.
+
+    Example:
+        >>> NMSRecord.from_dict({"head": "yolo", "score_threshold": 0.25, "iou_threshold": 0.45,
+        ...                      "max_detections": 100, "candidates": 1000}).max_detections
+        100
+    """
+
+    head: str  # yolo | yolov5 | boxes-scores
+    score_threshold: float
+    iou_threshold: float
+    max_detections: int
+    candidates: int
+    class_agnostic: bool = False
+    rounds: int | None = optional_field()
+    outputs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outputs", as_tuple(self.outputs))
+
+
+@dataclass(frozen=True, kw_only=True)
+class GraphEditsRecord(SidecarRecord):
+    """What the build changed in the captured graph before the precision passes: the cut at named tensors
+    (``--outputs``: they became the graph's outputs, dead nodes removed) and the post-processing appended
+    (``nms``). The reference and processed ONNX files beside the engine hold both edits already.
+
+    Example:
+        >>> GraphEditsRecord.from_dict({"outputs": ["boxes", "scores"]}).nms is None
+        True
+    """
+
+    outputs: tuple[str, ...] | None = optional_field()
+    nms: NMSRecord | None = optional_field()
+
+    def __post_init__(self) -> None:
+        if self.outputs is not None:
+            object.__setattr__(self, "outputs", as_tuple(self.outputs))
+        if self.nms is not None:
+            object.__setattr__(self, "nms", NMSRecord.from_dict(self.nms))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TunedRecord(SidecarRecord):
+    """The deployment ``trtforge tune`` chose for this artifact and what it was measured on: the route, precision,
+    batch, profile opt batch and builder knobs; the device (GPU model, or CPU model where there is none), its
+    driver and the versions that ran; the measured p50/p99 (ms), throughput (items/s) and accuracy against the
+    FP32 reference. ``route="auto"`` uses it only on the same device model.
+
+    Example:
+        >>> TunedRecord.from_dict({"route": "onnxruntime", "precision": "fp16", "batch": 1, "device": "AMD EPYC",
+        ...                        "device_kind": "cpu"}).route
+        'onnxruntime'
+    """
+
+    route: str
+    precision: str
+    batch: int
+    opt_batch: int | None = optional_field()
+    builder: Mapping[str, Any] = field(default_factory=dict)
+    device: str
+    device_kind: str
+    driver: str | None = optional_field()
+    versions: Mapping[str, Any] = field(default_factory=dict)
+    measured: Mapping[str, Any] = field(default_factory=dict)
+    date_utc: str | None = optional_field()

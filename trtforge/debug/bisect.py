@@ -330,6 +330,31 @@ def _config_flags(config: Mapping) -> list[str]:
     return flags
 
 
+#: The NMS settings a sidecar records (``builder.config["postprocess"]``) and their ``trtforge build`` flags.
+NMS_FLAGS: tuple[tuple[str, str], ...] = (
+    ("score_threshold", "--score-threshold"), ("iou_threshold", "--iou-threshold"),
+    ("max_detections", "--max-detections"), ("candidates", "--nms-candidates"),
+)
+
+
+def _graph_edit_flags(config: Mapping) -> list[str]:
+    """``--outputs`` and ``--nms ...`` for the cut and the NMS a sidecar records, defaults left out. Only for a
+    line that builds from the user's own file: the reference ONNX beside the engine holds both edits already."""
+    from trtforge.core.postprocess import NMS
+
+    flags = ["--outputs", ",".join(config["outputs"])] if config.get("outputs") else []
+    nms = config.get("postprocess")
+    if nms:
+        default = NMS(nms["head"])
+        flags += ["--nms", nms["head"]]
+        for key, flag in NMS_FLAGS:
+            if key in nms and nms[key] != getattr(default, key):
+                flags += [flag, str(nms[key])]
+        if nms.get("class_agnostic"):
+            flags.append("--nms-class-agnostic")
+    return flags
+
+
 def _acceleration_flags(precision: str, config: Mapping) -> list[str]:
     """``--allow-unaccelerated`` where ``build`` would refuse ``precision`` on the line's targets only because no
     target accelerates it (INT8 W8A8 on TensorRT-RTX): the bisection measured that graph's numerics, not its
@@ -367,6 +392,8 @@ def reproduce_command(model: Path, result: BisectResult, data: Path | None = Non
     parts = _source(model, sidecar)
     if sidecar is not None:
         parts += _config_flags(sidecar.builder.config or {})
+        if parts[0] in (sidecar.source.original, sidecar.source.factory):  # the user's file: edits not in it yet
+            parts += _graph_edit_flags(sidecar.builder.config or {})
         parts += ["-o", str(sidecar.path.parent), "--name", f"{sidecar.name}_bisected"]
         if sidecar.preprocessing and result.precision == "int8":
             parts += ["--preprocessing", str(sidecar.path)]

@@ -69,7 +69,9 @@ def build_fp16(sidecar: Sidecar, output_dir: Path) -> Path:
 
     reference = sidecar.verify_source_file("reference")
     recorded = dict(sidecar.builder.config or {})
-    known = {f.name for f in fields(CompileConfig)} - {"precision", "output_dir", "progress", "allow_unaccelerated"}
+    # the reference graph holds the cut and the NMS already: outputs= and postprocess= would apply them twice
+    known = {f.name for f in fields(CompileConfig)} - {"precision", "output_dir", "progress", "allow_unaccelerated",
+                                                       "outputs", "postprocess"}
     options = {k: v for k, v in recorded.items() if k in known and v is not None}
     options["name"] = sidecar.name
     art = compile_model(reference, precision=BASELINE_PRECISION, output_dir=output_dir, progress=False, **options)

@@ -17,6 +17,8 @@ from trtforge.core.atomic import Payload
 from trtforge.core.build_record import BuildRecord
 from trtforge.core.config import CompileConfig
 from trtforge.core.sidecar import (
+    GraphEditsRecord,
+    NMSRecord,
     PrecisionRecord,
     QuantizationRecord,
     ShapeInputRecord,
@@ -79,6 +81,24 @@ def build_record(result: BuildResult, config: CompileConfig, precision: Precisio
                        builder=builder, source=source, notes=tuple(notes), quantization=quantization,
                        shape_inputs=tuple(ShapeInputRecord(name=k, values=v) for k, v in result.shape_values.items()),
                        target_plan=None if target_plan is None else TargetPlanRecord.from_dict(target_plan))
+
+
+def graph_edits_record(config: CompileConfig) -> GraphEditsRecord | None:
+    """The sidecar's ``graph_edits``: the request's cut (``--outputs``) and NMS (``--nms``), the NMS's unrolled
+    rounds and outputs; None when the build asked for neither.
+
+    Example:
+        >>> graph_edits_record(CompileConfig(postprocess=NMS("yolo"))).nms.outputs
+        ('num_detections', 'detection_boxes', 'detection_scores', 'detection_classes')
+    """
+    if not config.outputs and config.postprocess is None:
+        return None
+    nms = None
+    if config.postprocess is not None:
+        from trtforge.passes.nms import NMS_ROUNDS
+
+        nms = NMSRecord(**config.postprocess.as_dict(), rounds=NMS_ROUNDS, outputs=config.postprocess.output_names)
+    return GraphEditsRecord(outputs=tuple(config.outputs) if config.outputs else None, nms=nms)
 
 
 def static_io(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],

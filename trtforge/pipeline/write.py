@@ -11,7 +11,7 @@ from trtforge.core.atomic import Payload, atomic_write_all, folder_lock
 from trtforge.core.config import CompileConfig
 from trtforge.core.sidecar import Sidecar, SourceRecord, check_writable, sidecar_bytes
 from trtforge.pipeline.paths import OutputPaths, source_info
-from trtforge.pipeline.record import Built
+from trtforge.pipeline.record import Built, graph_edits_record
 from trtforge.pipeline.validate import check_same_build, check_same_model
 
 
@@ -40,7 +40,7 @@ def _write_locked(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths,
     cache_info = {"key": built.key, "hit": built.hit} if cached else {"enabled": False}
     sidecar = record.sidecar(name=config.name, engine_file=engine_path.name, engine_size=built.engine_size,
                              engine_sha256=built.engine_sha256, source=source, preprocessing=config.preprocessing,
-                             notes=tuple(config.notes), cache=cache_info)
+                             notes=tuple(config.notes), cache=cache_info, graph_edits=graph_edits_record(config))
     sidecar_path = paths.sidecar(built_precision)
     check_writable(sidecar_path)
     # Every file is staged first and the sidecar moved in last: a full disk or Ctrl-C leaves none.
