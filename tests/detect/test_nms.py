@@ -128,6 +128,8 @@ def test_suppression_chain_bound():
     (NMS("yolov5"), [(84, 2100)], "(N, 4+C, A) is yolo's"),
     (NMS("boxes-scores"), [(84, 2100)], "boxes-scores reads two outputs"),
     (NMS("yolo"), [(84, 2100), (2100, 4)], "yolo reads one output"),
+    (NMS("boxes-scores"), [(2100, 4), (1000, 80)], "scores (N, A, C), the same A"),
+    (NMS("yolo"), [(84, 2100, 2)], "each head output must be rank 3"),
 ])
 def test_head_that_does_not_match_is_refused(nms, shapes, message):
     with pytest.raises(InvalidArgument, match="do not match head layout") as caught:
