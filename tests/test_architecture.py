@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("serve",),
     ("artifact",),
     ("pipeline", "refit"),
-    ("debug", "conformance"),
+    ("debug", "conformance", "tune"),
     ("cli",),
 )
 RANK: dict[str, int] = {name: rank for rank, names in enumerate(LAYERS) for name in names}

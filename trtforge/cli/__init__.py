@@ -21,6 +21,7 @@ from trtforge.cli import (  # noqa: F401 - each registers its command
     quantize,
     refit,
     selftest,
+    tune,
 )
 from trtforge.cli.app import app, main
 from trtforge.cli.serve import register as _register_serve

@@ -48,7 +48,7 @@ def _devices(text: str | None, *, check: bool = True) -> tuple[int, ...]:
 @user_errors
 def serve_command(
     artifacts: Annotated[list[Path], typer.Argument(help="sidecars (.json) or engines, one model each")],
-    route: Annotated[str, typer.Option(help="trtforge route that runs each model")] = "onnxruntime",
+    route: Annotated[str, typer.Option(help="trtforge route that runs each model; auto: the one trtforge tune chose on this device")] = "onnxruntime",
     fallback_route: Annotated[str | None, typer.Option(help="route used while health checks fail")] = None,
     host: Annotated[str, typer.Option(help="address to listen on (loopback unless you say otherwise)")] = "127.0.0.1",
     http_port: Annotated[int, typer.Option()] = 8000,

@@ -58,3 +58,10 @@ EVALUATOR_ROUTE = "evaluator"
 #: The runners a partitioned module's engine parts may take (``PartitionedArtifact.load(route=...)``): the
 #: TensorRT route (``trtforge.runtime.partitioned``) or the evaluator.
 PARTITION_ROUTES: tuple[str, ...] = (ROUTES[0].name, EVALUATOR_ROUTE)
+#: ``route="auto"`` (``trtforge.load``, the predictor, ``serve``): the route of the artifact's ``tuned`` record when
+#: it was measured on this GPU model (CPU name on a machine without one), else the stated default below.
+AUTO_ROUTE = "auto"
+#: ``route="auto"``'s default without a tuned record for this device: the engine on a GPU, its graph on the CPU.
+AUTO_DEFAULT_GPU, AUTO_DEFAULT_CPU = ROUTES[0].name, ROUTES[-1].name
+#: Every value a ``route=`` option takes: the routes and ``auto``.
+ROUTE_CHOICES: tuple[str, ...] = (*ROUTE_NAMES, AUTO_ROUTE)

@@ -6,13 +6,16 @@ The routes, as data (name, what runs, what it needs), are ``trtforge.core.routes
 from __future__ import annotations
 
 import importlib
+import logging
 from pathlib import Path
 from typing import Any
 
 from trtforge.core.errors import InvalidArgument, NotPermitted, spelled
-from trtforge.core.routes import ROUTE_NAMES
+from trtforge.core.routes import AUTO_DEFAULT_CPU, AUTO_DEFAULT_GPU, AUTO_ROUTE, ROUTE_CHOICES
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.runtime.protocol import Engine
+
+log = logging.getLogger(__name__)
 
 #: Factories named in sidecars are imported only from these packages unless trust_factory=True.
 TRUSTED_FACTORY_PREFIXES: tuple[str, ...] = ("trtforge.",)
@@ -52,6 +55,31 @@ def _onnx_file(sidecar: Sidecar, which: str) -> Path:
     return sidecar.verify_source_file(which)
 
 
+def resolve_route(sidecar: Sidecar, route: str) -> str:
+    """``route``, or for ``"auto"`` the route of the sidecar's ``tuned`` record when ``trtforge tune`` measured it on
+    this device model (GPU model; CPU model without a GPU); otherwise the stated default (``tensorrt`` on a GPU,
+    ``onnxruntime`` on the CPU) with one warning line saying why. A measurement from another device is never used.
+
+    Example:
+        >>> resolve_route(read_sidecar("tuned/tiny_fp16.json"), "auto")
+        'onnxruntime'
+    """
+    if route != AUTO_ROUTE:
+        return route
+    from trtforge.core.device_identity import this_device
+
+    device, tuned = this_device(), sidecar.tuned
+    if tuned is not None and device.same_model(tuned.device_kind, tuned.device):
+        log.info("route='auto': %s was tuned on this %s: route %s", sidecar.path, device.describe(), tuned.route)
+        return tuned.route
+    default = AUTO_DEFAULT_GPU if device.kind == "gpu" else AUTO_DEFAULT_CPU
+    why = ("has no tuned record" if tuned is None else
+           f"was tuned on {tuned.device_kind.upper()} {tuned.device}, not on this {device.describe()}")
+    log.warning("route='auto': %s %s; using the default route %s (run trtforge tune on this device to choose one)",
+                sidecar.path, why, default)
+    return default
+
+
 def route_options(route: str) -> dict[str, Any]:
     """The ``load`` options that make ``route`` run an artifact at its own precision: on ``onnxruntime`` the
     processed graph (``<name>_fp16.onnx``, the one the engine is built from; a BF16 one runs as its emulation),
@@ -72,6 +100,7 @@ def route_graph(sidecar: Sidecar, route: str) -> str | None:
         >>> route_graph(read_sidecar("out/tiny_fp16.json"), "onnxruntime")
         'tiny_fp16.onnx'
     """
+    route = resolve_route(sidecar, route)
     if route != "onnxruntime" or sidecar.source.path == "direct":
         return None
     return sidecar.source.onnx_file or sidecar.source.reference_onnx_file
@@ -89,8 +118,9 @@ def route_refusal(sidecar: Sidecar, route: str, *, here: bool = True) -> str | N
         >>> route_refusal(read_sidecar("out/direct.json"), "onnxruntime", here=False)
         "route 'onnxruntime' runs the ONNX graph beside the engine, and out/direct.json was built on ..."
     """
-    if route not in ROUTE_NAMES:
-        return f"unknown route {route!r}; choose one of {ROUTE_NAMES}"
+    if route not in ROUTE_CHOICES:
+        return f"unknown route {route!r}; choose one of {ROUTE_CHOICES}"
+    route = resolve_route(sidecar, route)
     if route == "onnxruntime":
         if sidecar.source.path == "direct" or not (sidecar.source.reference_onnx_file or sidecar.source.onnx_file):
             return (f"route 'onnxruntime' runs the ONNX graph beside the engine, and {sidecar.path} has none (built on "
@@ -144,14 +174,20 @@ def load(
     allocation, stream and graph of the engine. An input on another GPU is refused with the fix,
     unless ``move_inputs=True``, which copies it to ``device`` on each call (``runtime.placement``).
 
+    ``route="auto"``: the route ``trtforge tune`` chose when it measured on this device model (the sidecar's ``tuned``
+    record), else a stated default with a warning line (``resolve_route``); on onnxruntime it runs the artifact's own
+    graph (``route_options``).
+
     Example:
         >>> engine = trtforge.load("out/efficientnet_lite0_fp16.engine", route="cuda_graph")
         >>> engine.route, engine.device
         ('cuda_graph', device(type='cuda', index=0))
     """
-    if route not in ROUTE_NAMES:
-        raise InvalidArgument(f"unknown route {route!r}; choose one of {ROUTE_NAMES}")
+    if route not in ROUTE_CHOICES:
+        raise InvalidArgument(f"unknown route {route!r}; choose one of {ROUTE_CHOICES}")
     path = Path(path)
+    if path.suffix == ".onnx" and route == AUTO_ROUTE:
+        route = AUTO_DEFAULT_CPU  # a bare graph has no record: the route that runs graphs
     if path.suffix == ".onnx":
         if route != "onnxruntime":
             raise InvalidArgument(f"{path} is an ONNX file: load it with route='onnxruntime', or load its engine")
@@ -159,6 +195,9 @@ def load(
 
         return OnnxRuntimeEngine(path, device, move_inputs=move_inputs, **options)
     sidecar = read_sidecar(path)
+    if route == AUTO_ROUTE:
+        route = resolve_route(sidecar, route)
+        options = {**route_options(route), **options}
     if route == "tensorrt":
         from trtforge.runtime.tensorrt_route import TensorRTEngine
 
@@ -180,7 +219,7 @@ def _torch_engine(sidecar: Sidecar, route: str, device: Any, model: Any, trust_f
 
     target = default_device(device)
     common = {"route": route, "device": target, "profiles": sidecar.profiles, "sidecar": sidecar,
-              "move_inputs": options.pop("move_inputs", False)}
+              "move_inputs": options.pop("move_inputs", False), "postprocess": _postprocess(sidecar)}
     if route == "compiled":
         package = options.pop("aot_package", None)  # False: ignore any package, compile the model
         probe = options.pop("aot_probe", True)
@@ -197,6 +236,21 @@ def _torch_engine(sidecar: Sidecar, route: str, device: Any, model: Any, trust_f
             )
         model = model_from_factory(factory, trust_factory)
     return TorchEngine(model, sidecar.inputs, sidecar.outputs, **common, **options)
+
+
+def _postprocess(sidecar: Sidecar) -> Any:
+    """The NMS the build appended to the graph (``graph_edits.nms``), for the PyTorch routes to append after the
+    module, whose outputs end at the raw head (a cut artifact's ``model=`` returns the tensors it was cut at);
+    None when there is none."""
+    edits = sidecar.graph_edits
+    if edits is None or edits.nms is None:
+        return None
+    from trtforge.core.postprocess import NMS
+
+    record = edits.nms
+    return NMS(record.head, score_threshold=record.score_threshold, iou_threshold=record.iou_threshold,
+               max_detections=record.max_detections, candidates=record.candidates,
+               class_agnostic=record.class_agnostic)
 
 
 def export_aot_beside(

@@ -68,8 +68,9 @@ def open_engine(sidecar: Path, route: str, parameters: dict[str, str], device: s
     if factory:
         module, _, function = factory.partition(":")
         return getattr(importlib.import_module(module), function)(sidecar, route)
-    from trtforge.runtime.load import load, route_options
+    from trtforge.runtime.load import load, resolve_route, route_options
 
+    route = resolve_route(record, route)  # "auto": the tuned record's route on this device model, else the default
     options: dict[str, Any] = route_options(route)  # check's graph: the artifact's precision, not the reference
     if route == "tensorrt":
         options["allow_host_code"] = parameters.get("allow_host_code") == "true"
