@@ -129,19 +129,29 @@ def test_bad_input_is_one_line_before_any_build(tmp_path, flags, message):
     assert not list(tmp_path.iterdir())
 
 
-def test_fp8_build_measures_the_head_and_keeps_the_nms_fp32(tmp_path):
+@pytest.mark.parametrize(("precision", "flags", "stem"), [
+    ("fp8", ["--target", "sm89"], "yolov8n_fp8_sm89"),
+    ("int8", ["--allow-unaccelerated"], "yolov8n_int8"),  # W8A8 INT8: no TensorRT-RTX default target speeds it up
+])
+def test_quantized_build_measures_the_head_and_keeps_the_nms_fp32(tmp_path, precision, flags, stem):
     """Quantization calibrates and measures the model's own head (detections that change order are no error
-    measure: 0.52 relative L2 when it measured them), and the NMS joins after it, in FP32."""
+    measure: FP8 read 0.52 relative L2 when it measured them), and the NMS joins after it, in FP32, with the box
+    decoding that feeds it; the sidecar records each of those nodes with its reason."""
     calib = tmp_path / "calib.npy"
     np.save(calib, np.load(yolo_file("photos.npz"))["images"][:10].astype(np.float32) / 255)
-    done = run(["build", str(yolo_file("yolov8n.onnx")), "--nms", "yolo", "--precision", "fp8", "--target", "sm89",
+    done = run(["build", str(yolo_file("yolov8n.onnx")), "--nms", "yolo", "--precision", precision, *flags,
                 "--calib", str(calib), "--no-bias-correction", "--opt-level", "0", "-o", str(tmp_path / "out"), "-q"])
     assert done.returncode == 0, done.stderr
-    sidecar = json.loads((tmp_path / "out" / "yolov8n_fp8_sm89.json").read_text())
-    assert [o["name"] for o in sidecar["outputs"]] == list(NMS_OUTPUTS)
+    sidecar = json.loads((tmp_path / "out" / f"{stem}.json").read_text())
+    assert [o["name"] for o in sidecar["outputs"]] == list(NMS_OUTPUTS) and sidecar["precision"]["built"] == precision
     assert sidecar["quantization"]["measured"]["rel_l2_mean"] < 0.1 and sidecar["quantization"]["error_budget"]["holds"]
-    graph = onnx.load(tmp_path / "out" / "yolov8n_fp8_sm89.onnx").graph
+    graph = onnx.load(tmp_path / "out" / f"{stem}.onnx").graph
     types = {v.name: v.type.tensor_type.elem_type for v in [*graph.value_info, *graph.output]}
     nms = [n for n in graph.node if n.name.startswith(NMS_PREFIX)]
     assert len(nms) > 100 and not [i for n in nms for i in n.input if types.get(i) == onnx.TensorProto.FLOAT16]
     assert not [n for n in nms if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    kept = sidecar["precision"]["fp32_nodes"]
+    assert all("detection post-processing (NMS)" in kept.get(n.name, "") for n in nms)
+    decoding = [n for n in graph.node if kept.get(n.name, "").startswith("box decoding before the NMS")]
+    assert sorted(n.op_type for n in decoding).count("Sigmoid") == 1 and len(decoding) >= 5  # DFL corners, sigmoid
+    assert not [i for n in decoding for i in n.output if types.get(i) == onnx.TensorProto.FLOAT16]

@@ -34,7 +34,6 @@ from trtforge.passes.float16 import (
     BF16_MIN_OPSET,
     FloatPlan,
     apply_float,
-    convert_float,
     infer_types,
     plan_float,
     raise_opset,
@@ -83,10 +82,13 @@ _REFERENCES_LOCK = threading.Lock()
 _REFERENCES_BYTES = 256 << 20
 
 
-def quantized_graph(fp32: ir.Model, plan: QuantPlan) -> ir.Model:
-    """The FP16 float pass on a copy of ``fp32``, then ``plan``'s Q/DQ nodes with FP16 scales."""
-    fp16 = convert_float(copy_model(fp32), "float16")
-    return apply_plan_in_place(ensure_node_names(ensure_opset(fp16, plan.opset)), plan)
+def quantized_graph(fp32: ir.Model, plan: QuantPlan) -> tuple[ir.Model, FloatPlan]:
+    """The FP16 float pass on a copy of ``fp32``, then ``plan``'s Q/DQ nodes with FP16 scales; and the float
+    pass's plan (the nodes it kept in FP32 and why: the sidecar records them, as for an FP16 build)."""
+    fp16 = infer_types(copy_model(fp32))
+    float_plan = plan_float(fp16, "float16")
+    fp16 = apply_float(fp16, float_plan)
+    return apply_plan_in_place(ensure_node_names(ensure_opset(fp16, plan.opset)), plan), float_plan
 
 
 def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None,
@@ -112,8 +114,8 @@ def process(reference: ir.Model, precision: str, plan: QuantPlan | None = None,
     if precision == "fp32":
         return Processed(reference, "fp32")
     if quantized:
-        model = quantized_graph(reference, plan)
-        return Processed(model, precision if has_qdq(model) else "fp16")
+        model, float_plan = quantized_graph(reference, plan)
+        return Processed(model, precision if has_qdq(model) else "fp16", float_plan)
     model = copy_model(reference)
     if precision == "bf16":  # converted, not relabelled: every node keeps its meaning at opset 22
         model = raise_opset(model, BF16_MIN_OPSET)
