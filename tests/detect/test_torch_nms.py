@@ -15,7 +15,7 @@ from detect_reference import YOLO_NAMES, assert_same_detections, xywh_to_xyxy, y
 from test_nms import run_nms
 
 from trtforge.core.errors import InvalidArgument
-from trtforge.core.postprocess import NMS, NMS_OUTPUTS
+from trtforge.core.postprocess import NMS, NMS_OUTPUTS, NMS_ROUNDS
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime.torch_nms import TorchNMS
 from trtforge.runtime.torch_routes import TorchEngine
@@ -77,17 +77,27 @@ class RawHead(torch.nn.Module):
         return self.raw[: images.shape[0]] * (self.gain + images.mean() * 0)
 
 
-def test_torch_route_appends_the_nms():
-    """The eager route over a module that ends at its raw head returns the NMS's four outputs (FP32 NMS), equal to
-    the ONNX NMS; a module whose output does not match the layout is one error line at the first call."""
+def test_torch_route_appends_the_nms(tmp_path):
+    """``trtforge.load`` of an artifact whose sidecar records the NMS (``graph_edits.nms``), on the eager route over
+    a module that ends at its raw head: the NMS's four outputs with the recorded settings, equal to the ONNX NMS.
+    A module whose output does not match the layout is one error line at the first call."""
+    import trtforge
+    from trtforge.core.sidecar import Sidecar, write_sidecar
+
     raw = np.load(yolo_file("yolov8n.raw.npy"))[:2]
+    nms = NMS("yolo", score_threshold=0.3, max_detections=50)
     specs = [TensorSpec("images", "float32", (-1, 3, 32, 32))]
-    outputs = [TensorSpec("num_detections", "int32", (-1, 1)), TensorSpec("detection_boxes", "float32", (-1, 100, 4)),
-               TensorSpec("detection_scores", "float32", (-1, 100)), TensorSpec("detection_classes", "int32", (-1, 100))]
-    engine = TorchEngine(RawHead(raw), specs, outputs, route="eager", device="cpu", postprocess=NMS("yolo"))
+    outputs = [TensorSpec("num_detections", "int32", (-1, 1)), TensorSpec("detection_boxes", "float32", (-1, 50, 4)),
+               TensorSpec("detection_scores", "float32", (-1, 50)), TensorSpec("detection_classes", "int32", (-1, 50))]
+    record = {**nms.as_dict(), "rounds": NMS_ROUNDS, "outputs": list(NMS_OUTPUTS)}
+    path = write_sidecar(tmp_path / "head.json", Sidecar(
+        name="head", engine_file="head.engine", engine_size=1, engine_sha256="0" * 64, inputs=specs, outputs=outputs,
+        profiles=(), precision={"built": "fp16"}, builder={"flavour": "tensorrt_rtx"}, source={"kind": "torch"},
+        graph_edits={"nms": record}))
+    engine = trtforge.load(path, route="eager", device="cpu", model=RawHead(raw))
     got = engine(torch.zeros(2, 3, 32, 32))
     assert list(got) == list(NMS_OUTPUTS)
-    assert_identical([got[n].numpy() for n in NMS_OUTPUTS], run_nms([raw], NMS("yolo")))
+    assert_identical([got[n].numpy() for n in NMS_OUTPUTS], run_nms([raw], nms))
     wrong = TorchEngine(RawHead(raw), specs, outputs, route="eager", device="cpu", postprocess=NMS("yolov5"))
     with pytest.raises(InvalidArgument, match="does not match head layout 'yolov5'") as caught:
         wrong(torch.zeros(1, 3, 32, 32))
