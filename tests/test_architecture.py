@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import MISSING
+from dataclasses import fields as dataclass_fields
 from functools import cache
 from pathlib import Path
 
@@ -199,26 +201,23 @@ def vocabularies() -> dict[str, tuple[str, frozenset[str]]]:
     """Vocabulary → (the one module that names it, its names)."""
     from trtforge.builder.capability import RUNS_AS
     from trtforge.core.budget import METRICS
-    from trtforge.core.config import PRECISIONS
+    from trtforge.core.gpu_targets import TARGETS
+    from trtforge.core.precisions import BY_NAME
     from trtforge.core.routes import ROUTE_NAMES
 
-    return {"precision": ("trtforge/core/config.py", frozenset(PRECISIONS)),
+    return {"precision": ("trtforge/core/precisions.py", frozenset(BY_NAME)),
             "route": ("trtforge/core/routes.py", frozenset(ROUTE_NAMES)),
             "metric": ("trtforge/core/budget.py", frozenset(METRICS)),
-            "runs_as": ("trtforge/builder/capability.py", frozenset(RUNS_AS))}
+            "runs_as": ("trtforge/builder/capability.py", frozenset(RUNS_AS)),
+            "gpu_target": ("trtforge/core/gpu_targets.py", frozenset(t.name for t in TARGETS))}
 
 
 #: Tables keyed by a vocabulary's names (data about each name, not a re-listing): (module, vocabulary, why).
 #: Their keys must be names of the vocabulary.
 TABLES: tuple[tuple[str, str, str], ...] = (
-    ("trtforge/debug/tolerances.py", "precision", "TOLERANCES: check's tolerance per precision"),
     ("trtforge/debug/tolerances.py", "metric", "TOLERANCES: the limit per metric; LayerError.value per metric"),
-    ("trtforge/debug/layerwise.py", "precision", "LAYER_THRESHOLDS: the divergence threshold per precision"),
     ("trtforge/core/metrics.py", "metric", "PER_SAMPLE: each metric's per-sample function"),
     ("trtforge/quantize/report.py", "metric", "the measured values, by metric name"),
-    ("trtforge/builder/capability.py", "precision",
-     "SCHEME_OF_PRECISION: each quantized precision's hardware scheme ('runs as' shares names with precisions)"),
-    ("trtforge/builder/capability_probe.py", "runs_as", "PATTERNS: the probe graph's Q/DQ dtypes per scheme"),
     ("trtforge/builder/quantized_layers.py", "runs_as", "SCHEMES: (activation, weight) dtype family -> scheme"),
 )
 #: Selections of a vocabulary that are a choice, not a definition: (module, vocabulary, why).
@@ -226,6 +225,8 @@ SELECTIONS: tuple[tuple[str, str, str], ...] = (
     ("trtforge/cli/demo.py", "precision", "the demo builds FP32 and FP16 side by side"),
     ("trtforge/builder/capability.py", "precision",
      "RUNS_AS and the capability rows: what each GPU runs, a hardware vocabulary that shares names with precisions"),
+    ("trtforge/builder/capability.py", "gpu_target",
+     "the capability rows and the docs' GPU table: which GPUs run a precision (checked known below)"),
 )
 
 
@@ -256,7 +257,7 @@ def vocabulary_listings(path: Path, names: frozenset[str]) -> list[tuple[int, st
     return found
 
 
-@pytest.mark.parametrize("vocabulary", ["precision", "route", "metric", "runs_as"])
+@pytest.mark.parametrize("vocabulary", ["precision", "route", "metric", "runs_as", "gpu_target"])
 def test_each_vocabulary_is_named_in_one_module(vocabulary):
     """A list of precisions (routes, metrics) anywhere but its module is a second vocabulary: import it."""
     vocab = vocabularies()
@@ -274,6 +275,8 @@ def test_each_vocabulary_is_named_in_one_module(vocabulary):
                 continue
             if (kind == "table" and module in tables) or (kind != "string" and module in selections):
                 continue
+            if kind == "string" and vocabulary == "gpu_target":  # a message's example, "--target sm86,sm89,sm120"
+                continue
             offenders.append(f"{module}:{line} {kind} {hits}")
     assert not offenders, f"import the {vocabulary} names from {home}, do not re-list them:\n" + "\n".join(offenders)
 
@@ -286,6 +289,39 @@ def test_vocabulary_tables_name_only_known_names():
 
     assert set(TOLERANCES) <= set(PRECISIONS) and set(LAYER_THRESHOLDS) <= set(PRECISIONS)
     assert all(set(limits) <= set(METRICS) for limits in TOLERANCES.values())
+
+
+def test_every_precision_record_is_complete():
+    """Every precision gives every field, each one a name its consumer knows (``core.precisions``)."""
+    from trtforge.builder.capability import OP_CLASSES, RUNS_AS
+    from trtforge.core.budget import METRICS
+    from trtforge.core.precisions import FIELDS, RECORDS, Tolerance
+    from trtforge.core.quant_plan import QUANT_DTYPES
+    from trtforge.quantize.placement import RULE_SETS
+
+    assert all(f.default is MISSING and f.default_factory is MISSING for f in dataclass_fields(RECORDS[0])), \
+        "a Precision field with a default lets a new precision leave it out"
+    assert {f.name for f in dataclass_fields(Tolerance)} <= set(METRICS)
+    for p in RECORDS:
+        assert set(FIELDS) <= set(vars(p)), p.name
+        assert {p.activation_dtype, p.weight_dtype} - {None} <= set(QUANT_DTYPES), p.name
+        assert p.scheme is None or p.scheme in RUNS_AS, p.name
+        assert set(p.op_classes) <= set(OP_CLASSES), p.name
+        assert p.placement is None or p.placement in RULE_SETS, p.name
+
+
+def test_every_gpu_target_is_known():
+    """The capability rows, the docs' GPU table and the flavour lists name only targets of ``core.gpu_targets``."""
+    from trtforge.builder.capability import DOC_ROWS, TABLE
+    from trtforge.core.gpu_targets import FULL_CCS, GENERATIONS, RTX_CCS, RTX_PORTABLE_TARGETS, TARGETS
+
+    known = {t.name for t in TARGETS}
+    runs = {"tensorrt_rtx": set(RTX_CCS), "tensorrt": set(FULL_CCS)}
+    assert set(RTX_PORTABLE_TARGETS) <= set(RTX_CCS) and set(GENERATIONS) <= known
+    for row in TABLE:
+        assert set(row.ccs) <= runs[row.flavour], row
+    for flavour, _, gpus in DOC_ROWS:
+        assert {cc for cc, _ in gpus} <= runs[flavour], flavour
 
 
 def test_the_vocabulary_scan_can_fail(tmp_path):

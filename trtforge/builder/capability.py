@@ -23,6 +23,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from trtforge.core.gpu_targets import FULL_CCS, RTX_CCS, RTX_PORTABLE_TARGETS, cc_number  # noqa: F401  (re-exported)
+from trtforge.core.precisions import RECORDS
+
 #: What a layer runs as, hardware side (the config's precisions map onto these: ``SCHEME_OF_PRECISION``).
 RUNS_AS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8", "int8_wo", "int4_wo", "fp8", "fp4")
 #: How each reads in tables.
@@ -35,28 +38,16 @@ QUANTIZED: tuple[str, ...] = ("int8", "int8_wo", "int4_wo", "fp8", "fp4")
 #: Op classes: convolutions, matrix products, everything else.
 OP_CLASSES: tuple[str, ...] = ("conv", "gemm", "other")
 OP_CLASS_OF: dict[str, str] = {"Conv": "conv", "ConvTranspose": "conv", "Gemm": "gemm", "MatMul": "gemm"}
-#: A config precision → the scheme its quantized layers carry (float precisions carry none).
-SCHEME_OF_PRECISION: dict[str, str] = {"int8": "int8", "fp8": "fp8", "int8-wo": "int8_wo", "int4-wo": "int4_wo"}
-#: A scheme → the op classes a build with that precision quantizes (weight-only: GEMM weights).
-CLASSES_OF_SCHEME: dict[str, tuple[str, ...]] = {
-    "int8": ("conv", "gemm"), "fp8": ("conv", "gemm"), "int8_wo": ("gemm",), "int4_wo": ("gemm",), "fp4": ("gemm",),
-}
+#: A config precision → the scheme its quantized layers carry (its record's ``scheme``; float precisions carry none).
+SCHEME_OF_PRECISION: dict[str, str] = {p.name: p.scheme for p in RECORDS if p.scheme}
+#: A scheme → the op classes a build with that precision quantizes (its record's ``op_classes``; weight-only: GEMM
+#: weights). FP4 is no precision trtforge builds: a foreign graph may carry it.
+CLASSES_OF_SCHEME: dict[str, tuple[str, ...]] = {**{p.scheme: p.op_classes for p in RECORDS if p.scheme},
+                                                 "fp4": ("gemm",)}
 FLAVOUR_LABEL: dict[str, str] = {"tensorrt": "full TensorRT", "tensorrt_rtx": "TensorRT-RTX"}
 
-#: Compute capabilities each flavour runs engines on (TensorRT-RTX 1.7's ``ComputeCapability`` enum;
-#: full TensorRT 10/11: Turing and newer, its support matrix).
-RTX_CCS: tuple[str, ...] = ("sm75", "sm80", "sm86", "sm89", "sm120", "sm121")
-FULL_CCS: tuple[str, ...] = ("sm75", "sm80", "sm86", "sm87", "sm89", "sm90", "sm100", "sm103", "sm110", "sm120",
-                             "sm121")
-#: Where a TensorRT-RTX engine built without targets runs. Source: TensorRT-RTX support matrix (1.0-1.5,
-#: latest), note under "Hardware and Precision": "by default portable across devices with compute
-#: capabilities 8.6, 8.9, and 12.0"; 12.1 (GB10) is listed from 1.5 and shares 12.0's code.
-RTX_PORTABLE_TARGETS: tuple[str, ...] = ("sm86", "sm89", "sm120", "sm121")
-
-
-def cc_number(target: str) -> int:
-    """``"sm89"`` → 89, ``"sm120"`` → 120 (so numeric order is hardware order)."""
-    return int(target[2:]) if target[2:].isdigit() else 0
+#: Compute capabilities each flavour runs engines on, and where a TensorRT-RTX engine built without targets runs:
+#: ``core.gpu_targets`` (the one table of GPU targets; ``RTX_CCS``, ``FULL_CCS``, ``RTX_PORTABLE_TARGETS``).
 
 
 def _from(cc: int, ccs: Sequence[str]) -> tuple[str, ...]:

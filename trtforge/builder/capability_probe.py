@@ -25,16 +25,22 @@ from onnx import TensorProto, helper, numpy_helper
 
 from trtforge.builder.build import BuildFailedError, OnnxParseError, build_engine
 from trtforge.core.config import CompileConfig
+from trtforge.core.precisions import RECORDS
 
 #: Opset of the probe graphs (blocked DequantizeLinear and INT4 need 21).
 PROBE_OPSET = 21
 BLOCK_SIZE = 128
-#: Scheme → (activation dtype or None, weight dtype); weight-only schemes quantize the weight alone.
+
+
+def _onnx_dtype(name: str | None) -> int | None:
+    """A ``core.quant_plan.QUANT_DTYPES`` name (``"float8e4m3fn"``) → its ``TensorProto`` type; None stays None."""
+    return None if name is None else getattr(TensorProto, name.upper())
+
+
+#: Scheme → (activation dtype or None, weight dtype), from each quantized precision's record; weight-only schemes
+#: quantize the weight alone.
 PATTERNS: dict[str, tuple[int | None, int]] = {
-    "int8": (TensorProto.INT8, TensorProto.INT8),
-    "int8_wo": (None, TensorProto.INT8),
-    "int4_wo": (None, TensorProto.INT4),
-    "fp8": (TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FN),
+    p.scheme: (_onnx_dtype(p.activation_dtype), _onnx_dtype(p.weight_dtype)) for p in RECORDS if p.scheme
 }
 #: The schemes a probe graph exists for (FP4 needs opset 23 and Blackwell; the table alone speaks for it).
 PROBED: tuple[str, ...] = tuple(PATTERNS)

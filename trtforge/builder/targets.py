@@ -7,13 +7,8 @@ Example:
 
 from __future__ import annotations
 
+from trtforge.core.gpu_targets import GENERATIONS, RTX_CCS
 from trtforge.core.sidecar import BuilderRecord
-
-#: Compute capability → GPU generation, for readable tables.
-GENERATIONS: dict[str, str] = {
-    "sm75": "Turing", "sm80": "Ampere A100", "sm86": "Ampere", "sm87": "Orin", "sm89": "Ada",
-    "sm90": "Hopper", "sm100": "Blackwell DC", "sm120": "Blackwell", "sm121": "GB10",
-}
 
 
 def where_it_runs(builder: BuilderRecord) -> str:
@@ -26,6 +21,6 @@ def where_it_runs(builder: BuilderRecord) -> str:
     if targets:
         return f"{label}: " + ", ".join(f"{t} ({GENERATIONS.get(t, '?')})" for t in targets)
     if flavour == "tensorrt_rtx":
-        offered = builder.offered_targets or ("sm75", "sm121")
+        offered = builder.offered_targets or RTX_CCS
         return f"{label}: {offered[0]}–{offered[-1]} GPUs (portable)"
     return f"{label}: the GPU model it was built on"

@@ -379,7 +379,8 @@ class CompileConfig:
     workspace_bytes: int | None = option(
         None, help="workspace limit in bytes (None: no limit)", affects=ENGINE,
         cli=CliFlag(int | None, name="workspace_mb", to_field=_mib, help="workspace limit in MiB"))
-    quant: QuantConfig = option(help="int8/fp8/int8-wo/int4-wo: how to quantize (its flags: --calibrator, --placement, ...)",
+    quant: QuantConfig = option(help=f"{'/'.join(QUANTIZED_PRECISIONS)}: how to quantize (its flags: --calibrator, "
+                                     "--placement, ...)",
                                 affects=GRAPH, factory=QuantConfig)
     preprocessing: PreprocessConfig | None = option(
         None, affects=OUTPUT, cli=CliFlag(Path | None, to_field=read_preprocessing_json,

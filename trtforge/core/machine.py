@@ -17,11 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-#: User-facing name → ``HardwareCompatibilityLevel`` member.
-HARDWARE_LEVELS: dict[str, str] = {
-    "ampere_plus": "AMPERE_PLUS",
-    "same_compute_capability": "SAME_COMPUTE_CAPABILITY",
-}
+from trtforge.core.gpu_targets import HARDWARE_LEVELS  # noqa: F401  (re-exported: core.gpu_targets.LEVELS)
 
 #: The library a version-compatible build embeds (TensorRT loads it while building).
 LEAN_RUNTIME_LIBRARY = "libnvinfer_lean.so"

@@ -28,17 +28,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trtforge.builder.capability import DOC_ROWS, RTX_PORTABLE_TARGETS, capability_words
+from trtforge.builder.capability import DOC_ROWS, capability_words
+from trtforge.core.gpu_targets import FULL_TRT_MIN_CC, HARDWARE_LEVEL_MIN_CC, RTX_CCS, RTX_PORTABLE_TARGETS
 from trtforge.core.sidecar import BuilderRecord
-
-#: Compute capabilities TensorRT-RTX runs engines on when its bindings cannot say (their
-#: ``ComputeCapability`` enum does): the TensorRT-RTX support matrix. It refuses data-centre
-#: Hopper and Blackwell (sm90, sm100).
-RTX_RUNTIME_TARGETS: tuple[str, ...] = ("sm75", "sm80", "sm86", "sm89", "sm120", "sm121")
-#: Full TensorRT 10 runs on Turing and later.
-FULL_TRT_MIN_CC = 75
-#: ``hardware_compatibility`` level → the smallest compute capability it runs on.
-HARDWARE_LEVEL_MIN_CC: dict[str, int] = {"ampere_plus": 80}
 
 INSTALL = {
     "tensorrt": "pip install 'trtforge[tensorrt]'",
@@ -205,7 +197,7 @@ def gather_facts() -> MachineFacts:
 def rtx_targets(facts: MachineFacts) -> tuple[str, ...]:
     """Compute capabilities TensorRT-RTX runs on: its bindings' targets, else the support matrix."""
     rtx = facts.flavour("tensorrt_rtx")
-    return rtx.targets if rtx is not None and rtx.targets else RTX_RUNTIME_TARGETS
+    return rtx.targets if rtx is not None and rtx.targets else RTX_CCS  # the bindings cannot say: the target table
 
 
 @dataclass(frozen=True)

@@ -28,16 +28,15 @@ import numpy as np
 import onnx_ir as ir
 
 from trtforge.core.memory import trim_heap
+from trtforge.core.precisions import RECORDS
 from trtforge.core.specs import TensorSpec
 from trtforge.debug.inputs import make_inputs, split_batches
 from trtforge.passes.float16 import upcast_float16
 from trtforge.passes.graph import has_qdq, input_specs, layer_label, load_ir, ort_session, to_proto
 
-#: Per-tensor relative L2 that counts as diverged, by the candidate's precision. FP16 stays below
-#: 0.008 on every EfficientNet-Lite0 tensor; INT8 error grows layer by layer to about 0.19 there, and
-#: 0.1 is where its linear-bottleneck projections start to stand out (docs/benchmarks.md).
-LAYER_THRESHOLDS: dict[str, float] = {"fp32": 1e-3, "fp16": 2e-2, "bf16": 5e-2, "int8": 0.1, "fp8": 0.1,
-                                      "int8-wo": 5e-2, "int4-wo": 0.1}
+#: Per-tensor relative L2 that counts as diverged, by the candidate's precision: each precision record's
+#: ``layer_threshold`` (``core.precisions``, where the reasons are).
+LAYER_THRESHOLDS: dict[str, float] = {p.name: p.layer_threshold for p in RECORDS}
 
 
 @dataclass(frozen=True)

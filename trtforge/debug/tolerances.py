@@ -13,27 +13,16 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.metrics import PER_SAMPLE
+from trtforge.core.precisions import RECORDS
 
-#: precision → metric → limit. FP32 allows TF32 (TensorRT's default for FP32 convolutions and
-#: matrix products); FP16 and BF16 follow the float pass's measured error (docs/guide-precision.md, "FP16 and BF16");
-#: INT8 the default placement's (top-1 agreement 0.936 on EfficientNet-Lite0); FP8 (8-bit activations and
-#: weights, 3 mantissa bits) as INT8; weight-only precisions keep FP16 activations, so they sit between FP16
-#: and the W8A8 ones (docs/quantization.md's targets: cosine 0.999 at int8-wo, 0.99 at int4-wo).
-TOLERANCES: dict[str, dict[str, float]] = {
-    "fp32": {"rel_l2": 5e-3, "top1_agreement": 0.99, "cosine": 0.9999},
-    "fp16": {"rel_l2": 2e-2, "top1_agreement": 0.97, "cosine": 0.999},
-    "bf16": {"rel_l2": 6e-2, "top1_agreement": 0.95, "cosine": 0.995},
-    "int8": {"rel_l2": 0.25, "top1_agreement": 0.90, "cosine": 0.98},
-    "fp8": {"rel_l2": 0.25, "top1_agreement": 0.90, "cosine": 0.98},
-    "int8-wo": {"rel_l2": 5e-2, "top1_agreement": 0.95, "cosine": 0.995},
-    "int4-wo": {"rel_l2": 0.15, "top1_agreement": 0.90, "cosine": 0.98},
-}
+#: precision → metric → limit: each precision record's tolerance (``core.precisions``, where the reasons are).
+TOLERANCES: dict[str, dict[str, float]] = {p.name: asdict(p.tolerance) for p in RECORDS}
 #: task → the metric that decides. Its direction: ``rel_l2`` ≤ limit, the others ≥ limit.
 TASK_METRIC: dict[str, str] = {"classification": "top1_agreement", "embedding": "cosine", "other": "rel_l2"}
 

@@ -25,6 +25,8 @@ from trtforge.core.config import (
 )
 from trtforge.core.errors import FileConflict, UserError, WrongType, spelled
 from trtforge.core.hashing import sha256_file
+from trtforge.core.precisions import QUANTIZED
+from trtforge.core.precisions import names as precision_names
 from trtforge.core.sidecar import is_trtforge_sidecar, read_sidecar
 from trtforge.pipeline.paths import (
     OutputPaths,
@@ -156,9 +158,10 @@ def _check_direct(model_or_onnx: Any, config: CompileConfig) -> None:
     if isinstance(model_or_onnx, (str, Path)):
         raise ConfigError(f"path='direct' converts a PyTorch module, and {model_or_onnx} is a file; pass the "
                           "nn.Module with example inputs, or build the .onnx with path='onnx'")
-    if config.precision in QUANTIZED_REQUESTS and config.precision != "int8":
+    if config.precision not in precision_names(path="direct"):  # each precision record's paths
+        direct = " or ".join(f"precision={p!r}" for p in precision_names(QUANTIZED, "direct"))
         raise ConfigError(f"precision={config.precision!r} is on the ONNX path only; use path='onnx' "
-                          "(--path onnx), or precision='int8' on the direct path")
+                          f"(--path onnx), or {direct} on the direct path")
     quant = config.quant if config.quant is not None else QuantConfig()
     if config.precision == "int8" and quant.placement != "default":
         raise ConfigError("placement='auto' measures layers on the ONNX graph and is not on the direct path; "
