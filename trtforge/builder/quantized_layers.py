@@ -17,6 +17,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from trtforge.builder.capability import OP_CLASS_OF, QuantizedLayer
+from trtforge.core.precisions import RECORDS
 
 #: Ops between a DequantizeLinear and the layer that leave the values' type alone.
 PASSTHROUGH: frozenset[str] = frozenset({"Transpose", "Reshape", "Identity", "Cast", "Flatten", "Squeeze",
@@ -27,12 +28,20 @@ FAMILY: dict[ir.DataType, str] = {
     ir.DataType.FLOAT8E4M3FN: "fp8", ir.DataType.FLOAT8E4M3FNUZ: "fp8", ir.DataType.FLOAT8E5M2: "fp8",
     ir.DataType.FLOAT8E5M2FNUZ: "fp8", ir.DataType.FLOAT4E2M1: "fp4",
 }
-#: (activation family, weight family) → scheme; None: that side is not quantized.
+
+
+def _family(dtype: str | None) -> str | None:
+    """A ``core.quant_plan.QUANT_DTYPES`` name (``"float8e4m3fn"``) → its family (``"fp8"``); None stays None."""
+    return None if dtype is None else FAMILY[ir.DataType[dtype.upper()]]
+
+
+#: (activation family, weight family) → scheme; None: that side is not quantized. Pairs a foreign graph may carry,
+#: then each quantized precision's own pair from its record (a record's pair wins).
 SCHEMES: dict[tuple[str | None, str | None], str] = {
-    ("int8", "int8"): "int8", ("int8", None): "int8", (None, "int8"): "int8_wo", (None, "int4"): "int4_wo",
-    ("int8", "int4"): "int8", ("fp8", "fp8"): "fp8", ("fp8", None): "fp8", (None, "fp8"): "fp8",
+    ("int8", None): "int8", ("int8", "int4"): "int8", ("fp8", None): "fp8", (None, "fp8"): "fp8",
     ("fp8", "int4"): "fp8", ("fp8", "int8"): "fp8", ("int8", "fp8"): "fp8", ("fp4", "fp4"): "fp4",
     ("fp4", None): "fp4", (None, "fp4"): "fp4",
+    **{(_family(p.activation_dtype), _family(p.weight_dtype)): p.scheme for p in RECORDS if p.scheme},
 }
 
 
