@@ -20,7 +20,8 @@ from trtforge.core.quant_plan import QuantPlan
 from trtforge.passes.graph import ensure_node_names, ensure_opset, fresh_ir, nodes_by_output
 from trtforge.quantize.data import batches
 from trtforge.quantize.methods.bias_correction import correct_biases, find_bias
-from trtforge.quantize.module_quantizer import corrected_copy, quantize_module
+from trtforge.quantize.module_quantizer import quantize_module
+from trtforge.quantize.module_sim import corrected_copy
 from trtforge.quantize.quantizer import quantize_model
 from trtforge.quantize.report import compare_outputs
 

@@ -39,10 +39,12 @@ import onnx_ir as ir
 
 from trtforge.core.config import AUTO_LADDER, AUTO_PRECISION, QuantConfig
 from trtforge.core.preprocessing import PreprocessConfig
-from trtforge.passes.qdq import QDQ_OPSET, QuantLayer, QuantPlan
+from trtforge.passes.qdq import QDQ_OPSET, QuantLayer, QuantPlan, apply_plan
 from trtforge.quantize import placement, sensitivity
 from trtforge.quantize.calibration import CalibrationSet, build_full_plan
 from trtforge.quantize.data import data_hash
+from trtforge.quantize.driver import measured, run_stage
+from trtforge.quantize.method import State
 from trtforge.quantize.placement import Analysis
 from trtforge.quantize.precision import precision_of, spec_of
 from trtforge.quantize.progress import progress_bar
@@ -50,9 +52,9 @@ from trtforge.quantize.quantizer import (
     QuantResult,
     _calibrate_cached,
     _checked_start,
-    _correct,
     _finish_report,
     _settings,
+    held_tools,
 )
 from trtforge.quantize.report import print_report, run_model
 
@@ -172,7 +174,11 @@ def quantize_auto(
                          used[0] if used else AUTO_LADDER[-1][0])
         plan = _place(model, analysis, rungs, layers, base, data, budget, report, bar) if rungs else base
         ref_out = run_model(model, data.held_batches)
-        model, sim, sim_out = _correct(ref_out, model, plan, data, config, budget, report, bar)
+        state = State("onnx", model, plan, data, config, None, budget, task, ref_out, held_tools(data),
+                      reference=model, progress=bar)
+        state = measured(run_stage("finished", measured(state), report)[0])  # bias correction
+        model, sim_out = state.model, state.sim_out
+    sim = apply_plan(model, plan)
     report["precision"] = plan.precision
     _finish_report(report, config, budget, plan, len(analysis.candidates), ref_out, sim_out, model, data_sha)
     report["error_budget"]["used_by_placement"] = True

@@ -1,13 +1,13 @@
 """Post-training quantization (INT8, FP8, weight-only INT8/INT4): ``quantize_model``, the orchestration.
 
-The steps, in order, on the FP32 graph: load and check the calibration data (errors before any
-work), SmoothQuant (optional; W8A8 precisions) or AWQ-lite (optional; weight-only), observers and
-calibrators (or the calibration cache), cross-layer equalization and bias absorption (optional; W8A8:
-the equalized graph is calibrated too and kept when it quantizes closer to FP32 on the held-back
-samples), the placement (rules or measured, on the graph kept), the frozen ``QuantPlan``,
-learned rounding or GPTQ (optional; GPTQ rewrites weight-only weights and their scales), bias
-correction (optional), quantization-aware fine-tuning (optional, INT8; ``trtforge.quantize.methods.distill``: it starts
-from the finished graph and is kept only when it beats it on the held-back samples), the accuracy report on held-back samples (ONNX Runtime, FP32 scales).
+The steps, in order, on the FP32 graph: load and check the calibration data (errors before any work), the
+methods of the ``graph`` stage (SmoothQuant), observers and calibrators (or the calibration cache), the methods
+of the ``calibrated`` stage (cross-layer equalization: the equalized graph is calibrated too), the placement
+(rules, or measured after the ``start_plan`` methods), the methods of the ``placed`` stage (AWQ-lite, GPTQ,
+learned rounding) and of the ``finished`` stage (bias correction, then fine-tuning), and the accuracy report on
+held-back samples (ONNX Runtime, FP32 scales). Each method is a pass of ``trtforge.quantize.methods.METHODS``;
+the one driver (``trtforge.quantize.driver.run_stage``) times it, measures it on the held-back samples, keeps
+it when its keep rule says so and writes its report entry and row.
 What differs between precisions is data (``trtforge.quantize.precision.SPECS``). The graph handed to
 TensorRT is ``trtforge.passes.process(result.fp32, precision, result.plan)``: the FP16 pass, then the
 same plan with FP16 scales.
@@ -24,9 +24,8 @@ Example:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -58,12 +57,12 @@ from trtforge.quantize.calibration import (
     split_samples,
 )
 from trtforge.quantize.data import CalibrationDataError, data_hash
-from trtforge.quantize.methods import adaround, awq, bias_correction, gptq, smoothquant
-from trtforge.quantize.methods.equalize import equalize_for_quantization
+from trtforge.quantize.driver import measured, run_stage
+from trtforge.quantize.method import State, Tools
+from trtforge.quantize.methods import adaround
 from trtforge.quantize.precision import PrecisionSpec, check_without_data, spec_of
 from trtforge.quantize.progress import progress_bar
 from trtforge.quantize.report import (
-    compare_outputs,
     finish_report,
     plan_summary,
     print_report,
@@ -159,128 +158,45 @@ def _start_plan(analysis: placement.Analysis, full: QuantPlan, config: QuantConf
     return plan_from_decisions(full, placement.decide(analysis, config.exclude, config.include, rules=rules))
 
 
-def _equalize(reference_out, model: ir.Model, analysis: placement.Analysis, full: QuantPlan, data: CalibrationSet,
-              config: QuantConfig, spec: PrecisionSpec, budget: ErrorBudget, report: dict, bar,
-              ) -> tuple[ir.Model, placement.Analysis, QuantPlan]:
-    """(graph, analysis, full plan), equalized and bias-absorbed (``trtforge.quantize.methods.equalize``) and calibrated
-    again, when that graph, quantized at the plan placement starts from, is closer to FP32 on the held-back
-    samples (``bias_correction.verdict``: lower relative L2, and a budget that held still holds)."""
-    start = time.perf_counter()
-    held = data.held_batches
-    equalized, info = equalize_for_quantization(model, data.calib_batches, held)
-    if not info["pairs"]:  # nothing to equalize (absorption needs a pair too): no second calibration
-        report["equalization"] = {"applied": False, **info}
-        return model, analysis, full
-    scratch: dict[str, Any] = {}
-    eq_analysis, eq_full, _ = _calibrated(equalized, data, config, spec, scratch, bar)
-    before = run_model(apply_plan(model, _start_plan(spec.candidates(analysis), full, config)), held)
-    after = run_model(apply_plan(equalized, _start_plan(spec.candidates(eq_analysis), eq_full, config)), held)
-    keep, verdict = bias_correction.verdict(reference_out, before, after, budget, info["pairs"])
-    report["equalization"] = {"applied": keep, "rel_l2_before": verdict["rel_l2_before"],
-                              "rel_l2_after": verdict["rel_l2_after"], **info}
-    _method(report, "equalization", start, keep, reference_out, after)
-    if not keep:
-        return model, analysis, full
-    report["cache"] = scratch["cache"]
-    return equalized, eq_analysis, eq_full
+def held_tools(data: CalibrationSet) -> Tools:
+    """The ONNX path's simulation only: the plan's Q/DQ graph in ONNX Runtime on the held-back samples."""
+    return Tools(simulate=lambda model, plan: run_model(apply_plan(model, plan), data.held_batches))
 
 
-def _place(model: ir.Model, analysis: placement.Analysis, full: QuantPlan, data: CalibrationSet,
-           config: QuantConfig, budget: ErrorBudget, report: dict, bar, reference_out) -> tuple[QuantPlan, ir.Model]:
-    """The plan: the rules' decisions, or measured placement against ``budget`` (placement="auto").
+def _tools(data: CalibrationSet, config: QuantConfig, spec: PrecisionSpec, bar) -> Tools:
+    """The ONNX path's simulation (the plan's Q/DQ graph in ONNX Runtime on the held-back samples), calibration
+    (for a method that changes the graph before placement) and the plan placement starts from."""
+    def calibrate(model: ir.Model) -> tuple[placement.Analysis, QuantPlan, str | None]:
+        scratch: dict[str, Any] = {}
+        analysis, full, _ = _calibrated(model, data, config, spec, scratch, bar)
+        return analysis, full, scratch["cache"]
 
-    ``analysis`` holds the candidates of the plan's precision (``PrecisionSpec.candidates``).
-    """
+    return Tools(simulate=held_tools(data).simulate, calibrate=calibrate,
+                 start_plan=lambda analysis, full: _start_plan(spec.candidates(analysis), full, config))
+
+
+def _place(state: State, report: dict) -> State:
+    """``state`` at its plan: the rules' decisions, or measured placement against the budget (placement="auto"),
+    which measures the weights the ``start_plan`` methods (learned rounding) gave the plan it starts from."""
+    spec, config, data = state.spec, state.config, state.data
+    base = _start_plan(spec.candidates(state.analysis), state.full, config)
+    state = replace(state, plan=base, sim_out=None)
     if config.placement != "auto":
-        return _start_plan(analysis, full, config), model
-    base = _start_plan(analysis, full, config)
-    original = model
-    if config.rounding == "learned":  # placement measures the learned weights, so fewer layers go back to FP16
-        model = _learn_rounding(reference_out, model, base, data, config, report, bar)
+        return state
+    original = state.model
+    state, _ = run_stage("start_plan", state, report)
     # Ranked on the held-back samples; the budget is checked on every sample (calibration and held
     # back: more samples, a tighter confidence bound), before bias correction.
     held = data.held_batches
-    plan, ranking, placed = sensitivity.auto_place(model, base, analysis, held, budget, progress=bar,
+    plan, ranking, placed = sensitivity.auto_place(state.model, base, spec.candidates(state.analysis), held,
+                                                   state.budget, progress=state.progress,
                                                    check_batches=data.calib_batches + held)
     report["sensitivity"] = ranking
-    report["auto_placement"] = {"budget_at_placement": budget.record(placed["measured"], placed["bounds"]),
+    report["auto_placement"] = {"budget_at_placement": state.budget.record(placed["measured"], placed["bounds"]),
                                 "samples": placed["samples"], "checks": placed["checks"],
                                 "readmitted": placed["readmitted"]}
-    return plan, adaround.restore_weights(model, original, base, plan)
-
-
-def _learn_rounding(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationSet, config: QuantConfig,
-                    report: dict, bar) -> ir.Model:
-    """``model`` with learned INT8 rounding of the plan's weights (``trtforge.quantize.methods.adaround``)."""
-    start = time.perf_counter()
-    rounded, layers = adaround.learn_rounding(model, plan, data.calib_batches, config.rounding_seconds, progress=bar)
-    before = compare_outputs(reference_out, run_model(apply_plan(model, plan), data.held_batches))["rel_l2_mean"]
-    rounded_out = run_model(apply_plan(rounded, plan), data.held_batches)
-    after = compare_outputs(reference_out, rounded_out)["rel_l2_mean"]
-    keep = after <= before  # per layer it lowered the output MSE; kept when the whole graph agrees
-    report["learned_rounding"] = {"applied": keep, "rel_l2_before": before, "rel_l2_after": after,
-                                  "layers": layers}
-    _method(report, "learned_rounding", start, keep, reference_out, rounded_out)
-    return rounded if keep else model
-
-
-def _gptq(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationSet, report: dict, bar,
-          ) -> tuple[ir.Model, QuantPlan]:
-    """``model`` and ``plan`` with GPTQ-rounded weight-only weights (``trtforge.quantize.methods.gptq``), when that helps."""
-    start = time.perf_counter()
-    model, plan, out = gptq.gptq_if_better(reference_out, model, plan, data, report, progress=bar)
-    _method(report, "gptq", start, report["gptq"]["applied"], reference_out, out)
-    return model, plan
-
-
-def _finetune(reference: ir.Model, reference_out, model: ir.Model, sim: ir.Model, sim_out, plan: QuantPlan,
-              data: CalibrationSet, config: QuantConfig, budget: ErrorBudget, report: dict, bar,
-              ) -> tuple[ir.Model, ir.Model, list]:
-    """(FP32 graph, its Q/DQ simulation, the simulation's held-back outputs), with the quantized layers' weights and
-    biases fine-tuned under the plan's fake quantization, distilled from ``reference`` on the calibration samples
-    (``trtforge.quantize.methods.distill``), when that lowers the held-back error of the graph it starts from, the
-    finished (bias-corrected) one (``bias_correction.verdict``)."""
-    from trtforge.quantize.methods import distill as finetune  # torch: imported only when asked for
-
-    start = time.perf_counter()
-    if not plan.layers:
-        report["finetune"] = {"applied": False, "reason": "no quantized layer"}
-        return model, sim, sim_out
-    tuned, info = finetune.finetune(model, plan, data.calib_batches, config.finetune_seconds, progress=bar,
-                                    reference=reference)
-    tuned_sim = apply_plan(tuned, plan)
-    tuned_out = run_model(tuned_sim, data.held_batches)
-    keep, verdict = bias_correction.verdict(reference_out, sim_out, tuned_out, budget, info["weights"])
-    report["finetune"] = {**verdict, **info}
-    _method(report, "finetune", start, keep, reference_out, tuned_out)
-    return (tuned, tuned_sim, tuned_out) if keep else (model, sim, sim_out)
-
-
-def _method(report: dict, name: str, start: float, applied: bool, reference_out, out) -> None:
-    """One entry of ``report["methods"]``: a method that ran, its time, and the held-back metrics of the
-    graph it produced (whether kept or not)."""
-    task = report["task"]
-    report.setdefault("methods", []).append({
-        "method": name, "applied": bool(applied), "seconds": round(time.perf_counter() - start, 3),
-        "held_back": compare_outputs(reference_out, out, classification=task == "classification")})
-
-
-def _correct(reference_out, model: ir.Model, plan: QuantPlan, data: CalibrationSet, config: QuantConfig,
-             budget: ErrorBudget, report: dict, bar) -> tuple[ir.Model, ir.Model, list]:
-    """(FP32 graph, its Q/DQ simulation, the simulation's held-back outputs), bias-corrected when that helps."""
-    sim = apply_plan(model, plan)
-    held = data.held_batches
-    sim_out = run_model(sim, held)
-    if not (config.bias_correction and plan.layers):
-        return model, sim, sim_out
-    start = time.perf_counter()
-    corrected, bc_info = bias_correction.correct_biases(model, plan, data.calib_batches, progress=bar)
-    corrected_sim = apply_plan(corrected, plan)
-    corrected_out = run_model(corrected_sim, held)
-    keep, report["bias_correction"] = bias_correction.verdict(reference_out, sim_out, corrected_out, budget,
-                                                              len(bc_info))
-    _method(report, "bias_correction", start, keep, reference_out, corrected_out)
-    return (corrected, corrected_sim, corrected_out) if keep else (model, sim, sim_out)
+    return replace(state, plan=plan, sim_out=None,
+                   model=adaround.restore_weights(state.model, original, base, plan))
 
 
 def _finish_report(report: dict, config: QuantConfig, budget: ErrorBudget, plan: QuantPlan, layers_total: int,
@@ -339,31 +255,26 @@ def quantize_model(
         return quantize_weights(fp32, config, spec, progress)
     model, task, budget, data = _checked_start(fp32, calibration_data, config, preprocessing, spec.precision,
                                                spec.opset)
-    reference = model
     report = _settings(config, task, data, spec)
     with progress_bar(progress) as bar:
-        if config.smoothquant is not None:
-            model, report["smoothquant"] = smoothquant.smooth(model, data.calib_batches, config.smoothquant,
-                                                              progress=bar)
-        analysis, full, data_sha = _calibrated(model, data, config, spec, report, bar)
-        ref_out = run_model(reference, data.held_batches)
-        if config.equalize:  # before placement: placement="auto" searches on the graph kept
-            model, analysis, full = _equalize(ref_out, model, analysis, full, data, config, spec, budget, report, bar)
-        plan, model = _place(model, spec.candidates(analysis), full, data, config, budget, report, bar, ref_out)
-        if config.awq:
-            model, plan = awq.awq_if_better(ref_out, model, plan, spec, data, report, bar)
-        if config.rounding == "gptq":
-            model, plan = _gptq(ref_out, model, plan, data, report, bar)
-        if config.rounding == "learned" and config.placement != "auto":  # auto: learned before placement
-            model = _learn_rounding(ref_out, model, plan, data, config, report, bar)
-        model, sim, sim_out = _correct(ref_out, model, plan, data, config, budget, report, bar)
-        if config.finetune_seconds is not None:  # last: it starts from, and must beat, the finished graph
-            model, sim, sim_out = _finetune(reference, ref_out, model, sim, sim_out, plan, data, config, budget,
-                                            report, bar)
-    _finish_report(report, config, budget, plan, len(spec.candidates(analysis).candidates), ref_out, sim_out, model,
-                   data_sha)
+        ref_out = run_model(model, data.held_batches)
+        state = State("onnx", model, None, data, config, spec, budget, task, ref_out, _tools(data, config, spec, bar),
+                      reference=model, progress=bar)
+        state, _ = run_stage("graph", state, report)  # SmoothQuant: the graph calibrated is the smoothed one
+        analysis, full, data_sha = _calibrated(state.model, data, config, spec, report, bar)
+        state = replace(state, analysis=analysis, full=full, cache=report["cache"],
+                        plan=_start_plan(spec.candidates(analysis), full, config))
+        state, _ = run_stage("calibrated", state, report)  # equalization: placement="auto" searches on it
+        state = _place(state, report)
+        state, _ = run_stage("placed", state, report)  # AWQ-lite, GPTQ, learned rounding (rules' placement)
+        state, _ = run_stage("finished", measured(state), report)  # bias correction, then fine-tuning
+        state = measured(state)
+    model, plan, sim_out = state.model, state.plan, state.sim_out
+    _finish_report(report, config, budget, plan, len(spec.candidates(state.analysis).candidates), ref_out, sim_out,
+                   model, data_sha)
     if progress:
         print_report(report)
+    sim = apply_plan(model, plan)
     return QuantResult(fp32=model, sim=sim, plan=plan, report=report, sensitivity=report.get("sensitivity", []))
 
 

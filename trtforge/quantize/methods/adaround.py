@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx_ir as ir
 
 from trtforge.passes.graph import attr, constant_value, copy_model, nodes_by_output, ort_session
 from trtforge.passes.qdq import QuantInput, QuantLayer, QuantPlan, broadcast_scales, quantize_weight
+from trtforge.quantize.method import Candidate, Method, State
 
 ZETA, GAMMA = 1.1, -0.1
 #: Collected input bytes per layer, and layers' inputs held at once (one ONNX Runtime pass per group).
@@ -327,3 +328,16 @@ def _round_groups(model: ir.Model, out: ir.Model, layers: list[_Layer], batches,
             if task is not None:
                 progress.update(task, advance=1, description=f"learned rounding: {item.layer.label}")
         del collected
+
+
+def _run(state: State) -> Candidate:
+    rounded, layers = learn_rounding(state.model, state.plan, state.data.calib_batches, state.config.rounding_seconds,
+                                     progress=state.progress)
+    return Candidate(replace(state, model=rounded, sim_out=None), {"layers": layers})
+
+
+#: Per layer it lowered the output MSE; kept when the whole graph agrees. With ``placement="auto"`` it runs on
+#: every candidate before the search, so placement measures the learned weights (fewer layers go back to FP16).
+METHOD = Method(name="learned_rounding", keep="not_worse", run=_run,
+                stage=lambda config: "start_plan" if config.placement == "auto" else "placed",
+                applies=lambda config, spec: config.rounding == "learned")

@@ -19,15 +19,16 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import onnx_ir as ir
 
 from trtforge.passes.graph import copy_model, nodes_by_output, ort_session
-from trtforge.passes.qdq import QuantInput, QuantLayer, QuantPlan, apply_plan, dequantized_weight
+from trtforge.passes.qdq import QuantInput, QuantLayer, QuantPlan, dequantized_weight
 from trtforge.quantize.gemm_weights import weight_gemms
+from trtforge.quantize.method import Candidate, Method, State
 from trtforge.quantize.precision import PrecisionSpec
-from trtforge.quantize.report import compare_outputs, run_model
 
 ALPHAS = tuple(round(0.1 * i, 1) for i in range(11))
 #: Activation rows kept per layer for the search (enough for a stable error, small in memory).
@@ -111,17 +112,17 @@ def awq_scale(model: ir.Model, plan: QuantPlan, spec: PrecisionSpec, calib_batch
     return out, new_plan, info
 
 
-def awq_if_better(reference_out, model: ir.Model, plan: QuantPlan, spec: PrecisionSpec, data, report: dict,
-                  progress=None) -> tuple[ir.Model, QuantPlan]:
-    """AWQ-scaled (model, plan) when that lowers the held-back relative L2 of the Q/DQ simulation, else the inputs."""
+def _run(state: State) -> Candidate:
+    progress = state.progress
     task = progress.add_task("AWQ-lite", total=None) if progress is not None else None
-    scaled, scaled_plan, info = awq_scale(model, plan, spec, data.calib_batches)
-    held = data.held_batches
-    before = compare_outputs(reference_out, run_model(apply_plan(model, plan), held))["rel_l2_mean"]
-    after = compare_outputs(reference_out, run_model(apply_plan(scaled, scaled_plan), held))["rel_l2_mean"]
-    keep = bool(info) and after < before
-    report["awq"] = {"applied": keep, "rel_l2_before": before, "rel_l2_after": after, "layers": len(info),
-                     "alpha_mean": float(np.mean([i["alpha"] for i in info])) if info else 0.0}
+    scaled, plan, info = awq_scale(state.model, state.plan, state.spec, state.data.calib_batches)
     if task is not None:
         progress.update(task, total=1, completed=1)
-    return (scaled, scaled_plan) if keep else (model, plan)
+    return Candidate(replace(state, model=scaled, plan=plan, sim_out=None),
+                     {"layers": len(info), "alpha_mean": float(np.mean([i["alpha"] for i in info])) if info else 0.0},
+                     changed=bool(info))
+
+
+#: Weight-only precisions (``check_quant_options``); no time row (as before the driver).
+METHOD = Method(name="awq", stage="placed", keep="better", row=False, run=_run,
+                applies=lambda config, spec: config.awq)

@@ -15,11 +15,11 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import onnx_ir as ir
 
-from trtforge.core.budget import ErrorBudget
 from trtforge.passes.graph import (
     consumers,
     copy_model,
@@ -29,7 +29,7 @@ from trtforge.passes.graph import (
     values_by_name,
 )
 from trtforge.passes.qdq import QuantPlan, apply_plan
-from trtforge.quantize.report import compare_outputs
+from trtforge.quantize.method import Candidate, Method, Skipped, State
 
 
 def find_bias(layer: ir.Node) -> tuple[str, int] | None:
@@ -143,13 +143,21 @@ def correct_biases(
     return out, info
 
 
-def verdict(reference_out: list[np.ndarray], sim_out: list[np.ndarray], corrected_out: list[np.ndarray],
-            budget: ErrorBudget, layers: int) -> tuple[bool, dict]:
-    """Keep the corrected biases? (and the report's record): only when they help on the held-back samples
-    (they can hurt, e.g. where padding tokens dominate a channel mean) and do not break an error budget
-    that held without them. Both paths decide here."""
-    before = compare_outputs(reference_out, sim_out)["rel_l2_mean"]
-    after = compare_outputs(reference_out, corrected_out)["rel_l2_mean"]
-    keep = after < before and (budget.holds(budget.measure(reference_out, corrected_out))
-                               or not budget.holds(budget.measure(reference_out, sim_out)))
-    return keep, {"applied": keep, "rel_l2_before": before, "rel_l2_after": after, "layers": layers}
+def _run(state: State) -> Candidate | Skipped:
+    """Each quantized layer's mean shift subtracted from its bias: in the graph (ONNX path), or in a copy of the
+    module (direct path, ``trtforge.quantize.module_sim.corrected_copy``)."""
+    if not state.plan.layers:
+        return Skipped()
+    if state.path == "direct":
+        from trtforge.quantize.module_sim import corrected_copy  # torch: the direct path has it loaded
+
+        corrected, layers = corrected_copy(state.model, state.input_names, state.plan, state.data.calib_batches)
+    else:
+        corrected, info = correct_biases(state.model, state.plan, state.data.calib_batches, progress=state.progress)
+        layers = len(info)
+    return Candidate(replace(state, model=corrected, sim_out=None), {"layers": layers})
+
+
+#: On the finished graph, both paths; kept only when it helps and keeps a budget that held.
+METHOD = Method(name="bias_correction", stage="finished", keep="budget", run=_run,
+                applies=lambda config, spec: bool(config.bias_correction))

@@ -21,7 +21,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -37,6 +37,7 @@ from trtforge.passes.graph import (
     layer_label,
     load_ir,
 )
+from trtforge.quantize.method import Candidate, Method, Skipped, State
 
 S_MIN, S_MAX = 1e-3, 1e3
 ACTIVATIONS = ("Relu", "Clip")
@@ -370,3 +371,20 @@ def equalize_for_quantization(model: ir.Model | onnx.ModelProto, batches, check_
         record.update(absorption="dropped", absorbed_fp32_rel_l2_max=record["fp32_rel_l2_max"],
                       fp32_rel_l2_max=moved(out))
     return out, {**info, **record}
+
+
+def _run(state: State) -> Candidate | Skipped:
+    """The equalized graph, calibrated again, at the plan placement starts from; nothing when there is no pair
+    (absorption needs a pair too: no second calibration)."""
+    equalized, info = equalize_for_quantization(state.model, state.data.calib_batches, state.data.held_batches)
+    if not info["pairs"]:
+        return Skipped({"applied": False, **info})
+    analysis, full, cache = state.tools.calibrate(equalized)
+    plan = state.tools.start_plan(analysis, full)
+    return Candidate(replace(state, model=equalized, analysis=analysis, full=full, plan=plan, cache=cache,
+                             sim_out=None), info)
+
+
+#: Before placement: ``placement="auto"`` searches on the graph kept.
+METHOD = Method(name="equalization", stage="calibrated", keep="budget", run=_run,
+                applies=lambda config, spec: config.equalize)

@@ -33,9 +33,8 @@ import onnx_ir as ir
 
 from trtforge.core.quant_plan import MIN_SCALE, QuantInput, QuantLayer, QuantPlan
 from trtforge.passes.graph import copy_model, ort_session
-from trtforge.passes.qdq import apply_plan
 from trtforge.quantize.gemm_weights import weight_gemms
-from trtforge.quantize.report import compare_outputs, run_model
+from trtforge.quantize.method import Candidate, Method, State
 
 #: Dampening of H's diagonal (a share of its mean), GPTQ's default.
 DAMP = 0.01
@@ -191,16 +190,12 @@ def gptq_quantize(model: ir.Model, plan: QuantPlan, calib_batches, progress=None
     return out, replace(plan, layers=tuple(layers[la.output] for la in plan.layers)), info
 
 
-def gptq_if_better(reference_out, model: ir.Model, plan: QuantPlan, data, report: dict, progress=None,
-                   ) -> tuple[ir.Model, QuantPlan, list]:
-    """(model, plan, held-back outputs) with GPTQ's weights when that lowers the held-back relative L2
-    of the Q/DQ simulation, else the inputs; ``report["gptq"]`` records both errors."""
-    held = data.held_batches
-    rounded, rounded_plan, info = gptq_quantize(model, plan, data.calib_batches, progress)
-    before = compare_outputs(reference_out, run_model(apply_plan(model, plan), held))["rel_l2_mean"]
-    out = run_model(apply_plan(rounded, rounded_plan), held)
-    after = compare_outputs(reference_out, out)["rel_l2_mean"]
-    keep = bool(info) and after < before
-    report["gptq"] = {"applied": keep, "rel_l2_before": before, "rel_l2_after": after, "layers": len(info),
-                      "damp": DAMP, "act_order": ACT_ORDER}
-    return (rounded, rounded_plan, out) if keep else (model, plan, out)
+def _run(state: State) -> Candidate:
+    rounded, plan, info = gptq_quantize(state.model, state.plan, state.data.calib_batches, state.progress)
+    return Candidate(replace(state, model=rounded, plan=plan, sim_out=None),
+                     {"layers": len(info), "damp": DAMP, "act_order": ACT_ORDER}, changed=bool(info))
+
+
+#: Weight-only GEMM weights (``check_quant_options``); after AWQ-lite, on the scales it chose.
+METHOD = Method(name="gptq", stage="placed", keep="better", run=_run,
+                applies=lambda config, spec: config.rounding == "gptq")

@@ -15,12 +15,14 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
 from trtforge.passes.graph import attr, consumers, copy_model, is_initializer, layer_label, load_ir
+from trtforge.quantize.method import Candidate, Method, State
 from trtforge.quantize.observers import observe
 
 S_MIN, S_MAX = 1e-4, 1e4
@@ -117,3 +119,13 @@ def smooth(
         info["sites"].append({"layernorm": layer_label(ln), "consumers": len(users),
                               "s_min": float(s.min()), "s_max": float(s.max())})
     return out, info
+
+
+def _run(state: State) -> Candidate:
+    model, info = smooth(state.model, state.data.calib_batches, state.config.smoothquant, progress=state.progress)
+    return Candidate(replace(state, model=model), info)
+
+
+#: W8A8 only (``check_quant_options``); the flow calibrates the smoothed graph, nothing to measure before.
+METHOD = Method(name="smoothquant", stage="graph", keep="always", row=False, run=_run,
+                applies=lambda config, spec: config.smoothquant is not None)
