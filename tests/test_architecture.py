@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("serve",),
     ("artifact",),
     ("pipeline", "refit"),
-    ("debug", "conformance", "tune"),
+    ("debug", "conformance", "tuning"),
     ("cli",),
 )
 RANK: dict[str, int] = {name: rank for rank, names in enumerate(LAYERS) for name in names}

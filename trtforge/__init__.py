@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from trtforge.pipeline import compile  # noqa: A004 - the public verb
     from trtforge.runtime.load import load
     from trtforge.serve import serve
+    from trtforge.tuning import tune
 
 #: Public name → the module that defines it.
 _LAZY: dict[str, str] = {
@@ -33,9 +34,10 @@ _LAZY: dict[str, str] = {
     "compile": "trtforge.pipeline",
     "serve": "trtforge.serve",
     "load": "trtforge.runtime.load",
+    "tune": "trtforge.tuning",
 }
 
-__all__ = ["NMS", "Artifact", "CompileConfig", "QuantConfig", "__version__", "compile", "load", "serve"]
+__all__ = ["NMS", "Artifact", "CompileConfig", "QuantConfig", "__version__", "compile", "load", "serve", "tune"]
 
 
 def __getattr__(name: str) -> Any:

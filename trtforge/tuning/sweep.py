@@ -18,7 +18,7 @@ from typing import Any
 from trtforge.core.device_identity import this_device
 from trtforge.core.errors import UserError
 from trtforge.core.routes import TORCH_ROUTES
-from trtforge.tune.candidates import (
+from trtforge.tuning.candidates import (
     ENGINE_ROUTE,
     GRAPH_ROUTE,
     Candidate,
@@ -28,11 +28,11 @@ from trtforge.tune.candidates import (
     TuneConfig,
     plan_sweep,
 )
-from trtforge.tune.measure import Builds, Counters, measure_point, reference_outputs
-from trtforge.tune.pareto import Point, choose
-from trtforge.tune.report import TuneReport, write_tuned_record
-from trtforge.tune.store import PointStore, versions
-from trtforge.tune.subject import Subject, open_subject
+from trtforge.tuning.measure import Builds, Counters, measure_point, reference_outputs
+from trtforge.tuning.pareto import Point, choose
+from trtforge.tuning.report import TuneReport, write_tuned_record
+from trtforge.tuning.store import PointStore, versions
+from trtforge.tuning.subject import Subject, open_subject
 
 log = logging.getLogger(__name__)
 

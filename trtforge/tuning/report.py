@@ -18,8 +18,8 @@ from rich.table import Table
 
 from trtforge.core.atomic import atomic_write_bytes
 from trtforge.core.device_identity import DeviceIdentity, this_device
-from trtforge.tune.candidates import Candidate, Skip
-from trtforge.tune.pareto import Point, pareto_front
+from trtforge.tuning.candidates import Candidate, Skip
+from trtforge.tuning.pareto import Point, pareto_front
 
 
 @dataclass(frozen=True)

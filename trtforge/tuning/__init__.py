@@ -7,13 +7,13 @@ and the data, checked against each other), ``measure`` (build through the engine
 (table, PNG, JSON, the ``tuned`` record), ``sweep`` (``tune``, the verb).
 
 Example:
-    >>> from trtforge.tune import tune
+    >>> from trtforge.tuning import tune
     >>> report = tune("model.onnx", "data.npz", "tuned", routes=("onnxruntime",), max_minutes=1)
 """
 
-from trtforge.tune.candidates import TuneConfig
-from trtforge.tune.pareto import ConstraintUnmet, Point, pareto_front
-from trtforge.tune.report import TuneReport
-from trtforge.tune.sweep import tune
+from trtforge.tuning.candidates import TuneConfig
+from trtforge.tuning.pareto import ConstraintUnmet, Point, pareto_front
+from trtforge.tuning.report import TuneReport
+from trtforge.tuning.sweep import tune
 
 __all__ = ["ConstraintUnmet", "Point", "TuneConfig", "TuneReport", "pareto_front", "tune"]

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from trtforge.core.errors import Unsupported, spelled
-from trtforge.tune.candidates import OBJECTIVES, Candidate
+from trtforge.tuning.candidates import OBJECTIVES, Candidate
 
 
 class ConstraintUnmet(Unsupported):

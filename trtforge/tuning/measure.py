@@ -18,9 +18,9 @@ import numpy as np
 
 from trtforge.core.config import QUANTIZED_PRECISIONS
 from trtforge.core.routes import TORCH_ROUTES
-from trtforge.tune.candidates import GRAPH_ROUTE, Candidate, TuneConfig
-from trtforge.tune.pareto import Point
-from trtforge.tune.subject import Subject
+from trtforge.tuning.candidates import GRAPH_ROUTE, Candidate, TuneConfig
+from trtforge.tuning.pareto import Point
+from trtforge.tuning.subject import Subject
 
 
 @dataclass

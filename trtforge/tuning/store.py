@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from trtforge.core.atomic import atomic_write_bytes
-from trtforge.tune.candidates import Candidate
-from trtforge.tune.pareto import Point
+from trtforge.tuning.candidates import Candidate
+from trtforge.tuning.pareto import Point
 
 log = logging.getLogger(__name__)
 
