@@ -219,6 +219,7 @@ TABLES: tuple[tuple[str, str, str], ...] = (
     ("trtforge/core/metrics.py", "metric", "PER_SAMPLE: each metric's per-sample function"),
     ("trtforge/quantize/report.py", "metric", "the measured values, by metric name"),
     ("trtforge/builder/quantized_layers.py", "runs_as", "SCHEMES: (activation, weight) dtype family -> scheme"),
+    ("trtforge/runtime/load.py", "route", "LOADERS: each route's loader and refusal"),
 )
 #: Selections of a vocabulary that are a choice, not a definition: (module, vocabulary, why).
 SELECTIONS: tuple[tuple[str, str, str], ...] = (
@@ -310,6 +311,15 @@ def test_every_precision_record_is_complete():
         assert p.placement is None or p.placement in RULE_SETS, p.name
 
 
+def test_every_route_has_a_loader_and_a_refusal():
+    """``trtforge.load`` and ``route_refusal`` dispatch through one registry, and it holds every route."""
+    from trtforge.core.routes import ROUTE_NAMES
+    from trtforge.runtime.load import LOADERS
+
+    assert set(LOADERS) == set(ROUTE_NAMES)
+    assert all(callable(entry.load) and callable(entry.refusal) for entry in LOADERS.values())
+
+
 def test_every_gpu_target_is_known():
     """The capability rows, the docs' GPU table and the flavour lists name only targets of ``core.gpu_targets``."""
     from trtforge.builder.capability import DOC_ROWS, TABLE
@@ -361,3 +371,78 @@ def test_the_builder_scan_can_fail(tmp_path):
     source.write_text('"""builder.build_serialized_network(net, cfg) in a docstring"""\n'
                       "plan = builder.build_serialized_network(net, cfg)\n")
     assert _calls_of(source, {"build_serialized_network"}) == [2]
+
+
+# -- quantize/: core, methods, drivers --------------------------------------------------------------------
+#: The floors inside ``trtforge.quantize``, low to high: its core (data, observers, calibration, placement,
+#: precision, plan, report, ``method``: what a method is), ``methods/`` (one pass each), and the drivers (the one
+#: driver of the methods and the flows that call it). Everything not named here is core.
+QUANTIZE_DRIVERS = frozenset({"driver", "quantizer", "module_quantizer", "auto_precision"})
+#: A method's own helper modules (the rest of a method is its one module).
+METHOD_FAMILIES = {"distill": "finetune", "torch_graph": "finetune"}
+#: The most climbs the walk of ``compile``'s first parameter may make inside ``quantize/`` (issue 36).
+MAX_QUANTIZE_CLIMBS = 15
+
+
+def quantize_floor(module: str) -> int:
+    parts = module.split(".")
+    if parts[:3] == ["trtforge", "quantize", "methods"]:
+        return 1
+    return 2 if len(parts) > 2 and parts[2] in QUANTIZE_DRIVERS else 0
+
+
+def method_family(module: str) -> str | None:
+    parts = module.split(".")
+    return METHOD_FAMILIES.get(parts[3], parts[3]) if parts[:3] == ["trtforge", "quantize", "methods"] and len(parts) > 3 \
+        else None
+
+
+def quantize_climbs(imports: dict[str, list[str]]) -> list[str]:
+    """Each name a quantize module imports (module level or in a function) from a higher floor, or from another
+    method's module (a method reaching into another method instead of the core)."""
+    found = []
+    for module, targets in imports.items():
+        for target in targets:
+            across = quantize_floor(module) == quantize_floor(target) == 1 and None not in \
+                (method_family(module), method_family(target)) and method_family(module) != method_family(target)
+            if quantize_floor(target) > quantize_floor(module) or across:
+                found.append(f"{module} imports {target}")
+    return found
+
+
+def quantize_imports(path: Path) -> list[str]:
+    """Every ``trtforge.quantize`` module ``path`` imports from, once per name imported."""
+    found = []
+    for node in nodes(path):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("trtforge.quantize"):
+            found += [f"{node.module}.{a.name}" if module_path(f"{node.module}.{a.name}") else node.module
+                      for a in node.names]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("trtforge.quantize")]
+    return found
+
+
+def test_the_walk_of_compiles_model_climbs_inside_quantize_at_most_15_times():
+    """The modules ``trtforge.compile`` reaches (imports, function-level ones too) walk its first parameter;
+    inside ``quantize/`` they may climb back up a floor (core → methods → drivers) at most 15 times. A new
+    method is one module of ``methods/`` and one entry of ``METHODS``: it needs nothing above the core."""
+    graph, seen, stack = import_graph(), set(), ["trtforge.pipeline.verb"]
+    while stack:
+        module = stack.pop()
+        if module not in seen:
+            seen.add(module)
+            stack.extend(graph.get(module, ()))
+    walked = {m: quantize_imports(module_path(m)) for m in sorted(seen) if m.startswith("trtforge.quantize")}
+    assert "trtforge.quantize.driver" in walked and "trtforge.quantize.methods.gptq" in walked
+    climbs = quantize_climbs(walked)
+    assert len(climbs) <= MAX_QUANTIZE_CLIMBS, "\n".join(climbs)
+
+
+def test_the_climb_count_can_fail():
+    assert quantize_climbs({"trtforge.quantize.placement": ["trtforge.quantize.methods.gptq"],
+                            "trtforge.quantize.methods.gptq": ["trtforge.quantize.driver", "trtforge.quantize.report",
+                                                               "trtforge.quantize.methods.awq"],
+                            "trtforge.quantize.methods.distill": ["trtforge.quantize.methods.torch_graph"]}) == [
+        "trtforge.quantize.placement imports trtforge.quantize.methods.gptq",
+        "trtforge.quantize.methods.gptq imports trtforge.quantize.driver",
+        "trtforge.quantize.methods.gptq imports trtforge.quantize.methods.awq"]
