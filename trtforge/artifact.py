@@ -51,9 +51,10 @@ class Artifact:
 
         return load(self.sidecar_path, route=route, device=device, **options)
 
-    def predictor(self, route: str = "tensorrt", device=None, *, task: str = "classification", **options):
+    def predictor(self, route: str = "tensorrt", device=None, *, task: str | None = None, **options):
         """An image predictor over this artifact (preprocessing from the sidecar), e.g.
-        ``art.predictor(route="cuda_graph")("cat.jpg").class_id``.
+        ``art.predictor(route="cuda_graph")("cat.jpg").class_id``. ``task`` defaults to ``"detection"`` for an
+        artifact built with NMS (``postprocess=``/``--nms``), else ``"classification"``.
 
         ``options`` that ``Predictor`` takes (``top_k``, ``compile_preprocessing``, ...) go to it; the
         rest go to the route (``trtforge.load``).

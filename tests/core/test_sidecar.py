@@ -70,7 +70,8 @@ def test_sidecar_contents(built):
     assert {"flavour", "version", "targets", "optimization_level"} <= set(data["builder"])
     assert data["preprocessing"] == {"resize": [8, 8], "interpolation": "bilinear", "antialias": False,
                                      "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25], "scale": 1 / 255,
-                                     "channel_order": "BGR", "layout": "NHWC"}
+                                     "channel_order": "BGR", "layout": "NHWC", "resize_mode": "stretch",
+                                     "pad_value": 114.0}
     assert read_sidecar(built.sidecar_path).preprocessing == PreprocessConfig(
         (8, 8), mean=(0.5,) * 3, std=(0.25,) * 3, channel_order="BGR", layout="NHWC")
     assert data["notes"] == ["unit test"]

@@ -6,6 +6,11 @@ The steps, as the record says: resize (bilinear, bicubic or nearest; half-pixel 
 ``align_corners=False``; antialias when asked, which torch applies to bilinear and bicubic only;
 ``nearest`` is torch's ``mode="nearest"``), channel order, then ``x * scale``, minus mean, over
 std (both given in the model's channel order, as BGR models record them), layout and dtype.
+``resize_mode="letterbox"`` keeps the aspect instead of stretching, as ultralytics' ``LetterBox``
+does: scale by ``r = min(H / h, W / w)`` to ``round(h * r) x round(w * r)``, centred (the top and left
+borders ``(H - round(h * r)) // 2`` and ``(W - round(w * r)) // 2``), the border filled with
+``pad_value`` in 0-255 pixels (114 grey) before the normalisation. ``resize_geometry`` says where an
+image lands, so boxes can be mapped back to its pixels.
 
 torch is imported inside the functions that need it: reading a sidecar's record stays light.
 
@@ -35,6 +40,10 @@ ImageLike = Any  # str | Path | PIL.Image.Image | np.ndarray | torch.Tensor
 INTERPOLATIONS: tuple[str, ...] = ("bilinear", "bicubic", "nearest")
 CHANNEL_ORDERS: tuple[str, ...] = ("RGB", "BGR")
 LAYOUTS: tuple[str, ...] = ("NCHW", "NHWC")
+#: ``stretch``: resize to the model's size, aspect lost; ``letterbox``: aspect kept, centred, padded.
+RESIZE_MODES: tuple[str, ...] = ("stretch", "letterbox")
+#: ultralytics' letterbox border: grey 114, in 0-255 pixels.
+DEFAULT_PAD_VALUE = 114.0
 ACCEPTED_IMAGES = (
     "a file path, a PIL.Image, an HWC uint8 numpy array or torch tensor (RGB), or a list of these"
 )
@@ -65,9 +74,15 @@ class PreprocessConfig:
     antialias: bool = False
     channel_order: str = "RGB"
     layout: str = "NCHW"
+    resize_mode: str = "stretch"
+    pad_value: float = DEFAULT_PAD_VALUE  # the letterbox border, in 0-255 pixels (before scale, mean, std)
 
     def __post_init__(self) -> None:
         problems = []
+        if self.resize_mode not in RESIZE_MODES:
+            problems.append(f"resize_mode {self.resize_mode!r} is not one of {RESIZE_MODES}")
+        if isinstance(self.pad_value, bool) or not isinstance(self.pad_value, (int, float)) or not 0 <= self.pad_value <= 255:
+            problems.append(f"pad_value {self.pad_value!r} is not a pixel value from 0 to 255 (114 is ultralytics' grey)")
         if len(self.size) != 2 or any(int(v) <= 0 for v in self.size):
             problems.append(f"size {self.size} is not a positive [height, width]")
         if len(self.mean) != 3 or len(self.std) != 3 or any(float(s) == 0.0 for s in self.std):
@@ -79,6 +94,7 @@ class PreprocessConfig:
                             f"{CHANNEL_ORDERS} / {LAYOUTS}")
         if problems:
             raise PreprocessingRecordError(f"preprocessing record: {'; '.join(problems)}; fix the record")
+        object.__setattr__(self, "pad_value", float(self.pad_value))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PreprocessConfig:
@@ -98,11 +114,12 @@ class PreprocessConfig:
                 "mean": tuple(float(v) for v in data.get("mean", (0.0, 0.0, 0.0))),
                 "std": tuple(float(v) for v in data.get("std", (1.0, 1.0, 1.0))),
                 "scale": float(data.get("scale", 1.0 / 255.0)),
+                "pad_value": float(data.get("pad_value", DEFAULT_PAD_VALUE)),
             }
         except (TypeError, ValueError, IndexError) as exc:
             raise PreprocessingRecordError(
                 f"preprocessing record {dict(data)} has a value of the wrong kind ({exc}); resize is "
-                "[height, width], mean and std are 3 numbers, scale a number"
+                "[height, width], mean and std are 3 numbers, scale and pad_value numbers"
             ) from exc
         return cls(
             **fields,
@@ -110,6 +127,7 @@ class PreprocessConfig:
             antialias=bool(data.get("antialias", False)),
             channel_order=str(data.get("channel_order", "RGB")).upper(),
             layout=str(data.get("layout", "NCHW")).upper(),
+            resize_mode=str(data.get("resize_mode", "stretch")).lower(),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,7 +140,8 @@ class PreprocessConfig:
         return {"resize": [int(v) for v in self.size], "interpolation": self.interpolation,
                 "antialias": bool(self.antialias), "mean": [float(v) for v in self.mean],
                 "std": [float(v) for v in self.std], "scale": float(self.scale),
-                "channel_order": self.channel_order, "layout": self.layout}
+                "channel_order": self.channel_order, "layout": self.layout,
+                "resize_mode": self.resize_mode, "pad_value": float(self.pad_value)}
 
     @classmethod
     def of(cls, record: PreprocessConfig | Mapping[str, Any]) -> PreprocessConfig:
@@ -136,6 +155,37 @@ class PreprocessConfig:
         mean = torch.tensor(self.mean, dtype=torch.float32)
         std = torch.tensor(self.std, dtype=torch.float32)
         return (self.scale / std).view(1, 3, 1, 1).to(device), (-mean / std).view(1, 3, 1, 1).to(device)
+
+
+@dataclass(frozen=True)
+class ResizeGeometry:
+    """Where an image lands in the model input: scaled by ``scale_y``/``scale_x`` to ``height`` x ``width``
+    pixels, its top-left corner at (``top``, ``left``); the rest is the letterbox border.
+
+    A point (x, y) of the model input is (``(x - left) / scale_x``, ``(y - top) / scale_y``) in the image.
+    """
+
+    scale_y: float
+    scale_x: float
+    top: int
+    left: int
+    height: int
+    width: int
+
+
+def resize_geometry(height: int, width: int, size: tuple[int, int], resize_mode: str = "stretch") -> ResizeGeometry:
+    """Where an image of ``height`` x ``width`` lands in a model input of ``size`` (height, width).
+
+    Example:
+        >>> resize_geometry(480, 640, (320, 320), "letterbox")     # scale 0.5, 40-pixel bands above and below
+        ResizeGeometry(scale_y=0.5, scale_x=0.5, top=40, left=0, height=240, width=320)
+    """
+    out_h, out_w = int(size[0]), int(size[1])
+    if resize_mode != "letterbox":
+        return ResizeGeometry(out_h / height, out_w / width, 0, 0, out_h, out_w)
+    r = min(out_h / height, out_w / width)
+    new_h, new_w = round(height * r), round(width * r)
+    return ResizeGeometry(r, r, (out_h - new_h) // 2, (out_w - new_w) // 2, new_h, new_w)
 
 
 def _np():
@@ -194,8 +244,10 @@ def _check_pixels(image: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor
 def transform_tensor(
     u8: torch.Tensor, a: torch.Tensor, b: torch.Tensor, size: tuple[int, int], interpolation: str,
     antialias: bool, bgr: bool, nhwc: bool, dtype: torch.dtype, channels_last: bool,
+    resize_mode: str = "stretch", pad_value: float = DEFAULT_PAD_VALUE,
 ) -> torch.Tensor:
-    """(B, H, W, 3) uint8 → the model input, from plain values: ``x * a + b`` after the resize.
+    """(B, H, W, 3) uint8 → the model input, from plain values: ``x * a + b`` after the resize
+    (and, for ``resize_mode="letterbox"``, the border of ``pad_value``; ``resize_geometry`` places it).
 
     Every argument but the three tensors is a constant, so one compiled version serves every
     preprocessor with the same record (``vision.preprocess.fused_transform``).
@@ -206,9 +258,13 @@ def transform_tensor(
     x = u8.permute(0, 3, 1, 2).float()
     if bgr:
         x = x.flip(1)
-    if tuple(x.shape[-2:]) != tuple(size):
+    where = resize_geometry(int(x.shape[-2]), int(x.shape[-1]), size, resize_mode)
+    if (int(x.shape[-2]), int(x.shape[-1])) != (where.height, where.width):
         kwargs = {} if interpolation == "nearest" else {"align_corners": False, "antialias": antialias}
-        x = F.interpolate(x, size=size, mode=interpolation, **kwargs)
+        x = F.interpolate(x, size=(where.height, where.width), mode=interpolation, **kwargs)
+    if (where.height, where.width) != tuple(size):  # the letterbox border, in pixels before the normalisation
+        bottom, right = size[0] - where.height - where.top, size[1] - where.width - where.left
+        x = F.pad(x, (where.left, right, where.top, bottom), value=float(pad_value))
     x = torch.addcmul(b, x, a)
     if nhwc:
         return x.permute(0, 2, 3, 1).contiguous().to(dtype)
@@ -232,7 +288,8 @@ def transform(
 
     a, b = coefficients if coefficients is not None else config.coefficients(u8.device)
     return step(u8, a, b, config.size, config.interpolation, config.antialias, config.channel_order == "BGR",
-                config.layout == "NHWC", dtype or torch.float32, channels_last)
+                config.layout == "NHWC", dtype or torch.float32, channels_last, config.resize_mode,
+                float(config.pad_value))
 
 
 def preprocess_images(images: Sequence[ImageLike], config: PreprocessConfig) -> torch.Tensor:

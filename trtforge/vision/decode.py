@@ -1,4 +1,5 @@
-"""Postprocessing on the GPU: classification top-k and DETR-style box decoding.
+"""Postprocessing on the GPU: classification top-k, DETR-style box decoding, and the boxes of an engine
+that ends in trtforge's NMS mapped back to each original image.
 
 Each task has a fixed-size tensor stage (capturable in a CUDA graph: no syncs, no data-dependent
 shapes) and a host stage that thresholds and wraps the few numbers left in plain dataclasses.
@@ -7,6 +8,11 @@ DETR-style decoding (as RF-DETR / Deformable-DETR post-process): per-class sigmo
 ``logits (B, Q, C)``, top-k over all (query, class) pairs, the chosen queries' boxes
 ``(cx, cy, w, h)`` in [0, 1] → ``(x1, y1, x2, y2)`` in pixels of the original image, then a score
 threshold.
+
+An engine built with ``postprocess=NMS(...)`` (``--nms``) returns the detections already, in the
+EfficientNMS convention (``NMS_OUTPUTS``), boxes in the model input's pixels; ``nms_box_map`` and
+``nms_to_pixels`` undo each image's resize (``resize_geometry``: letterbox or stretch) and clip the
+boxes to the image.
 
 Example:
     >>> top = detr_topk(logits, boxes, torch.tensor([[720, 1280]]), k=100)
@@ -17,13 +23,16 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from trtforge.core.errors import InvalidArgument
+from trtforge.core.postprocess import NMS_OUTPUTS
+from trtforge.core.preprocessing import PreprocessConfig, resize_geometry
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,17 @@ class Classification:
 
 @dataclass(frozen=True)
 class Detections:
-    """Boxes of one image above the threshold, best first (xyxy pixels of the original image)."""
+    """The detections of one image, best first: boxes as (x1, y1, x2, y2) in the ORIGINAL image's pixels
+    (clipped to it), their scores and class ids; ``label`` names the classes from the predictor's
+    ``labels`` (``class_N`` without them).
+
+    Example:
+        >>> dets = predictor("street.jpg")          # an artifact built with --nms yolo
+        >>> len(dets), dets.xyxy[0], dets.confidence[0], dets.label[0]
+        (12, array([ 48.2, 103.9, 211.0, 377.5], dtype=float32), 0.91, 'person')
+        >>> dets.to_numpy().shape                   # (n, 6): x1, y1, x2, y2, score, class id
+        (12, 6)
+    """
 
     xyxy: np.ndarray  # (n, 4) float32
     confidence: np.ndarray  # (n,) float32
@@ -55,6 +74,10 @@ class Detections:
 
     def __len__(self) -> int:
         return len(self.confidence)
+
+    def to_numpy(self) -> np.ndarray:
+        """One (n, 6) float32 array, a row per box: x1, y1, x2, y2, score, class id (ultralytics' ``boxes.data``)."""
+        return np.concatenate([self.xyxy, self.confidence[:, None], self.class_id[:, None]], axis=1).astype(np.float32)
 
     def to_supervision(self):
         """As ``supervision.Detections`` (needs ``pip install supervision``)."""
@@ -159,5 +182,48 @@ def detections_from_arrays(
     for b in range(len(scores)):
         # Scores are sorted: the boxes above the threshold are a prefix (views, no copies).
         n = int(np.count_nonzero(scores[b] > threshold))
+        out.append(Detections(xyxy[b, :n], scores[b, :n], class_id[b, :n], labels))
+    return out
+
+
+# -- detections from an engine that ends in trtforge's NMS -------------------------------------------
+def nms_box_map(image_sizes: Sequence[tuple[int, int]], config: PreprocessConfig, device: Any = "cpu") -> torch.Tensor:
+    """(B, 3, 4): per image, the offset, scale and bounds that map the model input's xyxy to the image's pixels.
+
+    ``image_sizes`` are the original (height, width); the preprocessing record says how each was resized
+    (``resize_geometry``). Computed once per batch shape (the predictor keeps it for its CUDA graph).
+    """
+    rows = []
+    for height, width in image_sizes:
+        where = resize_geometry(int(height), int(width), config.size, config.resize_mode)
+        rows.append(((where.left, where.top) * 2, (where.scale_x, where.scale_y) * 2, (width, height) * 2))
+    return torch.tensor(rows, dtype=torch.float32, device=device)
+
+
+def nms_to_pixels(
+    outputs: Mapping[str, torch.Tensor], box_map: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The NMS outputs → (counts (B,), xyxy in each image's pixels (B, K, 4), scores (B, K), class ids (B, K)).
+
+    ``(box - offset) / scale``, clipped to [0, width] and [0, height]; rows past each count are padding.
+    Capturable: no syncs, fixed shapes.
+    """
+    count, boxes, scores, classes = (outputs[name] for name in NMS_OUTPUTS)
+    offset, scale, bounds = box_map[:, 0:1], box_map[:, 1:2], box_map[:, 2:3]
+    xyxy = torch.minimum(((boxes.float() - offset) / scale).clamp(min=0.0), bounds)
+    return count.reshape(-1).long(), xyxy, scores.float(), classes.long()
+
+
+def detections_from_nms(
+    count: np.ndarray, xyxy: np.ndarray, scores: np.ndarray, class_id: np.ndarray, *,
+    threshold: float | None = None, labels: Sequence[str] | None = None,
+) -> list[Detections]:
+    """Host stage: each image's first ``count`` detections (the NMS sorted them, best first); with
+    ``threshold``, only those scoring above it as well (views, no copies)."""
+    out = []
+    for b in range(len(count)):
+        n = int(count[b])
+        if threshold is not None:
+            n = int(np.count_nonzero(scores[b, :n] > threshold))
         out.append(Detections(xyxy[b, :n], scores[b, :n], class_id[b, :n], labels))
     return out

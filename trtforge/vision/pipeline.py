@@ -37,7 +37,6 @@ from trtforge.core.preprocessing import decode_image
 from trtforge.runtime.cuda_graph import GraphCache
 from trtforge.runtime.placement import on_device
 from trtforge.runtime.staging import copy_frames
-from trtforge.vision.decode import detr_box_transform
 from trtforge.vision.packing import PackedLayout
 from trtforge.vision.predictor import Predictor
 
@@ -100,7 +99,7 @@ class PipelinedPredictor:
             pinned = self.cuda
             slot = _Slot(shape, torch.empty(shape, dtype=torch.uint8, pin_memory=pinned),
                          torch.empty(shape, dtype=torch.uint8, device=self.device),
-                         detr_box_transform(torch.tensor([shape[1:3]] * shape[0], device=self.device)))
+                         self.predictor.box_map([shape[1:3]] * shape[0]))
             if self.cuda:
                 slot.copied, slot.done = torch.cuda.Event(), torch.cuda.Event()
             self._slots[index] = slot

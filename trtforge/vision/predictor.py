@@ -1,7 +1,13 @@
 """Predictor for image models: images in, plain results out, pre- and post-processing on the GPU.
 
 Flow of one call: decode once on the CPU (paths, PIL images) → uint8 to the GPU through a pinned
-buffer → resize + normalise → engine → top-k / DETR decoding → a few numbers back to the host.
+buffer → resize (or letterbox) + normalise → engine → top-k / DETR decoding / NMS boxes mapped back
+to each image → a few numbers back to the host.
+
+An engine that ends in trtforge's NMS (built with ``--nms``; its outputs are ``NMS_OUTPUTS``) is a
+detector: ``task`` defaults to ``"detection"``, and each image's result is a ``Detections`` with its
+boxes in that image's own pixels (each image's letterbox scale and border undone, then clipped).
+Images of different sizes may share a call.
 
 On a ``CapturableEngine`` (the TensorRT and PyTorch routes) and with ``cuda_graph=True`` (the
 default when the engine replays graphs itself: route ``cuda_graph``, or ``tensorrt`` loaded with
@@ -26,6 +32,9 @@ Example:
     >>> predict("cat.jpg").class_id[:1]
     array([281])
     >>> predict([frame1, frame2])        # a batch → a list of results
+    >>> yolo = Predictor(trtforge.load("out/yolov8n_fp16.json"))   # built with --nms yolo, letterbox record
+    >>> yolo(["street.jpg", "dog.png"])[0].xyxy[:1]                # pixels of street.jpg
+    array([[ 48.2, 103.9, 211.0, 377.5]], dtype=float32)
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import numpy as np
 import torch
 
 from trtforge.core.errors import InvalidArgument
+from trtforge.core.postprocess import NMS_OUTPUTS
 from trtforge.core.preprocessing import PreprocessConfig, decode_image
 from trtforge.runtime.cuda_graph import GraphCache
 from trtforge.runtime.placement import on_device
@@ -52,8 +62,11 @@ from trtforge.vision.decode import (
     classification_topk,
     classifications_from_arrays,
     detections_from_arrays,
+    detections_from_nms,
     detr_box_transform,
     detr_topk,
+    nms_box_map,
+    nms_to_pixels,
 )
 from trtforge.vision.packing import PackedLayout
 from trtforge.vision.preprocess import Preprocessor, is_pageable
@@ -99,16 +112,23 @@ class Predictor:
         engine: Engine,
         preprocessing: Mapping[str, Any] | PreprocessConfig | None = None,
         *,
-        task: str = "classification",
+        task: str | None = None,
         labels: Sequence[str] | None = None,
         top_k: int = 5,
         num_detections: int = 100,
-        threshold: float = 0.5,
+        threshold: float | None = None,
         cuda_graph: bool | None = None,
         compile_preprocessing: bool | None = None,
     ) -> None:
+        names = [s.name for s in engine.outputs]
+        # An engine built with --nms returns detections: boxes to map back, nothing to decode.
+        self._nms = all(name in names for name in NMS_OUTPUTS)
+        task = task or ("detection" if self._nms else "classification")
         if task not in TASKS:
             raise InvalidArgument(f"unknown task {task!r}; choose one of {TASKS}")
+        if self._nms and task != "detection":
+            raise InvalidArgument(f"this engine ends in NMS (outputs {', '.join(NMS_OUTPUTS)}): it detects; "
+                                  "pass task='detection' or leave task out")
         if preprocessing is None and engine.sidecar is not None:
             preprocessing = engine.sidecar.preprocessing
         if preprocessing is None:
@@ -119,12 +139,12 @@ class Predictor:
         self.labels = labels
         self.top_k = top_k
         self.num_detections = num_detections
-        self.threshold = threshold
+        # DETR decoding keeps scores above 0.5 by default; the NMS's own score threshold already applied.
+        self.threshold = threshold if threshold is not None or self._nms else 0.5
         self.device = torch.device(engine.device)
         # The model input's dtype (FP16 I/O engines take half): the cast happens on the GPU.
         self.pre = Preprocessor(config, self.device, torch_dtype(engine.inputs[0].dtype),
                                 move_inputs=bool(getattr(engine, "move_inputs", False)))
-        names = [s.name for s in engine.outputs]
         self._logits = _pick(names, DETR_LOGITS, 0) if task == "detection" else names[0]
         self._boxes = _pick(names, DETR_BOXES, 1) if task == "detection" else None
         capturable = isinstance(engine, CapturableEngine)
@@ -149,10 +169,19 @@ class Predictor:
         self._layouts: dict[tuple, tuple[PackedLayout, torch.Tensor]] = {}
 
     # -- stages ---------------------------------------------------------------------------
+    def box_map(self, image_sizes: Sequence[tuple[int, int]]) -> torch.Tensor:
+        """What maps the model's boxes to the pixels of images of these (height, width): for an NMS engine
+        ``nms_box_map`` (each image's resize undone), else ``detr_box_transform``."""
+        if self._nms:
+            return nms_box_map(image_sizes, self.pre.config, self.device)
+        return detr_box_transform(torch.tensor([tuple(s) for s in image_sizes], device=self.device))
+
     def _head(self, outputs: Mapping[str, torch.Tensor], boxes_to_pixels: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Fixed-size decoding; ``boxes_to_pixels`` is the frames' ``detr_box_transform``."""
+        """Fixed-size decoding; ``boxes_to_pixels`` is the frames' ``box_map``."""
         if self.task == "classification":
             return classification_topk(outputs[self._logits], self.top_k)
+        if self._nms:
+            return nms_to_pixels(outputs, boxes_to_pixels)
         # Logits a FP16 model computed are exact in FP16: select on them (half the radix passes).
         return detr_topk(outputs[self._logits], outputs[self._boxes], k=self.num_detections,
                          box_transform=boxes_to_pixels, select_dtype=self._compute_format[0])
@@ -160,6 +189,8 @@ class Predictor:
     def _results(self, arrays: tuple[np.ndarray, ...]) -> list[Classification] | list[Detections]:
         if self.task == "classification":
             return classifications_from_arrays(*arrays, labels=self.labels)
+        if self._nms:
+            return detections_from_nms(*arrays, threshold=self.threshold, labels=self.labels)
         return detections_from_arrays(*arrays, threshold=self.threshold, labels=self.labels)
 
     def _finish(self, topk: tuple[torch.Tensor, ...]) -> list[Classification] | list[Detections]:
@@ -193,8 +224,7 @@ class Predictor:
     def _statics(self, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         entry = self._static.get(shape)
         if entry is None:  # the graph reads these two buffers: they live as long as it does
-            entry = (torch.empty(shape, dtype=torch.uint8, device=self.device),
-                     detr_box_transform(torch.tensor([shape[1:3]] * shape[0], device=self.device)))
+            entry = (torch.empty(shape, dtype=torch.uint8, device=self.device), self.box_map([shape[1:3]] * shape[0]))
             self._static[shape] = entry
         return entry
 
@@ -250,9 +280,9 @@ class Predictor:
         same = all(tuple(im.shape) == tuple(decoded[0].shape) for im in decoded)
         if self._graphs is not None and same:
             return self._results(self._graph_call(decoded))
-        sizes = torch.tensor([tuple(im.shape[:2]) for im in decoded], device=self.device)
+        sizes = [tuple(im.shape[:2]) for im in decoded]
         x = self._transform(self.pre.upload(decoded)) if same else self.pre(decoded)
-        return self._finish(self._head(self.engine(x), detr_box_transform(sizes)))
+        return self._finish(self._head(self.engine(x), self.box_map(sizes)))
 
     def __call__(self, images: Any) -> Any:
         """One image → one result; a list (or tuple) of images → a list of results."""
