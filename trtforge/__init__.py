@@ -18,6 +18,7 @@ from trtforge._version import __version__
 
 if TYPE_CHECKING:
     from trtforge.artifact import Artifact
+    from trtforge.convert.registry import converter
     from trtforge.core.config import CompileConfig, QuantConfig
     from trtforge.core.postprocess import NMS
     from trtforge.pipeline import compile  # noqa: A004 - the public verb
@@ -32,12 +33,13 @@ _LAZY: dict[str, str] = {
     "QuantConfig": "trtforge.core.config",
     "NMS": "trtforge.core.postprocess",
     "compile": "trtforge.pipeline",
+    "converter": "trtforge.convert.registry",
     "serve": "trtforge.serve",
     "load": "trtforge.runtime.load",
     "tune": "trtforge.tuning",
 }
 
-__all__ = ["NMS", "Artifact", "CompileConfig", "QuantConfig", "__version__", "compile", "load", "serve", "tune"]
+__all__ = ["NMS", "Artifact", "CompileConfig", "QuantConfig", "__version__", "compile", "converter", "load", "serve", "tune"]
 
 
 def __getattr__(name: str) -> Any:

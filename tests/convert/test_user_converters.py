@@ -47,6 +47,7 @@ def test_coverage_lists_the_user_converter(tmp_path):
 SCRIPT = r"""
 import json, sys, torch, trtforge
 from trtforge.convert import converter, source_hash
+assert trtforge.converter is converter and "converter" in trtforge.__all__  # the front door's name (issue 36)
 from trtforge.convert.api import lower_module
 from trtforge.convert.evaluator import evaluate
 from trtforge.core.errors import InvalidArgument

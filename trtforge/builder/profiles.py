@@ -3,8 +3,8 @@
 The batch applies to an input's dim 0 only when that input is batched: named in ``batched_inputs=``,
 or, by default, with a dynamic dim 0. Every fixed dim is built as it is, so a static model builds
 as it is (as trtexec does). ``batch=None`` is the graph's own batch: 1 where dim 0 is dynamic, or,
-when the example inputs carry a batch N > 1 there, ``1:N:N`` (``example_batch``): batch 1 and the
-example's batch both run.
+when the example inputs carry a batch N > 1 there, ``1:N:N`` (``core.batch.resolve_batch``, the one
+batch rule of every path): batch 1 and the example's batch both run.
 The batch specs themselves (``1``, ``(1, 8, 32)``, ``"1:8:32"``) are parsed in ``trtforge.core.batch``.
 
 Example:
@@ -15,33 +15,12 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from trtforge.core.batch import DEFAULT_BATCH, BatchProfile, BatchSpecError
 from trtforge.core.errors import spelled
 from trtforge.core.specs import TensorSpec
 
 Shapes = Mapping[str, tuple[Sequence[int], Sequence[int], Sequence[int]]]
-
-
-def example_batch(inputs: Sequence[TensorSpec], feed: Mapping[str, Any] | None,
-                  batched: Sequence[str] | None = None) -> tuple[BatchProfile, ...] | None:
-    """``batch=None`` with example inputs: ``(1, N, N)`` when every batched input's example has the same
-    dim 0 N > 1 (so the engine runs the example it was shown, and batch 1); else None (batch 1).
-
-    Example:
-        >>> example_batch((TensorSpec("x", "float32", (-1, 4)),), {"x": numpy.zeros((2, 4))})
-        (BatchProfile(min=1, opt=2, max=2),)
-    """
-    if not feed:
-        return None
-    members = batched_specs(inputs, batched, {})
-    rows = {int(feed[s.name].shape[0]) for s in inputs if s.name in members and s.name in feed
-            and getattr(feed[s.name], "ndim", 0)}
-    if len(rows) != 1 or min(rows) < 2:
-        return None
-    (count,) = rows
-    return (BatchProfile(1, count, count),)
 
 
 def batched_specs(inputs: Sequence[TensorSpec], batched: Sequence[str] | None, shapes: Shapes) -> set[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtforge.capture.translations import translation_table
-from trtforge.core.batch import guess_batched
+from trtforge.core.batch import constraint_violation, guess_batched
 from trtforge.core.errors import InvalidArgument, Unsupported, plain
 
 if TYPE_CHECKING:
@@ -184,16 +184,6 @@ def export_failure(model: torch.nn.Module, exc: BaseException, dynamo_reason: st
                        f"{f' at {op}' if op else ''}: {reason}; {remedy}")
 
 
-def _constraint_violation(exc: BaseException) -> bool:
-    """Whether torch.export refused the dynamic dims (a dim 0 that is not a free batch)."""
-    while exc is not None:
-        kind = getattr(exc, "error_type", None)
-        if type(exc).__name__ == "ConstraintViolationError" or getattr(kind, "name", "") == "CONSTRAINT_VIOLATION":
-            return True
-        exc = exc.__cause__
-    return False
-
-
 def not_a_batch(model: torch.nn.Module, names: Sequence[str], reason: str, chosen: Sequence[str] | None) -> str:
     """The one line for dim 0s that are not one shared batch; raised when the user chose them."""
     line = (f"{type(model).__name__}: dim 0 of input(s) {', '.join(map(repr, names))} is not one shared batch "
@@ -283,7 +273,7 @@ def _export_dynamo_checked(model, args, kwargs, path, names, out_names, batched,
     try:
         program = _export_dynamo(model, args, kwargs, path, names, out_names, batched)
     except Exception as exc:
-        if not batched or not _constraint_violation(exc):
+        if not batched or not constraint_violation(exc):
             raise
         log.warning(not_a_batch(model, batched, first_line(root_cause(exc)), chosen))
         program = _export_dynamo(model, args, kwargs, path, names, out_names, ())

@@ -2,7 +2,7 @@
 
 Example:
     >>> from trtforge.convert import convert_module, coverage
-    >>> plan, conversion = convert_module(model, (torch.randn(2, 3, 224, 224),), batch=(1, 8, 32))
+    >>> plan, conversion = convert_module(model, (torch.randn(2, 3, 224, 224),), CompileConfig(batch=(1, 8, 32)))
     >>> print(coverage(model, (torch.randn(2, 3, 224, 224),)).table())
 """
 

@@ -1,22 +1,22 @@
 """The direct path's entry points: convert a module to a plan, or report its coverage.
 
 Example:
-    >>> plan, record = convert_module(model, (torch.randn(2, 3, 224, 224),), batch=(1, 8, 32))
+    >>> plan, record = convert_module(model, (torch.randn(2, 3, 224, 224),), CompileConfig(batch=(1, 8, 32)))
     >>> evaluate(record.record, {"x": torch.randn(4, 3, 224, 224)})   # the reference evaluator
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from trtforge.convert.converters import source_hash
-from trtforge.convert.lower import Lowered, export_program, lower_graph, program_constants
+from trtforge.convert.lower import Lowered, at_batch_rule, export_program, lower_graph, program_constants
 from trtforge.convert.network import Network, Record
 from trtforge.core.batch import BatchProfile
-from trtforge.core.config import FLOAT_OF_PRECISION, FLOAT_PRECISIONS
+from trtforge.core.config import FLOAT_OF_PRECISION, FLOAT_PRECISIONS, CompileConfig
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.quant_plan import QuantPlan
 
@@ -150,20 +150,27 @@ def export_inputs(example_inputs: tuple, profiles: Sequence[BatchProfile]) -> tu
     return examples_at(example_inputs, size), None if low == high else (low, opt, high)
 
 
-def convert_module(model: torch.nn.Module, example_inputs: tuple, *, batch: tuple[int, int, int] | None = None,
-                   precision: str = "fp32", output_names: list[str] | None = None, build: bool = True,
-                   optimization_level: int = 3) -> tuple[bytes | None, Conversion]:
-    """Convert ``model`` straight to TensorRT: ``(serialized plan, Conversion)``; plan is None when
-    ``build=False``. ``batch=(min, opt, max)`` makes dim 0 of every input dynamic.
+def convert_module(model: torch.nn.Module, example_inputs: tuple, config: CompileConfig | None = None, *,
+                   build: bool = True) -> tuple[bytes | None, Conversion]:
+    """Convert ``model`` straight to TensorRT with ``config`` (a ``CompileConfig``: ``batch``, ``precision``,
+    ``output_names``, ``optimization_level``; the batch by the one batch rule, ``core.batch.resolve_batch``):
+    ``(serialized plan, Conversion)``; plan is None when ``build=False``. ``trtforge.compile(path="direct")``
+    is the way in that writes the engine; this is its conversion, for a look at the network.
 
     Example:
-        >>> plan, conv = convert_module(model, (x,), batch=(1, 4, 16), precision="fp16")
+        >>> plan, conv = convert_module(model, (x,), CompileConfig(batch=(1, 4, 16), precision="fp16"))
     """
-    lowered = lower_module(model, example_inputs, batch=batch, precision=precision, output_names=output_names)
+    config = config if config is not None else CompileConfig(path="direct", progress=False)
+    names = None if config.output_names is None else list(config.output_names)
+    lowered, profiles = at_batch_rule(config, example_inputs, lambda batch: lower_for_profiles(
+        model, example_inputs, batch, precision=config.precision, output_names=names), type(model).__name__)
     plan, seconds = None, 0.0
     if build:
-        sizes = batch or (example_inputs[0].shape[0],) * 3
-        result = build_lowered(lowered.net, tuple(sizes), optimization_level)
+        from trtforge.builder.build import build_network
+
+        net = lowered.net
+        result = build_network(net.builder, net.net, net.logger, replace(config, batch=profiles, progress=False),
+                               name=net.net.name, progress=False)
         plan, seconds = result.plan, result.seconds
     record = lowered.net.record
     return plan, Conversion(

@@ -10,9 +10,11 @@ Example:
 from __future__ import annotations
 
 import inspect
+import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import torch
 
@@ -20,8 +22,12 @@ from trtforge.convert.context import Context, ConversionRefused, SymDim, is_cons
 from trtforge.convert.converters import all_converters
 from trtforge.convert.network import Network
 from trtforge.convert.registry import REGISTRY, Settings, target_name
+from trtforge.core.batch import BatchProfile, constraint_violation, own_batch, resolve_batch
 from trtforge.core.errors import InvalidArgument, Unsupported, spelled
 from trtforge.core.quant_plan import QuantPlan
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Ops TensorRT-RTX must not see fused at FP32: kept whole so our converter decomposes them.
 KEEP_WHOLE = ("scaled_dot_product_attention",)
@@ -65,6 +71,30 @@ def export_program(model: torch.nn.Module, example_inputs: tuple, batch: tuple[i
                                 category=FutureWarning)
         program = torch.export.export(model.eval(), example_inputs, dynamic_shapes=dynamic)
         return program.run_decompositions(decompositions())
+
+
+def at_batch_rule(config: Any, args: Sequence[Any], export: Callable[[tuple[BatchProfile, ...]], T],
+                  name: str = "module") -> tuple[T, tuple[BatchProfile, ...]]:
+    """``export(profiles)`` at the one batch rule's profiles (``core.batch.resolve_batch``; the module's own
+    batch where it gives None), and those profiles. Where ``batch=None`` asked ``1:N:N`` and torch.export finds
+    the batch fixed, the module is exported at N as it is, with one warning (as the ONNX path's export does).
+
+    Example:
+        >>> program, profiles = at_batch_rule(CompileConfig(), args, lambda p: export_program(model, args, ...))
+    """
+    profiles = resolve_batch(config, args)
+    if profiles is None:
+        profiles = own_batch(args)
+        return export(profiles), profiles
+    try:
+        return export(profiles), profiles
+    except Exception as exc:
+        if config.batch is not None or not constraint_violation(exc):
+            raise
+    fixed = own_batch(args)
+    log.warning("%s: torch.export fixes dim 0 at %d, so batch=None builds batch %d as it is (not 1:%d:%d); "
+                "pass batch=%d to say so", name, fixed[0].opt, fixed[0].opt, fixed[0].opt, fixed[0].opt, fixed[0].opt)
+    return export(fixed), fixed
 
 
 def program_constants(program) -> dict[str, torch.Tensor]:

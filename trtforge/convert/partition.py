@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -28,13 +29,13 @@ from trtforge.convert.api import export_batch, precision_dtype, symbolic_shapes
 from trtforge.convert.context import ConversionRefused, static_shape
 from trtforge.convert.converters import all_converters
 from trtforge.convert.evaluator import evaluate
-from trtforge.convert.lower import export_program, lower_graph, mark_constants
+from trtforge.convert.lower import at_batch_rule, export_program, lower_graph, mark_constants
 from trtforge.convert.network import Record
 from trtforge.convert.registry import DEFAULT_SETTINGS, Settings, target_name
-from trtforge.core.batch import example_batch
 from trtforge.core.config import CompileConfig
 from trtforge.core.partition_options import DEFAULT_MIN_BLOCK_SIZE, is_torch_executed
 from trtforge.core.routes import EVALUATOR_ROUTE
+from trtforge.core.sidecar import ProfileRecord
 
 Runner = Callable[["EngineModule", dict], list]
 
@@ -127,10 +128,26 @@ def _compute_nodes(nodes) -> int:
 
 @dataclass(frozen=True)
 class PartBuild:
-    """One engine part built: its plan, and its profile as the builder derived it (None: derive it again)."""
+    """One engine part built, typed as the engine cache keeps it: its plan, and its profile as the builder
+    derived it (None: derive it again). ``files`` / ``from_entry`` are its cache members both ways, as
+    ``pipeline.record.Built``'s are for a whole-model build.
+
+    Example:
+        >>> PartBuild.from_entry(cache.get(key)).profile["x"]["max"]
+        [8, 16]
+    """
 
     plan: bytes
-    profile: dict | None = None
+    profile: ProfileRecord | None = None
+
+    def files(self) -> dict[str, bytes]:
+        """The part's members for the engine cache."""
+        return {"engine": self.plan, "profile.json": json.dumps(self.profile).encode()}
+
+    @classmethod
+    def from_entry(cls, entry: Any) -> PartBuild:
+        """The part an engine-cache entry holds (``files``' members read back)."""
+        return cls(entry.read("engine"), json.loads(entry.read("profile.json")))
 
 
 #: Builds one engine part: ``(lowered network, the part's config, its name) → PartBuild``. ``build_part`` builds
@@ -209,9 +226,12 @@ def partition_module(model: torch.nn.Module, args: tuple, config: CompileConfig,
     """The one partitioning code: ``trtforge.compile(path="direct")`` with ``min_block_size`` or
     ``torch_executed_ops`` set, and ``partition()``, run this. ``builder`` builds each engine part (None: the
     parts are lowered, not built)."""
-    batch = export_batch(config.batch) if config.batch is not None else None
-    program = export_program(model, args, batch)
-    sizes = batch or example_batch(args)
+    def export(profiles):
+        low, opt, high = export_batch(profiles)
+        return export_program(model, args, None if low == high else (low, opt, high))
+
+    program, profiles = at_batch_rule(config, args, export, type(model).__name__)  # the one batch rule
+    sizes = export_batch(profiles)
     report = PartitionReport(program=program, min_block_size=config.block_size, precision=config.precision,
                              torch_executed_ops=config.torch_executed_ops,
                              optimization_level=config.optimization_level)

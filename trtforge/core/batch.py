@@ -10,7 +10,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,18 +58,63 @@ class BatchProfile:
 DEFAULT_BATCH: tuple[BatchProfile, ...] = (BatchProfile(1, 1, 1),)
 
 
-def example_batch(example_inputs: Sequence[Any]) -> tuple[int, int, int]:
-    """The model's own batch when none is asked on the direct path: the first example input's dim 0, static
-    (1 for a scalar or no input).
+def resolve_batch(config: Any, example: Mapping[str, Any] | Sequence[Any] | None,
+                  batched: Collection[str] | None = None) -> tuple[BatchProfile, ...] | None:
+    """The one batch rule, on every path: the batch profiles a build takes.
+
+    - ``config.batch`` when given.
+    - ``batch=None`` and every batched input of ``example`` has the same dim 0 N > 1: ``1:N:N``, so the
+      engine runs the example it was shown and batch 1.
+    - else None: the graph's own batch (1 where dim 0 is dynamic, its fixed size where not;
+      ``own_batch`` for a module).
+
+    ``example`` maps input names to arrays (or is a sequence of tensors, named by position);
+    ``batched`` names the inputs whose dim 0 is the batch (None: every input with a dim 0).
+
+    Why ``1:N:N``, not ``N:N:N``: it is what the ONNX path always built, so its engine cache keys stay;
+    the direct path (and its partitions) built ``N:N:N`` for ``batch=None`` before issue 36, so their
+    keys change for examples of batch N > 1 (batch-1 examples resolve to None on every path, as before).
+    Where the module's batch cannot range (torch.export fixes it), the paths build N as it is.
 
     Example:
-        >>> example_batch([np.zeros((2, 3))])
-        (2, 2, 2)
+        >>> resolve_batch(CompileConfig(), {"x": np.zeros((2, 3))})
+        (BatchProfile(min=1, opt=2, max=2),)
+    """
+    if config.batch is not None:
+        return tuple(config.batch)
+    if not example:
+        return None
+    items = example.items() if isinstance(example, Mapping) else enumerate(example)
+    rows = {int(value.shape[0]) for name, value in items
+            if (batched is None or name in batched) and len(getattr(value, "shape", ()))}
+    if len(rows) != 1 or min(rows) < 2:
+        return None
+    (count,) = rows
+    return (BatchProfile(1, count, count),)
+
+
+def own_batch(example_inputs: Sequence[Any]) -> tuple[BatchProfile, ...]:
+    """A module's own batch, where ``resolve_batch`` gives None or its batch cannot range: the first example
+    input's dim 0, static (1 for a scalar or no input).
+
+    Example:
+        >>> own_batch([np.zeros((2, 3))])
+        (BatchProfile(min=2, opt=2, max=2),)
     """
     first = example_inputs[0] if example_inputs else None
     shape = tuple(getattr(first, "shape", ()))
     rows = int(shape[0]) if shape else 1
-    return (rows, rows, rows)
+    return (BatchProfile(rows, rows, rows),)
+
+
+def constraint_violation(exc: BaseException) -> bool:
+    """Whether torch.export refused the dynamic dims (a dim 0 that is not a free batch)."""
+    while exc is not None:
+        kind = getattr(exc, "error_type", None)
+        if type(exc).__name__ == "ConstraintViolationError" or getattr(kind, "name", "") == "CONSTRAINT_VIOLATION":
+            return True
+        exc = exc.__cause__
+    return False
 
 
 def _one(spec: Any) -> BatchProfile:

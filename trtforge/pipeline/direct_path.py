@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import replace
 from typing import Any
 
@@ -11,13 +10,12 @@ from rich.console import Console
 from trtforge.builder.precision_plan import plan_direct, plan_notes
 from trtforge.cache.engine_cache import EngineCache, engine_key
 from trtforge.capture.export import normalize_example_inputs
-from trtforge.core.batch import example_batch
 from trtforge.core.config import CompileConfig
 from trtforge.core.errors import WrongType
 from trtforge.core.sidecar import PrecisionRecord, QuantizationRecord, SourceRecord
 from trtforge.pipeline.direct_int8 import direct_int8, int8_report
 from trtforge.pipeline.record import Built, build_record
-from trtforge.pipeline.store import direct_converter_hash, store_built
+from trtforge.pipeline.store import built_meta, cached_build, direct_converter_hash
 
 
 def convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *,
@@ -29,30 +27,28 @@ def convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *,
     """
     from trtforge.builder.build import build_network
     from trtforge.convert.api import lower_for_profiles
+    from trtforge.convert.lower import at_batch_rule
 
     args, kwargs = normalize_example_inputs(model, example_inputs)
     if kwargs:
         raise WrongType("path='direct' takes positional example inputs; pass a tuple of tensors in forward's order")
-    build_config = config  # the model's own batch when none is asked: the example's, static
-    if config.batch is None:
-        build_config = replace(config, batch=(example_batch(args),))
     input_names = config.input_names or getattr(model, "trtforge_input_names", None)
     output_names = config.output_names or getattr(model, "trtforge_output_names", None)
     quantized = None  # INT8: the plan and the (bias-corrected) module the lowering reads
     if config.precision == "int8":
         quantized = direct_int8(model, args, config, calibration_data, input_names)
-    lowered = lower_for_profiles(model if quantized is None else quantized.model, args, build_config.batch,
-                                 precision="fp16" if quantized is not None else config.precision,
-                                 input_names=None if input_names is None else list(input_names),
-                                 output_names=None if output_names is None else list(output_names),
-                                 int8=None if quantized is None else quantized.plan)
+    lowered, profiles = at_batch_rule(config, args, lambda batch: lower_for_profiles(
+        model if quantized is None else quantized.model, args, batch,
+        precision="fp16" if quantized is not None else config.precision,
+        input_names=None if input_names is None else list(input_names),
+        output_names=None if output_names is None else list(output_names),
+        int8=None if quantized is None else quantized.plan), type(model).__name__)
+    build_config = replace(config, batch=profiles)  # the one batch rule's profiles (``core.batch.resolve_batch``)
     network_name = f"{config.name}_{config.precision}"
     converter_hash = direct_converter_hash(config)
     key = engine_key(lowered.net.record.canonical(), config, network_name=network_name, converter_hash=converter_hash)
-    with engine_cache.lock(key) if engine_cache is not None else contextlib.nullcontext():
-        entry = engine_cache.get(key) if engine_cache is not None else None
-        if entry is not None:
-            return Built.from_entry(entry)
+
+    def build() -> Built:  # the build, and the build's typed record
         net = lowered.net
         result = build_network(net.builder, net.net, net.logger, build_config, name=network_name,
                                progress=config.progress, console=console)
@@ -72,6 +68,6 @@ def convert_and_build(model: Any, example_inputs: Any, config: CompileConfig, *,
                               quantization=quantization, converter_hash=converter_hash,
                               target_plan=target_plan.record(config.allow_unaccelerated)
                               if target_plan is not None and target_plan.layers else None)
-        built = Built.fresh(key, result.plan, record)
-        store_built(engine_cache, built, config)
-        return built
+        return Built.fresh(key, result.plan, record)
+
+    return cached_build(engine_cache, key, build, read=Built.from_entry, meta=built_meta(config))

@@ -21,6 +21,7 @@ from trtforge.builder.progress import stage_progress
 from trtforge.cache.engine_cache import EngineCache, engine_key
 from trtforge.capture.export import export_onnx, normalize_example_inputs
 from trtforge.capture.onnx_file import load_onnx
+from trtforge.core.batch import resolve_batch
 from trtforge.core.config import AUTO_PRECISION, QUANTIZED_REQUESTS, CompileConfig, QuantConfig
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.sidecar import PrecisionRecord, QuantizationRecord, SourceRecord
@@ -31,7 +32,7 @@ from trtforge.passes.process import Processed, process, reference_graph
 from trtforge.passes.range_probe import probe
 from trtforge.pipeline.flavour import capability_probe, flavour_keep
 from trtforge.pipeline.record import Built, build_record
-from trtforge.pipeline.store import store_built
+from trtforge.pipeline.store import built_meta, cached_build
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +63,10 @@ def capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileCo
     shape_values = shape_value_candidates(feeds[0]) if feeds else {}
     build_config = _with_example_batch(config, reference, feeds)
     key = engine_key(processed_bytes, build_config, network_name=network_name, shape_values=shape_values)
-    with engine_cache.lock(key) if engine_cache is not None else contextlib.nullcontext():
-        entry = engine_cache.get(key) if engine_cache is not None else None
-        if entry is not None:
-            return Built.from_entry(entry)
+
+    def build() -> Built:  # 3. Build, and the build's typed record
         staged = tmp / "processed.onnx"
         staged.write_bytes(processed_bytes)
-        # 3. Build.
         source = str(model_or_onnx) if isinstance(model_or_onnx, (str, Path)) else type(model_or_onnx).__name__
         result: BuildResult = build_engine(staged, build_config, name=network_name, progress=progress, console=console,
                                            source=source, input_values=shape_values)
@@ -84,9 +82,9 @@ def capture_and_build(model_or_onnx: Any, example_inputs: Any, config: CompileCo
         record = build_record(result, config, precision, notes, source=source, quantization=quantization,
                               target_plan=target_plan.record(config.allow_unaccelerated) if target_plan.layers
                               else None)
-        built = Built.fresh(key, result.plan, record, processed_bytes, reference_bytes)
-        store_built(engine_cache, built, config)
-        return built
+        return Built.fresh(key, result.plan, record, processed_bytes, reference_bytes)
+
+    return cached_build(engine_cache, key, build, read=Built.from_entry, meta=built_meta(config))
 
 
 def _cut(proto: onnx.ModelProto, config: CompileConfig) -> tuple[onnx.ModelProto, list[str]]:
@@ -223,13 +221,13 @@ def no_quantized_line(name: str, precision: str, excluded: Sequence[tuple[str, s
 
 
 def _with_example_batch(config: CompileConfig, reference: ir.Model, feeds: list[dict[str, Any]]) -> CompileConfig:
-    """``batch=None`` builds the example's batch N (as ``1:N:N``) where the graph's batch is dynamic
-    (``builder.profiles.example_batch``); the sidecar still records the options as given."""
+    """The build's batch by the one batch rule (``core.batch.resolve_batch``), the graph's dynamic dim 0s as
+    its batched inputs; the sidecar still records the options as given."""
     if config.batch is not None or not feeds:
         return config
-    from trtforge.builder.profiles import example_batch
+    from trtforge.builder.profiles import batched_specs
 
     specs = [TensorSpec(v.name, "", tuple(d if isinstance(d, int) else -1 for d in v.shape or ()))
              for v in reference.graph.inputs if not v.is_initializer()]
-    batch = example_batch(specs, feeds[0], config.batched_inputs)
+    batch = resolve_batch(config, feeds[0], batched_specs(specs, config.batched_inputs, {}))
     return config if batch is None else replace(config, batch=batch)

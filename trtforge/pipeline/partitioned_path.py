@@ -15,7 +15,6 @@ toolchain, so a repeated compile builds nothing, and a change of ``torch_execute
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -28,7 +27,7 @@ from trtforge.core.atomic import folder_lock
 from trtforge.core.config import CompileConfig
 from trtforge.core.errors import FileConflict, WrongType
 from trtforge.pipeline.paths import OutputPaths
-from trtforge.pipeline.store import direct_converter_hash, store_in_cache
+from trtforge.pipeline.store import cached_build, direct_converter_hash
 
 
 def partitioned_folder(paths: OutputPaths) -> Path:
@@ -58,17 +57,16 @@ class CachedPartBuilder:
         from trtforge.convert.partition import PartBuild, build_part
 
         key = engine_key(net.record.canonical(), config, network_name=name, converter_hash=self.converter_hash)
-        with self.engine_cache.lock(key):
-            entry = self.engine_cache.get(key)
-            if entry is not None:
-                self.hits.append(name)
-                return PartBuild(entry.read("engine"), json.loads(entry.read("profile.json")))
-            part = build_part(net, config, name)
-            meta = {"model": f"{self.model}/{name}", "precision": config.precision, "targets": list(config.targets),
+
+        def read(entry: Any) -> PartBuild:
+            self.hits.append(name)
+            return PartBuild.from_entry(entry)
+
+        def meta(part: PartBuild) -> dict:
+            return {"model": f"{self.model}/{name}", "precision": config.precision, "targets": list(config.targets),
                     "options": "partitioned", "engine_size": len(part.plan)}
-            files = {"engine": part.plan, "profile.json": json.dumps(part.profile).encode()}
-            store_in_cache(self.engine_cache, key, files, meta)  # a cache that cannot store warns once
-            return part
+
+        return cached_build(self.engine_cache, key, lambda: build_part(net, config, name), read=read, meta=meta)
 
 
 def compile_partitioned(model: Any, example_inputs: Any, config: CompileConfig, paths: OutputPaths,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from trtforge.builder.portability import file_suffix
-from trtforge.cache.engine_cache import EngineCache
+from trtforge.cache.engine_cache import CacheEntry, EngineCache
 from trtforge.core.config import QUANTIZED_REQUESTS, CompileConfig
 from trtforge.core.errors import spelled
 from trtforge.pipeline.record import Built
@@ -44,13 +45,41 @@ def lookup_request(stack: contextlib.ExitStack, engine_cache: EngineCache | None
     return Built.from_entry(entry) if entry is not None else None
 
 
-def store_built(engine_cache: EngineCache | None, built: Built, config: CompileConfig) -> None:
-    """Put a fresh build into the engine cache (when there is one; a cache that cannot store warns)."""
-    if engine_cache is not None:
-        store_in_cache(engine_cache, built.key, built.files(), {
-            "model": config.name, "precision": built.record.precision.built, "targets": list(config.targets),
-            "options": file_suffix(config).lstrip("_"), "engine_size": built.engine_size,
-        })
+class Cacheable(Protocol):
+    """What the engine cache keeps of a build: its members (name → bytes)."""
+
+    def files(self) -> dict[str, bytes]: ...
+
+
+P = TypeVar("P", bound=Cacheable)
+
+
+def cached_build(engine_cache: EngineCache | None, key: str, build: Callable[[], P], *,
+                 read: Callable[[CacheEntry], P], meta: Callable[[P], dict]) -> P:
+    """The one cached-build step of every path (the ONNX path, the direct path, each partition part): under
+    ``key``'s lock, the product ``read`` from the cache when it holds ``key``; else ``build()`` (the build and
+    its typed record), stored with ``meta(product)`` (a cache that cannot store warns once, never fails).
+
+    Example:
+        >>> built = cached_build(cache, key, lambda: Built.fresh(key, plan, record), read=Built.from_entry,
+        ...                      meta=built_meta(config))
+    """
+    if engine_cache is None:
+        return build()
+    with engine_cache.lock(key):
+        entry = engine_cache.get(key)
+        if entry is not None:
+            return read(entry)
+        product = build()
+        store_in_cache(engine_cache, key, product.files(), meta(product))
+        return product
+
+
+def built_meta(config: CompileConfig) -> Callable[[Built], dict]:
+    """The engine cache's listing of a whole-model build (``trtforge cache ls``)."""
+    return lambda built: {"model": config.name, "precision": built.record.precision.built,
+                          "targets": list(config.targets), "options": file_suffix(config).lstrip("_"),
+                          "engine_size": built.engine_size}
 
 
 def store_in_cache(engine_cache: EngineCache, key: str, files: dict[str, bytes], meta: dict) -> bool:

@@ -1,9 +1,10 @@
-"""A model with an op trtforge has no converter for, and the user's converter for it."""
+"""A model with an op trtforge has no converter for, and the user's converter for it, registered through the
+top-level ``trtforge.converter`` (issue 36: one front door)."""
 import os
 
 import torch
 
-from trtforge.convert import converter
+import trtforge
 
 
 @torch.library.custom_op("userlib::scale2", mutates_args=())
@@ -17,7 +18,7 @@ def _(x):
 
 
 if os.environ.get("WITH_CONVERTER") == "1":
-    @converter("userlib.scale2.default")
+    @trtforge.converter("userlib.scale2.default")
     def convert_scale2(ctx, node, args):
         x = ctx.tensor(args[0])
         return ctx.net.elementwise(x, ctx.tensor(2.0, like=x), "PROD")
