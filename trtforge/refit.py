@@ -30,7 +30,7 @@ import hashlib
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -43,7 +43,8 @@ from trtforge.core.atomic import atomic_write_bytes
 from trtforge.core.config import FLOAT_PRECISIONS
 from trtforge.core.errors import InvalidArgument, MissingFile
 from trtforge.core.hashing import sha256_file
-from trtforge.core.sidecar import read_sidecar, write_sidecar
+from trtforge.core.postprocess import NMS, NMS_PREFIX
+from trtforge.core.sidecar import GraphEditsRecord, read_sidecar, write_sidecar
 
 #: Every TensorRT attribute the refit path uses ("Class.attribute"); tests check each one exists.
 TRT_API_USED: tuple[str, ...] = (
@@ -88,13 +89,16 @@ def _float_initializers(proto: Any) -> dict[str, np.ndarray]:
     return found
 
 
-def _process_like_build(proto: Any, built_precision: str, kept: Mapping[str, str] | None = None) -> Any:
-    """The passes the build ran (``trtforge.passes.process``): cleanup, then the float cast for FP16/BF16.
+def _process_like_build(proto: Any, built_precision: str, kept: Mapping[str, str] | None = None,
+                        edits: GraphEditsRecord | None = None) -> Any:
+    """The passes the build ran (``trtforge.passes.process``): the cut (``--outputs``), cleanup, the NMS
+    (``--nms``), then the float cast for FP16/BF16.
 
     ``kept`` are the nodes the build kept in FP32 (the sidecar's record, range probe included), so
-    the new weights take the same types without the build's example inputs.
+    the new weights take the same types without the build's example inputs. ``edits`` are the graph edits
+    the sidecar records (``graph_edits``): the NMS's constants get the names and values the engine holds.
     """
-    from trtforge.passes.graph import to_proto
+    from trtforge.passes.graph import load_ir, to_proto
     from trtforge.passes.process import process, reference_graph
 
     if built_precision not in FLOAT_PRECISIONS:
@@ -102,7 +106,18 @@ def _process_like_build(proto: Any, built_precision: str, kept: Mapping[str, str
             f"refit of a {built_precision} engine is not supported: its quantization scales come from "
             "calibration; rebuild it with trtforge build instead"
         )
-    return to_proto(process(reference_graph(proto), built_precision, keep=kept).model)
+    if edits is not None and edits.outputs:
+        from trtforge.passes.cut import cut_graph
+
+        model = load_ir(proto)
+        cut_graph(model, edits.outputs)
+        proto = to_proto(model)
+    reference = reference_graph(proto)
+    if edits is not None and edits.nms is not None:
+        from trtforge.passes.nms import append_nms
+
+        reference = append_nms(reference, NMS(**{f.name: getattr(edits.nms, f.name) for f in fields(NMS)}))
+    return to_proto(process(reference, built_precision, keep=kept).model)
 
 
 def _first_differences(expected: Mapping[str, np.ndarray], given: Mapping[str, np.ndarray]) -> list[str]:
@@ -138,9 +153,13 @@ def load_new_weights(weights: Path, sidecar: Any) -> dict[str, np.ndarray]:
         )
     expected = _float_initializers(load_onnx(processed_file))
     built = sidecar.precision.built or "fp32"
+    appended = [name for name in expected if name.startswith(NMS_PREFIX)]  # the NMS's constants, not weights
+    if appended and (sidecar.graph_edits is None or sidecar.graph_edits.nms is None):
+        raise RefitError(f"{sidecar.engine_file} holds an appended NMS that its sidecar does not record (an older "
+                         "trtforge built it); rebuild it with trtforge build --nms ... --refittable, then refit")
     if weights.suffix == ".onnx":
         kept = dict(sidecar.precision.fp32_nodes or {})
-        given = _float_initializers(_process_like_build(load_onnx(weights), built, kept))
+        given = _float_initializers(_process_like_build(load_onnx(weights), built, kept, sidecar.graph_edits))
         what = "the new ONNX (after the build's passes)"
     elif weights.suffix in (".pt", ".pth"):
         import torch
@@ -157,6 +176,7 @@ def load_new_weights(weights: Path, sidecar: Any) -> dict[str, np.ndarray]:
                 given[name] = tensor.detach().float().numpy()
             elif tensor.is_floating_point() and tensor.numel() > 1:
                 given[name] = tensor.detach().float().numpy()  # reported below as unknown to the engine
+        given.update({name: expected[name] for name in appended})  # the model's weights change, the NMS's do not
         what = "the state_dict"
     else:
         raise RefitError(f"weights {weights.name}: pass a .onnx file or a state_dict saved as .pt/.pth")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -155,3 +156,41 @@ def test_quantized_build_measures_the_head_and_keeps_the_nms_fp32(tmp_path, prec
     decoding = [n for n in graph.node if kept.get(n.name, "").startswith("box decoding before the NMS")]
     assert sorted(n.op_type for n in decoding).count("Sigmoid") == 1 and len(decoding) >= 5  # DFL corners, sigmoid
     assert not [i for n in decoding for i in n.output if types.get(i) == onnx.TensorProto.FLOAT16]
+
+
+def test_refit_of_an_nms_build_replays_the_nms(built, tmp_path):
+    """``refit`` reads a new ONNX of the raw model, appends the NMS the sidecar records (its constants take the
+    names and values the engine holds) and hands TensorRT the new weights; a sidecar that does not record the NMS
+    is refused in one line. The refit runs through FakeTrtRefitter: no engine deserializes here."""
+    from onnx import numpy_helper
+    from refit_double import FakeTrtRefitter, fake_trt_refit_bindings
+
+    from trtforge.core.sidecar import read_sidecar, write_sidecar
+    from trtforge.refit import refit_engine
+
+    _, out = built
+    for name in ("yolov8n_fp16.engine", "yolov8n_fp16.onnx", "yolov8n_reference_fp32.onnx", "yolov8n_fp16.json"):
+        (tmp_path / name).write_bytes((out / name).read_bytes())
+    sidecar = read_sidecar(tmp_path / "yolov8n_fp16.json")
+    write_sidecar(sidecar.path, replace(sidecar, builder=replace(sidecar.builder, refittable=True)))
+    model = onnx.load(yolo_file("yolov8n.onnx"))
+    weight = next(i for i in model.graph.initializer if i.name.endswith("conv.weight"))
+    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * 1.5, weight.name))
+    onnx.save(model, tmp_path / "finetuned.onnx")
+    engine_graph = {i.name: numpy_helper.to_array(i) for i in onnx.load(tmp_path / "yolov8n_fp16.onnx").graph.initializer
+                    if numpy_helper.to_array(i).dtype.kind == "f"}
+    bindings = fake_trt_refit_bindings(engine_graph)
+    refit_engine(tmp_path / "yolov8n_fp16.engine", tmp_path / "finetuned.onnx", bindings=bindings)
+    received = FakeTrtRefitter.last.pending
+    assert sorted(received) == sorted(engine_graph)
+    nms = [name for name in engine_graph if name.startswith(NMS_PREFIX)]
+    assert len(nms) > 20 and all(np.array_equal(received[n].ravel(), engine_graph[n].ravel()) for n in nms)
+    np.testing.assert_allclose(received[weight.name].astype(np.float32), engine_graph[weight.name] * 1.5, rtol=2e-3)
+    read_sidecar(tmp_path / "yolov8n_fp16.json").verify_engine()
+
+    refitted = read_sidecar(tmp_path / "yolov8n_fp16.json")
+    write_sidecar(refitted.path, replace(refitted, graph_edits=None))  # as an older trtforge wrote it
+    done = run(["refit", str(tmp_path / "yolov8n_fp16.engine"), "--weights", str(tmp_path / "finetuned.onnx")])
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: yolov8n_fp16.engine holds an appended NMS that its sidecar does not record")
