@@ -122,17 +122,58 @@ def expect_exits(code: str, quoted: dict[int, str] | None = None) -> str:
     return (EXPECT if marked else "") + "\n".join(out) + "\n"
 
 
-def console_commands(code: str) -> str:
-    """The commands of a ``console`` fence: its ``$ `` lines and their ``\\`` continuations; a command marked
-    ``# ... exit N`` must exit with N and print the ``error:`` line shown under it (``expect_exits``)."""
-    out, going, quoted = [], False, {}
+#: A command line bash must run (a pipe, a redirection, a variable, a glob, a second command...); any other
+#: ``trtforge ...`` line runs in the page's process (``console_steps``).
+SHELL_ONLY = re.compile(r"[|&;<>()$`*?\[\]{}~!]")
+
+
+def _needs_a_shell(command: str) -> bool:
+    """Whether bash must run ``command``: shell syntax outside quotes and outside a trailing ``# comment``, or a
+    ``$`` or backtick inside double quotes."""
+    if re.search(r'"[^"]*[$`][^"]*"', command):
+        return True
+    bare = re.sub(r"'[^']*'|\"[^\"]*\"", "", command)
+    return bool(SHELL_ONLY.search(re.sub(r"(^|\s)#.*$", "", bare)))
+
+
+def console_steps(code: str) -> list[dict]:
+    """The commands of a ``console`` fence as steps ``run_page.py`` runs one by one: a plain ``trtforge ARGS``
+    line (no shell syntax) as ``{"argv": [...], "exit": N, "text": ...}``, run in the page's process (a CLI
+    process pays seconds of imports before it does anything); anything else as ``{"bash": CODE}``."""
+    lines, quoted, going = [], {}, False
     for line in code.splitlines():
         if line.startswith("$ "):
-            out.append(line[2:])
+            lines.append(line[2:])
             going = line.rstrip().endswith("\\")
         elif going:
-            out.append(line)
+            lines[-1] = lines[-1].rstrip()[:-1].rstrip() + " " + line.strip()
             going = line.rstrip().endswith("\\")
-        elif line.startswith("error: ") and out:
-            quoted[len(out) - 1] = line.split("...")[0].rstrip().rstrip(";")
-    return expect_exits("\n".join(out), quoted)
+        elif line.startswith("error: ") and lines:
+            quoted[len(lines) - 1] = line.split("...")[0].rstrip().rstrip(";")
+    return [_step(line, quoted.get(index, "")) for index, line in enumerate(lines)]
+
+
+def bash_steps(code: str) -> list[dict]:
+    """A ``bash`` fence as steps: each command in process where every line is a plain ``trtforge ARGS`` (or a
+    comment), else the whole fence as one ``{"bash": CODE}`` step (``expect_exits``)."""
+    lines: list[str] = []
+    going = False
+    for line in code.splitlines():
+        if going:
+            lines[-1] = lines[-1].rstrip()[:-1].rstrip() + " " + line.strip()
+        elif line.strip() and not line.lstrip().startswith("#"):
+            lines.append(line)
+        going = line.rstrip().endswith("\\")
+    steps = [_step(line, "") for line in lines]
+    return steps if all("argv" in step for step in steps) else [{"bash": expect_exits(code)}]
+
+
+def _step(line: str, text: str) -> dict:
+    import shlex
+
+    match = EXPECTED_EXIT.search(line)
+    command = line[:match.start()].rstrip() if match else line
+    if command.startswith("trtforge ") and not _needs_a_shell(command):
+        return {"argv": shlex.split(command, comments=True)[1:], "exit": int(match.group(1)) if match else 0,
+                "text": text}
+    return {"bash": expect_exits(line, {0: text} if text else None)}

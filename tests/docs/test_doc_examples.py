@@ -18,7 +18,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from doc_examples import ROOT, console_commands, examples, expect_exits, pages  # noqa: E402
+from doc_examples import ROOT, bash_steps, console_steps, examples, pages  # noqa: E402
 
 RUNS = ("python", "bash", "console", "setup")
 
@@ -26,10 +26,11 @@ RUNS = ("python", "bash", "console", "setup")
 def _runnable(page: Path) -> list[dict]:
     out = []
     for e in examples(page):
-        if e.kind in RUNS and e.skip is None:
-            code = console_commands(e.code) if e.kind == "console" else \
-                expect_exits(e.code) if e.kind == "bash" else e.code
-            out.append({"id": e.id, "kind": e.kind, "code": code})
+        if e.kind in ("console", "bash") and e.skip is None:
+            steps = console_steps(e.code) if e.kind == "console" else bash_steps(e.code)
+            out.append({"id": e.id, "kind": e.kind, "steps": steps})
+        elif e.kind in RUNS and e.skip is None:
+            out.append({"id": e.id, "kind": e.kind, "code": e.code})
     return out
 
 
