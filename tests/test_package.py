@@ -50,7 +50,7 @@ def test_wheel_and_sdist_carry_the_package_data(dist):
     assert set(PACKAGE_DATA) <= members and "pyproject.toml" in members
 
 
-def test_wheel_installs_into_a_fresh_venv_and_runs_the_demo(dist, tmp_path):
+def test_wheel_installs_into_a_fresh_venv_and_runs_the_demo(dist, tmp_path, engine_store):
     [wheel] = dist.glob("*.whl")
     venv = tmp_path / "venv"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
@@ -69,6 +69,8 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_the_demo(dist, tmp_path):
     schema = _run([py, "-c", "from trtforge.core.sidecar_schema import sidecar_schema; "
                    "print(sidecar_schema()['title'])"], cwd=tmp_path, env=env).stdout
     assert "sidecar" in schema
+    # The run's engine store: tests/cli/test_demo.py asks for the same two Lite0 builds, so whichever runs first
+    # builds them for real and the other gets the cache's copy (the installed wheel computes the same keys).
     demo = _run([trtforge_cmd, "demo", "--crops", "8", "-o", "demo_out"], cwd=tmp_path,
-                env={**env, "TRTFORGE_CACHE_DIR": str(tmp_path / "cache")}).stdout
+                env={**env, "TRTFORGE_CACHE_DIR": str(engine_store)}).stdout
     assert "fp16" in demo and (tmp_path / "demo_out" / "efficientnet_lite0_fp16.json").is_file()
