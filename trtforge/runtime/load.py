@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trtforge.core.errors import InvalidArgument, NotPermitted, spelled
-from trtforge.core.routes import AUTO_DEFAULT_CPU, AUTO_DEFAULT_GPU, AUTO_ROUTE, ROUTE_CHOICES
+from trtforge.core.routes import AUTO_DEFAULT_CPU, AUTO_DEFAULT_GPU, AUTO_ROUTE, ROUTE_CHOICES, TORCH_ROUTES
 from trtforge.core.sidecar import Sidecar, read_sidecar
 from trtforge.runtime.protocol import Engine
 
@@ -121,13 +123,19 @@ def route_refusal(sidecar: Sidecar, route: str, *, here: bool = True) -> str | N
     if route not in ROUTE_CHOICES:
         return f"unknown route {route!r}; choose one of {ROUTE_CHOICES}"
     route = resolve_route(sidecar, route)
-    if route == "onnxruntime":
-        if sidecar.source.path == "direct" or not (sidecar.source.reference_onnx_file or sidecar.source.onnx_file):
-            return (f"route 'onnxruntime' runs the ONNX graph beside the engine, and {sidecar.path} has none (built on "
-                    "the direct path or without ONNX); choose --route eager (the PyTorch model) or tensorrt")
-        return None
-    if route == "tensorrt":
-        return _tensorrt_refusal(sidecar) if here else None
+    return LOADERS[route].refusal(sidecar, route, here)
+
+
+def _onnxruntime_refusal(sidecar: Sidecar, route: str, here: bool) -> str | None:
+    """The onnxruntime route needs the ONNX graph beside the engine."""
+    if sidecar.source.path == "direct" or not (sidecar.source.reference_onnx_file or sidecar.source.onnx_file):
+        return (f"route 'onnxruntime' runs the ONNX graph beside the engine, and {sidecar.path} has none (built on "
+                "the direct path or without ONNX); choose --route eager (the PyTorch model) or tensorrt")
+    return None
+
+
+def _torch_refusal(sidecar: Sidecar, route: str, here: bool) -> str | None:
+    """A PyTorch route needs the model: a factory in the sidecar, or (``compiled``) an AOTInductor package beside it."""
     base = sidecar.path.parent if sidecar.path is not None else Path(".")
     aot = route == "compiled" and any(base.glob(f"{sidecar.name}_aot_*.pt2"))
     if not sidecar.source.factory and not aot:
@@ -136,8 +144,11 @@ def route_refusal(sidecar: Sidecar, route: str, *, here: bool = True) -> str | N
     return None
 
 
-def _tensorrt_refusal(sidecar: Sidecar) -> str | None:
-    """Whether this machine has what the tensorrt route needs: a CUDA GPU and the engine's bindings."""
+def _tensorrt_refusal(sidecar: Sidecar, route: str, here: bool) -> str | None:
+    """Whether this machine has what the tensorrt route needs: a CUDA GPU and the engine's bindings (``here=False``:
+    the artifact alone, which the engine file holds)."""
+    if not here:
+        return None
     import importlib.util
 
     from trtforge.core.machine import cuda_device_count
@@ -198,28 +209,46 @@ def load(
     if route == AUTO_ROUTE:
         route = resolve_route(sidecar, route)
         options = {**route_options(route), **options}
-    if route == "tensorrt":
-        from trtforge.runtime.tensorrt_route import TensorRTEngine
-
-        return TensorRTEngine(sidecar.engine_path, device, sidecar=sidecar, move_inputs=move_inputs, **options)
-    if route == "onnxruntime":
-        from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
-
-        onnx = _onnx_file(sidecar, options.pop("onnx", "reference"))
-        return OnnxRuntimeEngine(onnx, device, profiles=sidecar.profiles, sidecar=sidecar, move_inputs=move_inputs,
-                                 **options)
-    return _torch_engine(sidecar, route, device, model, trust_factory, {**options, "move_inputs": move_inputs})
+    request = LoadRequest(device, model, trust_factory, move_inputs, options)
+    return LOADERS[route].load(sidecar, route, request)
 
 
-def _torch_engine(sidecar: Sidecar, route: str, device: Any, model: Any, trust_factory: bool,
-                  options: dict[str, Any]) -> Engine:
+@dataclass(frozen=True)
+class LoadRequest:
+    """What ``load`` was asked besides the artifact and the route: the device, ``model=``, ``trust_factory``,
+    ``move_inputs`` and the route's own options."""
+
+    device: Any
+    model: Any
+    trust_factory: bool
+    move_inputs: bool
+    options: dict[str, Any]
+
+
+def _tensorrt_engine(sidecar: Sidecar, route: str, request: LoadRequest) -> Engine:
+    from trtforge.runtime.tensorrt_route import TensorRTEngine
+
+    return TensorRTEngine(sidecar.engine_path, request.device, sidecar=sidecar, move_inputs=request.move_inputs,
+                          **request.options)
+
+
+def _onnxruntime_engine(sidecar: Sidecar, route: str, request: LoadRequest) -> Engine:
+    from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
+
+    options = dict(request.options)
+    onnx = _onnx_file(sidecar, options.pop("onnx", "reference"))
+    return OnnxRuntimeEngine(onnx, request.device, profiles=sidecar.profiles, sidecar=sidecar,
+                             move_inputs=request.move_inputs, **options)
+
+
+def _torch_engine(sidecar: Sidecar, route: str, request: LoadRequest) -> Engine:
     """A PyTorch route over the sidecar's model: the AOTInductor package, ``model=``, or its factory."""
     from trtforge.runtime.placement import default_device
     from trtforge.runtime.torch_routes import TorchEngine
 
-    target = default_device(device)
+    target, model, options = default_device(request.device), request.model, dict(request.options)
     common = {"route": route, "device": target, "profiles": sidecar.profiles, "sidecar": sidecar,
-              "move_inputs": options.pop("move_inputs", False), "postprocess": _postprocess(sidecar)}
+              "move_inputs": request.move_inputs, "postprocess": _postprocess(sidecar)}
     if route == "compiled":
         package = options.pop("aot_package", None)  # False: ignore any package, compile the model
         probe = options.pop("aot_probe", True)
@@ -234,8 +263,25 @@ def _torch_engine(sidecar: Sidecar, route: str, device: Any, model: Any, trust_f
                 f"route {route!r} runs the PyTorch model, and sidecar {sidecar.path} names no factory "
                 "(only zoo models do). Pass the model: trtforge.load(path, route=..., model=my_module)"
             )
-        model = model_from_factory(factory, trust_factory)
+        model = model_from_factory(factory, request.trust_factory)
     return TorchEngine(model, sidecar.inputs, sidecar.outputs, **common, **options)
+
+
+@dataclass(frozen=True)
+class RouteLoader:
+    """One route's entry in the registry: how ``load`` opens an artifact on it, and why it cannot (cheap checks,
+    ``route_refusal``; ``here=False``: the artifact alone, not this machine)."""
+
+    load: Callable[[Sidecar, str, LoadRequest], Engine]
+    refusal: Callable[[Sidecar, str, bool], str | None]
+
+
+#: Every route (``core.routes.ROUTES``) → its loader and refusal; the PyTorch routes share theirs.
+LOADERS: dict[str, RouteLoader] = {
+    "tensorrt": RouteLoader(_tensorrt_engine, _tensorrt_refusal),
+    "onnxruntime": RouteLoader(_onnxruntime_engine, _onnxruntime_refusal),
+    **dict.fromkeys(TORCH_ROUTES, RouteLoader(_torch_engine, _torch_refusal)),
+}
 
 
 def _postprocess(sidecar: Sidecar) -> Any:

@@ -87,6 +87,18 @@ class CapturableEngine(Engine, Protocol):
     def capturable_forward(self, *tensors: Any) -> dict[str, Any]: ...
 
 
+@runtime_checkable
+class JoiningEngine(Protocol):
+    """An engine that joins a batch's requests for its one input itself (serve's ``FrameEngine``: the frames
+    straight into its pinned buffer, one copy); ``join`` returns None where it cannot (the caller then joins).
+
+    Example:
+        >>> batch = engine.join(parts, rows) if isinstance(engine, JoiningEngine) else None
+    """
+
+    def join(self, parts: Sequence[Any], rows: int) -> Any: ...
+
+
 class EngineBase:
     """Shared parts: context manager, closing, and matching call arguments to ``inputs``."""
 

@@ -275,7 +275,9 @@ class TritonPythonModel:
         responses: list[Any] = [None] * len(requests)
         good, checked = [], []
         names = [s.name for s in self.primary.inputs]
-        alias = self.registry is not None and getattr(self._active(), "join", None) is None
+        from trtforge.runtime.protocol import JoiningEngine
+
+        alias = self.registry is not None and not isinstance(self._active(), JoiningEngine)
         for i, request in enumerate(requests):
             try:
                 tensors = {n: pb.get_input_tensor_by_name(request, n) for n in names}

@@ -190,7 +190,7 @@ def run_together(engine_call: Callable[..., Mapping[str, Any]], checked: Sequenc
     given); each gets its own rows of every output. ``with_padding``: also the padded row count.
     ``pin(array)``: whether a host array may go to the engine's GPU by DMA (``_upload``).
 
-    An engine with a ``join(parts, rows)`` method (``FrameEngine``) joins its one input itself (into
+    A ``runtime.protocol.JoiningEngine`` (``FrameEngine``) joins its one input itself (into
     its pinned buffer: one copy). Outputs are NumPy, except when the inputs came on the GPU: then
     outputs the engine leaves on the GPU stay there (for DLPack).
     """
@@ -200,8 +200,10 @@ def run_together(engine_call: Callable[..., Mapping[str, Any]], checked: Sequenc
     total = sum(c.rows for c in checked)
     rows = padded_rows(total, buckets)
     columns = list(zip(*(c.arrays for c in checked), strict=True))
-    join = getattr(engine_call, "join", None)
-    joined = join(columns[0], rows) if join is not None and len(columns) == 1 else None
+    from trtforge.runtime.protocol import JoiningEngine
+
+    joining = isinstance(engine_call, JoiningEngine) and len(columns) == 1
+    joined = engine_call.join(columns[0], rows) if joining else None
     engine_device = _device_of(engine_call) if joined is None else None
     joined = [joined] if joined is not None else [_join(parts, rows, engine_device, pin) for parts in columns]
     device = any(_on_device(p) for parts in columns for p in parts)  # host requests get host outputs
