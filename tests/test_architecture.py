@@ -226,8 +226,6 @@ SELECTIONS: tuple[tuple[str, str, str], ...] = (
     ("trtforge/cli/demo.py", "precision", "the demo builds FP32 and FP16 side by side"),
     ("trtforge/builder/capability.py", "precision",
      "RUNS_AS and the capability rows: what each GPU runs, a hardware vocabulary that shares names with precisions"),
-    ("trtforge/builder/capability.py", "gpu_target",
-     "the capability rows and the docs' GPU table: which GPUs run a precision (checked known below)"),
 )
 
 

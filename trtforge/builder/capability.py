@@ -96,13 +96,13 @@ TABLE: tuple[Row, ...] = (
     # TensorRT-RTX. Its matrix has no W8A8 INT8 column: INT8 and INT4 only as weight-only GEMM, on 8.6+.
     # sm80 is offered by the 1.7 bindings but absent from the matrix: FP32/FP16 only.
     Row("tensorrt_rtx", "1.0", None, RTX_CCS, ALL_CLASSES, ("fp32", "fp16"), _RTX_MATRIX),
-    Row("tensorrt_rtx", "1.0", None, ("sm86", "sm89", "sm120", "sm121"), ALL_CLASSES, ("bf16",), _RTX_MATRIX),
-    Row("tensorrt_rtx", "1.0", None, ("sm86", "sm89", "sm120", "sm121"), ("gemm",), ("int8_wo", "int4_wo"),
+    Row("tensorrt_rtx", "1.0", None, _from(86, RTX_CCS), ALL_CLASSES, ("bf16",), _RTX_MATRIX),
+    Row("tensorrt_rtx", "1.0", None, _from(86, RTX_CCS), ("gemm",), ("int8_wo", "int4_wo"),
         _RTX_MATRIX),
-    Row("tensorrt_rtx", "1.0", None, ("sm89", "sm120", "sm121"), ("gemm",), ("fp8",), f"{_RTX_MATRIX}; {_RTX_QTYPES}"),
-    Row("tensorrt_rtx", "1.0", None, ("sm120", "sm121"), ("gemm",), ("fp4",), f"{_RTX_MATRIX}; {_RTX_QTYPES}"),
-    Row("tensorrt_rtx", "1.7", None, ("sm86", "sm89", "sm120", "sm121"), ("conv",), ("int8_wo",), _RTX_17),
-    Row("tensorrt_rtx", "1.7", None, ("sm89", "sm120", "sm121"), ("conv",), ("fp8",), _RTX_17),
+    Row("tensorrt_rtx", "1.0", None, _from(89, RTX_CCS), ("gemm",), ("fp8",), f"{_RTX_MATRIX}; {_RTX_QTYPES}"),
+    Row("tensorrt_rtx", "1.0", None, _from(120, RTX_CCS), ("gemm",), ("fp4",), f"{_RTX_MATRIX}; {_RTX_QTYPES}"),
+    Row("tensorrt_rtx", "1.7", None, _from(86, RTX_CCS), ("conv",), ("int8_wo",), _RTX_17),
+    Row("tensorrt_rtx", "1.7", None, _from(89, RTX_CCS), ("conv",), ("fp8",), _RTX_17),
     # Full TensorRT 10 and 11: W8A8 INT8 convolutions and GEMMs everywhere, FP8 from Ada, FP4 on Blackwell.
     Row("tensorrt", "10.0", None, FULL_CCS, ALL_CLASSES, ("fp32", "fp16"), _TRT_MATRIX),
     Row("tensorrt", "10.0", None, _from(80, FULL_CCS), ALL_CLASSES, ("bf16",), _TRT_MATRIX),
