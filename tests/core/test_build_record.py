@@ -4,7 +4,7 @@ sidecar's known keys come from its dataclass fields."""
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 import torch
@@ -40,10 +40,13 @@ RECORD = BuildRecord(
 
 
 def test_known_keys_are_the_dataclass_fields():
-    sidecar = RECORD.sidecar(name="m", engine_file="m.engine", engine_size=1, engine_sha256="0" * 64)
+    sidecar = replace(RECORD.sidecar(name="m", engine_file="m.engine", engine_size=1, engine_sha256="0" * 64,
+                                     graph_edits={"outputs": ["y"]}),
+                      tuned={"route": "onnxruntime", "precision": "fp16", "batch": 1, "device": "cpu0",
+                             "device_kind": "cpu"})
     assert set(sidecar.to_dict()) == sidecar_keys()  # every field set: the two name the same keys
-    assert {f.name for f in fields(Sidecar)} - {"engine_file", "engine_size", "engine_sha256", "extra", "path"} \
-        <= sidecar_keys()
+    assert ({f.name for f in fields(Sidecar)} - {"engine_file", "engine_size", "engine_sha256", "extra", "path", "build"}
+            | {f.name for f in fields(BuildRecord)}) <= sidecar_keys()
     assert Sidecar.from_dict({**sidecar.to_dict(), "future": 1}).unknown_keys() == ["future"]
     nested = {**sidecar.to_dict(), "precision": {"mode": "fp32"}}
     assert Sidecar.from_dict(nested).unknown_keys() == ["precision.mode"]
@@ -59,6 +62,12 @@ def test_the_record_becomes_the_sidecar_and_survives_the_engine_cache():
     assert sidecar.notes == ("from the caller", "kept one node") and sidecar.builder.cache == {"key": "k", "hit": True}
     assert sidecar.shape_inputs[0].values == (3, 2) and sidecar.quantization.int8_layers == 1
     assert sidecar.unknown_keys() == []
+    # the sidecar holds the build's record (issue 36): the JSON keys as before, the record whole
+    assert sidecar.build == replace(RECORD, builder=replace(RECORD.builder, cache={"key": "k", "hit": True}),
+                                    source=sidecar.source, notes=("from the caller", "kept one node"))
+    read = Sidecar.from_dict(json.loads(json.dumps(sidecar.to_dict())))
+    assert read == sidecar and read.build == sidecar.build and read.to_dict() == sidecar.to_dict()
+    assert replace(read, builder=replace(read.builder, refittable=True)).build.builder.refittable is True
 
 
 def test_an_unknown_field_is_refused_when_the_record_is_made():

@@ -10,22 +10,33 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trtforge.core.preprocessing import PreprocessConfig
-from trtforge.core.sidecar import (
+from trtforge.core.sidecar_records import (
     BuilderRecord,
     GraphEditsRecord,
     PrecisionRecord,
-    ProfileRecord,
     QuantizationRecord,
     ShapeInputRecord,
-    Sidecar,
     SourceRecord,
     TargetPlanRecord,
-    normalize_profiles,
 )
 from trtforge.core.specs import TensorSpec
+
+if TYPE_CHECKING:
+    from trtforge.core.sidecar import Sidecar
+
+#: One dict per optimization profile: {input name: {"min": [...], "opt": [...], "max": [...]}}.
+ProfileRecord = dict[str, dict[str, list[int]]]
+
+
+def normalize_profiles(value: Any) -> tuple[ProfileRecord, ...]:
+    """Profiles as plain JSON (int lists), whatever sequences they came in."""
+    return tuple(
+        {name: {k: [int(d) for d in dims] for k, dims in ranges.items()} for name, ranges in profile.items()}
+        for profile in value or ()
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,7 +44,8 @@ class BuildRecord:
     """What one build made, typed: the sidecar less the files' names, the caller's notes and the cache state.
 
     The build writes it, the engine cache keeps it (``to_dict`` / ``from_dict``), and ``sidecar`` turns it
-    into the sidecar; no untyped dict lies in between.
+    into the sidecar, which holds it (``Sidecar.build``); no untyped dict lies in between. The sub-records
+    accept plain dicts (the JSON objects) and are stored typed.
 
     Example:
         >>> record = BuildRecord(inputs=(), outputs=(), profiles=(), precision=PrecisionRecord(built="fp16"),
@@ -59,8 +71,15 @@ class BuildRecord:
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "outputs", tuple(self.outputs))
         object.__setattr__(self, "profiles", normalize_profiles(self.profiles))
-        object.__setattr__(self, "notes", tuple(self.notes))
-        object.__setattr__(self, "shape_inputs", tuple(self.shape_inputs))
+        object.__setattr__(self, "precision", PrecisionRecord.from_dict(self.precision))
+        object.__setattr__(self, "builder", BuilderRecord.from_dict(self.builder))
+        object.__setattr__(self, "source", SourceRecord.from_dict(self.source))
+        object.__setattr__(self, "notes", (self.notes,) if isinstance(self.notes, str) else tuple(self.notes))
+        if self.quantization is not None:
+            object.__setattr__(self, "quantization", QuantizationRecord.from_dict(self.quantization))
+        object.__setattr__(self, "shape_inputs", tuple(ShapeInputRecord.from_dict(r) for r in self.shape_inputs))
+        if self.target_plan is not None:
+            object.__setattr__(self, "target_plan", TargetPlanRecord.from_dict(self.target_plan))
 
     def sidecar(self, *, name: str, engine_file: str, engine_size: int, engine_sha256: str,
                 source: SourceRecord | None = None, preprocessing: PreprocessConfig | None = None,
@@ -69,11 +88,12 @@ class BuildRecord:
         """The sidecar of this build's engine: ``source`` (the caller's facts) over the build's own, the
         caller's ``notes`` before the build's, the cache state in ``builder.cache``, and the request's graph
         edits (the cut and the NMS: the engine key holds them, so a cache hit has the same)."""
+        from trtforge.core.sidecar import Sidecar
+
+        build = replace(self, builder=replace(self.builder, cache=cache), source=_merge(self.source, source),
+                        notes=(*notes, *self.notes))
         return Sidecar(name=name, engine_file=engine_file, engine_size=engine_size, engine_sha256=engine_sha256,
-                       inputs=self.inputs, outputs=self.outputs, profiles=self.profiles, precision=self.precision,
-                       builder=replace(self.builder, cache=cache), source=_merge(self.source, source),
-                       preprocessing=preprocessing, notes=(*notes, *self.notes), quantization=self.quantization,
-                       shape_inputs=self.shape_inputs, target_plan=self.target_plan, graph_edits=graph_edits)
+                       build=build, preprocessing=preprocessing, graph_edits=graph_edits)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object the engine cache stores."""

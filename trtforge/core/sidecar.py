@@ -26,6 +26,11 @@ from typing import Any
 
 from trtforge._version import __version__
 from trtforge.core.atomic import atomic_write_bytes
+from trtforge.core.build_record import (  # noqa: F401  (re-exported: ProfileRecord, normalize_profiles)
+    BuildRecord,
+    ProfileRecord,
+    normalize_profiles,
+)
 from trtforge.core.errors import (
     FileConflict,
     InvalidArgument,
@@ -142,49 +147,31 @@ def _check_profiles(profiles: Any, path: Path | None) -> None:
 
 
 
-#: One dict per optimization profile: {input name: {"min": [...], "opt": [...], "max": [...]}}.
-ProfileRecord = dict[str, dict[str, list[int]]]
-
-
-def normalize_profiles(value: Any) -> tuple[ProfileRecord, ...]:
-    """Profiles as plain JSON (int lists), whatever sequences they came in."""
-    return tuple(
-        {name: {k: [int(d) for d in dims] for k, dims in ranges.items()} for name, ranges in profile.items()}
-        for profile in value or ()
-    )
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Sidecar:
-    """Everything a consumer needs to know about one engine file.
+    """Everything a consumer needs to know about one engine file: its file, the ``BuildRecord`` of the build
+    that made it (``build``: inputs, outputs, profiles, precision, builder, source, notes, quantization, shape
+    inputs, target plan; read as ``sc.inputs``, ``sc.precision``, ...), and what the request added.
 
-    The sub-records accept plain dicts (the JSON objects) and are stored typed.
+    The build's fields may be given flat, as the JSON holds them, or as one ``build=``; flat ones given with
+    ``build=`` replace its fields (``dataclasses.replace(sc, builder=...)`` does so). The sub-records accept
+    plain dicts (the JSON objects) and are stored typed. The JSON keeps the build's keys at the top level.
 
     Example:
         >>> sc = Sidecar(name="m", engine_file="m.engine", engine_size=1, engine_sha256="0" * 64,
         ...              inputs=(), outputs=(), profiles=(), precision={"built": "fp16"},
         ...              builder={"flavour": "tensorrt_rtx"}, source={"kind": "onnx"})
-        >>> sc.precision.built, sc.builder.host_code
-        ('fp16', False)
+        >>> sc.precision.built, sc.builder.host_code, sc.build.precision is sc.precision
+        ('fp16', False, True)
     """
 
     name: str
     engine_file: str
     engine_size: int
     engine_sha256: str
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-    profiles: tuple[ProfileRecord, ...]
-    precision: PrecisionRecord
-    builder: BuilderRecord
-    source: SourceRecord
+    #: What the build made; its fields are the sidecar's keys of the same names.
+    build: BuildRecord
     preprocessing: PreprocessConfig | None = None
-    notes: tuple[str, ...] = ()
-    quantization: QuantizationRecord | None = None
-    #: Inputs read as shape tensors and their built-in values (absent in sidecars without any).
-    shape_inputs: tuple[ShapeInputRecord, ...] = ()
-    #: What each quantized layer runs as on each target (absent for builds without quantized layers).
-    target_plan: TargetPlanRecord | None = None
     #: The cut (``--outputs``) and the post-processing appended (``--nms``); absent for builds without either.
     graph_edits: GraphEditsRecord | None = None
     #: The deployment ``trtforge tune`` chose and the device it measured on (absent unless tuned).
@@ -194,25 +181,66 @@ class Sidecar:
     extra: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "inputs", tuple(self.inputs))
-        object.__setattr__(self, "outputs", tuple(self.outputs))
-        object.__setattr__(self, "profiles", normalize_profiles(self.profiles))
-        object.__setattr__(self, "precision", PrecisionRecord.from_dict(self.precision))
-        object.__setattr__(self, "builder", BuilderRecord.from_dict(self.builder))
-        object.__setattr__(self, "source", SourceRecord.from_dict(self.source))
-        object.__setattr__(self, "notes", (self.notes,) if isinstance(self.notes, str) else tuple(self.notes))
-        if self.quantization is not None:
-            object.__setattr__(self, "quantization", QuantizationRecord.from_dict(self.quantization))
-        object.__setattr__(self, "shape_inputs", tuple(ShapeInputRecord.from_dict(r) for r in self.shape_inputs))
-        if self.target_plan is not None:
-            object.__setattr__(self, "target_plan", TargetPlanRecord.from_dict(self.target_plan))
-        if self.graph_edits is not None:
-            object.__setattr__(self, "graph_edits", GraphEditsRecord.from_dict(self.graph_edits))
-        if self.tuned is not None:
-            object.__setattr__(self, "tuned", TunedRecord.from_dict(self.tuned))
-        if self.preprocessing is not None:
-            object.__setattr__(self, "preprocessing", PreprocessConfig.of(self.preprocessing))
+    def __init__(self, name: str, engine_file: str, engine_size: int, engine_sha256: str,
+                 build: BuildRecord | None = None, *, preprocessing: Any = None, graph_edits: Any = None,
+                 tuned: Any = None, trtforge_version: str = __version__, schema_version: int = SCHEMA_VERSION,
+                 extra: dict[str, Any] | None = None, path: Path | None = None, **build_fields: Any) -> None:
+        if build is None:
+            build = BuildRecord(**build_fields)  # a missing or unknown field: TypeError naming it
+        elif build_fields:
+            build = replace(build, **build_fields)
+        values = {"name": name, "engine_file": engine_file, "engine_size": engine_size,
+                  "engine_sha256": engine_sha256, "build": build,
+                  "preprocessing": None if preprocessing is None else PreprocessConfig.of(preprocessing),
+                  "graph_edits": None if graph_edits is None else GraphEditsRecord.from_dict(graph_edits),
+                  "tuned": None if tuned is None else TunedRecord.from_dict(tuned),
+                  "trtforge_version": trtforge_version, "schema_version": schema_version,
+                  "extra": {} if extra is None else extra, "path": path}
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
+
+    # -- the build's record, read as the sidecar's keys ----------------------------------------
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return self.build.inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self.build.outputs
+
+    @property
+    def profiles(self) -> tuple[ProfileRecord, ...]:
+        return self.build.profiles
+
+    @property
+    def precision(self) -> PrecisionRecord:
+        return self.build.precision
+
+    @property
+    def builder(self) -> BuilderRecord:
+        return self.build.builder
+
+    @property
+    def source(self) -> SourceRecord:
+        return self.build.source
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.build.notes
+
+    @property
+    def quantization(self) -> QuantizationRecord | None:
+        return self.build.quantization
+
+    @property
+    def shape_inputs(self) -> tuple[ShapeInputRecord, ...]:
+        """Inputs read as shape tensors and their built-in values (absent in sidecars without any)."""
+        return self.build.shape_inputs
+
+    @property
+    def target_plan(self) -> TargetPlanRecord | None:
+        """What each quantized layer runs as on each target (absent for builds without quantized layers)."""
+        return self.build.target_plan
 
     @property
     def engine(self) -> EngineRecord:
@@ -362,9 +390,11 @@ class Sidecar:
 
 
 def sidecar_keys() -> frozenset[str]:
-    """The top-level JSON keys a sidecar holds, derived from ``Sidecar``'s fields (``engine_*`` → ``engine``)."""
-    names = {f.name for f in fields(Sidecar)} - {"extra", "path", "engine_file", "engine_size", "engine_sha256"}
-    return frozenset(names | {"engine", "generator"})
+    """The top-level JSON keys a sidecar holds, derived from ``Sidecar``'s and its ``BuildRecord``'s fields
+    (``engine_*`` → ``engine``; the build's fields are keys of their own)."""
+    names = {f.name for f in fields(Sidecar)} - {"extra", "path", "engine_file", "engine_size", "engine_sha256",
+                                                 "build"}
+    return frozenset(names | {f.name for f in fields(BuildRecord)} | {"engine", "generator"})
 
 
 def _shape_inputs(value: Any, path: Path | None) -> tuple[ShapeInputRecord, ...]:

@@ -84,13 +84,14 @@ def record_schema(cls: type) -> dict[str, Any]:
 
 
 def build_schema() -> dict[str, Any]:
-    """The whole sidecar schema, from ``Sidecar``'s fields and its records' dataclasses."""
-    hints = typing.get_type_hints(sc.Sidecar)
+    """The whole sidecar schema, from ``Sidecar``'s fields (its ``BuildRecord``'s spread in) and its records'
+    dataclasses."""
+    hints = {**typing.get_type_hints(sc.Sidecar), **typing.get_type_hints(sc.BuildRecord)}
     properties: dict[str, Any] = {
         "schema_version": {"type": "integer", "maximum": sc.SCHEMA_VERSION},
         "generator": {"const": sc.GENERATOR},
     }
-    for f in dataclasses.fields(sc.Sidecar):
+    for f in _top_level_fields():
         if f.name in TOP_LEVEL_SKIP or f.name in properties:
             continue
         if f.name in ("inputs", "outputs"):
@@ -110,6 +111,15 @@ def build_schema() -> dict[str, Any]:
         "properties": properties,
         "additionalProperties": True,
     }
+
+
+def _top_level_fields() -> list[dataclasses.Field]:
+    """``Sidecar``'s fields with its ``build`` (a ``BuildRecord``) spread in place: the JSON holds the build's
+    fields as top-level keys."""
+    found: list[dataclasses.Field] = []
+    for f in dataclasses.fields(sc.Sidecar):
+        found += dataclasses.fields(sc.BuildRecord) if f.name == "build" else [f]
+    return found
 
 
 def schema_text() -> str:
