@@ -311,7 +311,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         torch.set_num_threads(min(2, os.cpu_count() or 1))
     if not args.model.is_file():
         raise SystemExit(f"error: no model at {args.model}; export it first (see this script's docstring)")
-    model = torch.jit.load(str(args.model), map_location="cpu").eval()
+    # on the device at load: the trace baked the anchors and strides in as constants, which .to() does not move
+    model = torch.jit.load(str(args.model), map_location=device).eval()
     for parameter in model.parameters():  # a loaded ScriptModule's dtype cast would track gradients otherwise
         parameter.requires_grad_(False)
     rule, baseline = batched_nms()
