@@ -56,7 +56,8 @@ def test_efficientnet_lite0_fp16(lite0):
     make = lambda b: (torch.randn(b, 3, 224, 224, generator=torch.Generator().manual_seed(b)),)  # noqa: E731
     lowered = check(lite0, make, precision="fp16", build=False, batch=(1, 2, 2), eval_batch=2,
                     tolerance={"rtol": 5e-2, "atol": 5e-2})
-    assert lowered.fp32_nodes  # the global mean stays FP32, with its reason
+    # the FP32 rule set (core.fp32_rules) keeps a mean only where it feeds a normalisation, as the ONNX float pass does
+    assert not [name for name, why in lowered.fp32_nodes.items() if why.startswith("ReduceMean")]
 
 
 def _tokens(b: int):

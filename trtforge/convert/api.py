@@ -86,11 +86,12 @@ def lower_module(model: torch.nn.Module, example_inputs: tuple, *, batch: tuple[
                  precision: str = "fp32", output_names: list[str] | None = None,
                  input_names: list[str] | None = None, int8: QuantPlan | None = None) -> Lowered:
     """Export ``model`` and lower all of it into a TensorRT network (raises on any unconverted op);
-    ``int8``: Q/DQ around the layers of the modules it names, the rest in ``precision``."""
+    ``int8``: Q/DQ around the layers of the modules it names, the rest in ``precision``; under FP16/BF16 the range
+    probe runs the export on ``example_inputs`` (``convert.fp32_plan``)."""
     program = export_program(model, example_inputs, batch)
     return lower_graph(program.graph_module.graph, program_constants(program),
                        precision=precision_dtype(precision), output_names=output_names,
-                       input_names=input_names, name=type(model).__name__, int8=int8)
+                       input_names=input_names, name=type(model).__name__, int8=int8, example_inputs=example_inputs)
 
 
 def export_batch(profiles: Sequence[BatchProfile]) -> tuple[int, int, int]:

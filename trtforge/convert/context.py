@@ -15,13 +15,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from trtforge.convert.fp32_plan import Fp32Plan
 from trtforge.convert.int8 import layer_for
 from trtforge.convert.network import Network, Tensor
 from trtforge.core.errors import Unsupported
 from trtforge.core.quant_plan import QuantLayer, QuantPlan
-
-#: Ops whose arithmetic stays in FP32 under FP16/BF16 (the float pass's normalisation/softmax rule).
-FP32_FAMILIES_REASON = "normalisation and softmax accumulate in FP32 (same rule as the ONNX float pass)"
 
 
 class ConversionRefused(Unsupported):
@@ -56,11 +54,13 @@ def static_shape(value) -> tuple[int, ...]:
 
 @dataclass
 class Context:
-    """The network being built and the precision; helpers shared by every converter."""
+    """The network being built, the precision and which nodes stay FP32 (``fp32``); helpers shared by every
+    converter. ``lower_graph`` runs the converter of a node the plan keeps in FP32; a converter asks ``keeps``
+    only for a part of its own decomposition (an attention's mask or softmax)."""
 
     net: Network
     compute: torch.dtype = torch.float32
-    fp32_reasons: dict[str, str] = field(default_factory=dict)
+    fp32: Fp32Plan | None = None
     #: The quantization plan, its layers addressed by module path (None: no INT8), and the module paths
     #: quantized so far → their node
     int8: QuantPlan | None = None
@@ -130,12 +130,9 @@ class Context:
             return self.net.shuffle(x, shape=shape)
         return self.net.shuffle(x, reshape=tuple(int(d) for d in dims))
 
-    def keep_fp32(self, node: torch.fx.Node, x: Tensor) -> Tensor:
-        """Cast ``x`` up to FP32 when the compute precision is lower, noting why."""
-        if x.dtype in (torch.float16, torch.bfloat16):
-            self.fp32_reasons[node.name] = FP32_FAMILIES_REASON
-            return self.net.cast(x, torch.float32)
-        return x
+    def keeps(self, node: torch.fx.Node, part: str) -> bool:
+        """Whether the FP32 plan keeps ``part`` of ``node``'s decomposition in FP32 under a lower precision."""
+        return self.compute != torch.float32 and self.fp32 is not None and self.fp32.keeps(node, part)
 
     def dims(self, x: Tensor) -> list:
         """Every dimension of ``x``: ints where static, SymDims where dynamic."""

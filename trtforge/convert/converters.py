@@ -18,7 +18,8 @@ from trtforge.convert.registry import REGISTRY, Converter
 #: Modules besides the op families whose source decides what a converted network looks like (``core.batch``:
 #: the batch rule decides the network's batch dims when ``batch=None``).
 LOWERING_MODULES = ("trtforge.convert.network", "trtforge.convert.context", "trtforge.convert.lower",
-                    "trtforge.convert.registry", "trtforge.convert.int8", "trtforge.core.batch")
+                    "trtforge.convert.registry", "trtforge.convert.int8", "trtforge.core.batch",
+                    "trtforge.convert.fp32_plan", "trtforge.core.fp32_rules")
 
 
 def all_converters() -> dict[str, Converter]:

@@ -20,7 +20,8 @@ import torch
 
 from trtforge.convert.context import Context, ConversionRefused, SymDim, is_const, static_shape
 from trtforge.convert.converters import all_converters
-from trtforge.convert.network import Network
+from trtforge.convert.fp32_plan import plan_fp32
+from trtforge.convert.network import Network, Tensor
 from trtforge.convert.registry import REGISTRY, Settings, target_name
 from trtforge.core.batch import BatchProfile, constraint_violation, own_batch, resolve_batch
 from trtforge.core.errors import InvalidArgument, Unsupported, spelled
@@ -218,7 +219,24 @@ def _call(ctx: Context, node: torch.fx.Node, env: dict, lowered: Lowered):
         raise ConversionRefused(f"{name} (node {node.name}) refused: {reason}; keep it in PyTorch with "
                                 f"{_partition_fix()}")
     lowered.converted[node.name] = name
-    return entry.fn(ctx, node, schema_args(node, env))
+    if ctx.compute == torch.float32 or ctx.fp32 is None or not ctx.fp32.keeps(node):
+        return entry.fn(ctx, node, schema_args(node, env))
+    return _in_fp32(ctx, entry.fn, node, schema_args(node, env))
+
+
+def _in_fp32(ctx: Context, fn: Callable, node: torch.fx.Node, args: list):
+    """A node the FP32 plan keeps: its converter runs at FP32 (its float inputs cast up), its float outputs are
+    cast back to the compute precision for the nodes after it."""
+    low, ctx.compute = ctx.compute, torch.float32
+    try:
+        out = fn(ctx, node, args)
+    finally:
+        ctx.compute = low
+
+    def back(value):
+        return ctx.net.cast(value, low) if isinstance(value, Tensor) and value.dtype == torch.float32 else value
+
+    return tuple(back(v) for v in out) if isinstance(out, (tuple, list)) else back(out)
 
 
 def _outputs(ctx: Context, node: torch.fx.Node, env: dict, names: list[str] | None) -> None:
@@ -237,13 +255,17 @@ def _outputs(ctx: Context, node: torch.fx.Node, env: dict, names: list[str] | No
 def lower_graph(graph: torch.fx.Graph, constants: dict[str, torch.Tensor], *, precision: torch.dtype = torch.float32,
                 output_names: list[str] | None = None, attrs: Callable[[str], torch.Tensor] | None = None,
                 name: str = "trtforge", input_names: list[str] | None = None,
-                int8: QuantPlan | None = None) -> Lowered:
+                int8: QuantPlan | None = None, example_inputs: tuple | None = None) -> Lowered:
     """Lower ``graph`` into a new strongly typed network; every call must convert (else raises).
     ``input_names`` rename the tensor inputs in order (default: the placeholders' names); ``int8`` puts
-    Q/DQ pairs around the convolutions and products of the modules it names (``convert/int8.py``)."""
+    Q/DQ pairs around the convolutions and products of the modules it names (``convert/int8.py``). Under FP16/BF16
+    the FP32 plan (``convert.fp32_plan``, the FP32 rule set with the range probe on ``example_inputs`` when given)
+    says which nodes run in FP32."""
     all_converters()
     mark_constants(graph, constants)
-    ctx = Context(Network(name), compute=precision, int8=int8)
+    fp32 = None if precision == torch.float32 else plan_fp32(graph, constants, str(precision).removeprefix("torch."),
+                                                              example_inputs)
+    ctx = Context(Network(name), compute=precision, int8=int8, fp32=fp32)
     lowered = Lowered(ctx.net)
     renamed = _input_names(graph, constants, input_names)
     env: dict = {}
@@ -262,7 +284,7 @@ def lower_graph(graph: torch.fx.Graph, constants: dict[str, torch.Tensor], *, pr
             _outputs(ctx, node, env, output_names)
         else:
             raise UnsupportedOp(f"{node.op} {node.target} cannot be lowered; keep it in PyTorch")
-    lowered.fp32_nodes.update(ctx.fp32_reasons)
+    lowered.fp32_nodes.update(fp32.nodes if fp32 is not None else {})
     lowered.int8_layers.update(ctx.int8_layers)
     return lowered
 

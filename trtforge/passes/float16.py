@@ -19,36 +19,33 @@ import numpy as np
 import onnx_ir as ir
 
 from trtforge.core.errors import InternalError, InvalidArgument, Unsupported
+from trtforge.core.fp32_rules import (
+    COMPUTED_OPERAND_OPS,
+    FLOOR_DIVISION_REASON,
+    FP16_RANGE_RULES,
+    NORM_FINISHERS,
+    NORM_HOPS,
+    NORM_REDUCTIONS,
+    NORMALIZATION_OPS,
+    RANGE_FRAGILE_OPS,
+    ROUNDING_OPS,
+    computed_operand_reason,
+    constant_reason,
+    fragile_reason,
+    norm_path_reason,
+    normalization_reason,
+    rounding_of_quotient_reason,
+)
 from trtforge.core.postprocess import NMS_PREFIX
 from trtforge.passes.graph import attr as attr_value
 from trtforge.passes.graph import has_qdq, infer_shapes, is_constant
-from trtforge.passes.ops import MAC_OPS, NORMALIZATION_OPS
+from trtforge.passes.ops import MAC_OPS
 
 FLOAT_TARGETS: dict[str, ir.DataType] = {"float16": ir.DataType.FLOAT16, "bfloat16": ir.DataType.BFLOAT16}
-FP16_MAX = 65504.0
-FP16_TINY = 2.0**-24  # smallest FP16 subnormal; smaller non-zero constants flush to 0
 BF16_MIN_OPSET = 22  # first opset whose Conv/pooling/... type constraints admit bfloat16
-SMALL_CONSTANT = 16  # constants up to this many elements are scalars/epsilons, checked for underflow
 
-#: Reductions that, when they feed a square root or reciprocal, form a hand-written normalisation.
-NORM_REDUCTIONS = frozenset({"ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL2"})
-NORM_FINISHERS = frozenset({"Sqrt", "Reciprocal"})
 #: Ops whose subgraphs or semantics we do not retype.
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
-#: Ops whose FP16 results break on ordinary inputs, whatever the probe saw: op → why. (FP16 only.)
-RANGE_FRAGILE_OPS: dict[str, str] = {
-    "ReduceProd": "products overflow FP16 after a few dozen factors",
-    "Mod": "FP16 keeps 11 bits, so a remainder of a large dividend loses most of its digits",
-    "Tan": "near ±π/2 FP16's input rounding is magnified without bound",
-}
-#: Ops whose second operand, when computed (not a constant), takes their result past FP16's range on
-#: inputs the range probe never saw: op → why. (FP16 only; ``--keep-fp32`` adds more, the rule stays.)
-COMPUTED_OPERAND_OPS: dict[str, str] = {
-    "Div": "by a computed divisor; one near 0 takes the quotient past FP16's 65504 (inf)",
-    "Pow": "with a computed exponent; x**y leaves FP16's range for ordinary x and y",
-}
-#: A Div feeding one of these is a floor division: FP16 rounding of the quotient flips the integer.
-ROUNDING_OPS = frozenset({"Floor", "Ceil", "Round"})
 #: (op_type, input index) that TensorRT needs to be a network input itself: a Cast in between is refused
 #: ("the cache tensor must be a network input"), and graph inputs stay FP32, so such nodes stay FP32.
 NETWORK_INPUT_OPERANDS = frozenset({("TensorScatter", 0)})
@@ -80,26 +77,7 @@ def _const_array(value: ir.Value) -> np.ndarray | None:
     return tensor.numpy()
 
 
-def _out_of_fp16_range(arr: np.ndarray) -> str | None:
-    if arr.dtype != np.float32 or arr.size == 0:
-        return None
-    finite = arr[np.isfinite(arr)]
-    if finite.size == 0:
-        return None
-    big = float(np.abs(finite).max())
-    if big > FP16_MAX:
-        return f"constant with |x| = {big:.3g} > FP16 max {FP16_MAX:g}"
-    # Underflow matters for scalars such as a normalisation epsilon, or when every value would
-    # flush to zero; a weight tensor losing a few tiny entries keeps its numbers.
-    nonzero = np.abs(finite[finite != 0])
-    if nonzero.size and float(nonzero.max()) < FP16_TINY:
-        return f"constant with all |x| < FP16 subnormal min {FP16_TINY:.3g}"
-    if nonzero.size and arr.size <= SMALL_CONSTANT and float(nonzero.min()) < FP16_TINY:
-        return f"constant with |x| = {float(nonzero.min()):.3g} < FP16 subnormal min {FP16_TINY:.3g}"
-    return None
-
-
-def _downstream_norm_path(node: ir.Node, hops: int = 5) -> list[ir.Node]:
+def _downstream_norm_path(node: ir.Node, hops: int = NORM_HOPS) -> list[ir.Node]:
     """Nodes from a reduction to a Sqrt/Reciprocal within ``hops``; empty when none is reached."""
     frontier: list[tuple[ir.Node, list[ir.Node]]] = [(node, [node])]
     for _ in range(hops):
@@ -117,7 +95,7 @@ def _downstream_norm_path(node: ir.Node, hops: int = 5) -> list[ir.Node]:
 #: Rules that keep a node in FP32: ((predicate(node) -> reason | None), ...). Data, in order.
 def _rule_normalization(node: ir.Node) -> str | None:
     if node.op_type in NORMALIZATION_OPS:
-        return f"{node.op_type}: normalisation reductions lose precision in FP16"
+        return normalization_reason(node.op_type)
     return None
 
 
@@ -168,30 +146,30 @@ def _rule_network_input_operand(node: ir.Node) -> str | None:
 
 
 def _rule_range_fragile(node: ir.Node) -> str | None:
-    if node.op_type in RANGE_FRAGILE_OPS:
-        return f"{node.op_type}: {RANGE_FRAGILE_OPS[node.op_type]}"
+    if node.op_type in RANGE_FRAGILE_OPS and any(_is_float32(v) for v in node.inputs):
+        return fragile_reason(node.op_type)
     computed = node.op_type in COMPUTED_OPERAND_OPS and len(node.inputs) > 1 and _is_float32(node.inputs[0]) \
         and node.inputs[1] is not None and not is_constant(node.inputs[1])
     if computed:
-        return f"{node.op_type}: {COMPUTED_OPERAND_OPS[node.op_type]}"
+        return computed_operand_reason(node.op_type)
     if node.op_type == "Div" and any(user.op_type in ROUNDING_OPS for out in node.outputs for user, _ in out.uses()):
-        return "Div: a floor division; FP16 rounding of the quotient flips its integer part"
+        return FLOOR_DIVISION_REASON
     producer = node.inputs[0].producer() if node.op_type in ROUNDING_OPS and node.inputs[0] is not None else None
     if producer is not None and producer.op_type == "Div":
-        return f"{node.op_type}: of a quotient; FP16 rounding flips its integer part"
+        return rounding_of_quotient_reason(node.op_type)
     return None
 
 
 def _rule_out_of_range_constant(node: ir.Node) -> str | None:
     for value in node.inputs:
         if _is_float32(value) and value.const_value is not None:
-            reason = _out_of_fp16_range(_const_array(value))
+            reason = constant_reason(node.op_type, _const_array(value))
             if reason:
                 return reason
     if node.op_type == "Constant":
         attr = node.attributes.get("value")
         if attr is not None and isinstance(attr.value, ir.TensorProtocol):
-            reason = _out_of_fp16_range(attr.value.numpy())
+            reason = constant_reason(node.op_type, attr.value.numpy())
             if reason:
                 return reason
     return None
@@ -206,8 +184,8 @@ NODE_RULES: tuple[Callable[[ir.Node], str | None], ...] = (
     _rule_range_fragile,
     _rule_out_of_range_constant,
 )
-#: Rules about FP16's range; BF16 has FP32's range and skips them.
-FP16_RANGE_RULES = frozenset({_rule_range_fragile, _rule_out_of_range_constant})
+#: Rules about FP16's range (``core.fp32_rules.FP16_RANGE_RULES``); BF16 has FP32's range and skips them.
+_FP16_ONLY = frozenset(rule for rule in NODE_RULES if rule.__name__.removeprefix("_rule_") in FP16_RANGE_RULES)
 
 
 #: Why the nodes between a detector's last layers and the appended NMS stay FP32.
@@ -256,7 +234,7 @@ def plan_float(model: ir.Model, dtype: str = "float16", keep: Mapping[str, str] 
     for node in graph:
         for rule in () if node.name in fp32_nodes else NODE_RULES:
             # BF16 has FP32's range: range rules only matter for FP16.
-            if rule in FP16_RANGE_RULES and dtype == "bfloat16":
+            if rule in _FP16_ONLY and dtype == "bfloat16":
                 continue
             reason = rule(node)
             if reason:
@@ -269,7 +247,7 @@ def plan_float(model: ir.Model, dtype: str = "float16", keep: Mapping[str, str] 
         if node.op_type in NORM_REDUCTIONS and node.name not in fp32_nodes:
             path = _downstream_norm_path(node)
             for member in path:
-                fp32_nodes.setdefault(member.name, f"part of a normalisation ({node.op_type} → {path[-1].op_type})")
+                fp32_nodes.setdefault(member.name, norm_path_reason(member.op_type, node.op_type, path[-1].op_type))
     for name in head_decoding(graph):
         fp32_nodes.setdefault(name, DECODING_REASON)
     fp32_inits: dict[str, str] = {}

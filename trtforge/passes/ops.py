@@ -7,17 +7,14 @@ Example:
 
 from __future__ import annotations
 
+from trtforge.core.fp32_rules import NORMALIZATION_OPS  # the FP32 rule set defines it; classified by here too
+
 #: Multiply-accumulate ops: what the quantizer may run in INT8, and what MAC counts add up.
 MAC_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 #: Ops that make a graph quantized (the float pass refuses such graphs; dtype summaries count them).
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
 #: Ops that only move or reshape data; walking through them keeps "the same tensor".
 SHAPE_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Cast"})
-#: Normalisations: their reductions overflow or lose precision in FP16.
-NORMALIZATION_OPS = frozenset(
-    {"LayerNormalization", "GroupNormalization", "InstanceNormalization", "RMSNormalization",
-     "LpNormalization", "SimplifiedLayerNormalization", "MeanVarianceNormalization"}
-)
 #: Element-wise nonlinearities (an MLP has one between its two projections).
 NONLINEAR_OPS = frozenset({"Relu", "Gelu", "Erf", "Tanh", "Sigmoid", "Clip", "HardSwish", "HardSigmoid",
                            "LeakyRelu", "Softplus", "Mish", "Elu", "Selu", "FastGelu", "QuickGelu"})

@@ -5,12 +5,13 @@ each tensor's largest finite magnitude is recorded. A node stays FP32 when one o
 outputs reaches the low type's largest value divided by ``HEADROOM`` (inputs of other sizes and later
 layers may reach further than the probe saw), or when it is a Softmax/LogSoftmax whose input reaches
 ``SOFTMAX_INPUT_BOUND`` (FP16 spacing there turns ``exp(x - max)`` into tens of percent of error).
-The result is data for the float pass: ``{node name: reason}``, recorded in the sidecar.
+The result is data for the float pass: ``{node name: reason}``, recorded in the sidecar. The thresholds and the
+reasons are the FP32 rule set's (``core.fp32_rules``), which the direct path's probe (``convert.fp32_plan``) reads too.
 
 Example:
     >>> ranges = measure_ranges(reference, [{"x": x}])
     >>> range_keep(reference, ranges, "float16")
-    {'node_Div_3': 'range probe: |div| reaches 1e+06, over 16376 (float16 max / 4)'}
+    {'node_Div_3': 'Div: range probe: |x| reaches 1e+06, over 16376 (float16 max / 4)'}
 """
 
 from __future__ import annotations
@@ -21,17 +22,15 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import onnx_ir as ir
 
+from trtforge.core.fp32_rules import (
+    SOFTMAX_OPS,
+    range_reason,
+    softmax_reason,
+)
 from trtforge.passes.graph import ort_session
 
 log = logging.getLogger(__name__)
 
-#: The low type's largest finite value.
-LOW_MAX: dict[str, float] = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
-#: A probed magnitude must stay below LOW_MAX / HEADROOM for its node to run in the low type.
-HEADROOM = 4.0
-#: FP16 rounds a softmax input of magnitude 32 by up to 1/64: exp() of that is a 1.6 % error.
-SOFTMAX_INPUT_BOUND: dict[str, float] = {"float16": 32.0, "bfloat16": 4.0}
-SOFTMAX_OPS = frozenset({"Softmax", "LogSoftmax"})
 
 
 def _float_values(model: ir.Model) -> list[ir.Value]:
@@ -72,16 +71,12 @@ def measure_ranges(model: ir.Model, feeds: Iterable[Mapping[str, np.ndarray]]) -
 
 
 def _node_reason(node: ir.Node, ranges: Mapping[str, float], dtype: str) -> str | None:
-    limit = LOW_MAX[dtype] / HEADROOM
-    for value in [*node.inputs, *node.outputs]:
-        if value is not None and value.name in ranges and ranges[value.name] > limit:
-            return (f"range probe: |{value.name}| reaches {ranges[value.name]:.3g}, over {limit:.6g} "
-                    f"({dtype} max / {HEADROOM:g})")
-    if node.op_type in SOFTMAX_OPS and node.inputs and node.inputs[0] is not None:
-        seen, bound = ranges.get(node.inputs[0].name, 0.0), SOFTMAX_INPUT_BOUND[dtype]
-        if seen > bound:
-            return f"range probe: {node.op_type} input reaches {seen:.3g}, over {bound:g} ({dtype} rounds exp away)"
-    return None
+    """The FP32 rule set's range rules (``core.fp32_rules``) on what ``node`` reads and writes."""
+    seen = [ranges[v.name] for v in [*node.inputs, *node.outputs] if v is not None and v.name in ranges]
+    reason = range_reason(node.op_type, dtype, max(seen, default=0.0))
+    if reason is None and node.op_type in SOFTMAX_OPS and node.inputs and node.inputs[0] is not None:
+        reason = softmax_reason(node.op_type, dtype, ranges.get(node.inputs[0].name, 0.0))
+    return reason
 
 
 def range_keep(model: ir.Model, ranges: Mapping[str, float], dtype: str) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""scaled_dot_product_attention, decomposed: softmax(q kᵀ · scale + mask) v with the softmax in FP32.
+"""scaled_dot_product_attention, decomposed: softmax(q kᵀ · scale + mask) v; a boolean mask becomes a bias of 0 and
+``MASK_FILL`` (as torch.onnx writes it), computed in FP32 and the softmax too where the FP32 plan says.
 
 TensorRT-RTX refuses fused attention at FP32, so the decomposition is always emitted; TensorRT fuses
 the pattern itself where the precision allows.
@@ -11,6 +12,7 @@ import math
 import torch
 
 from trtforge.convert.context import Context, example
+from trtforge.convert.fp32_plan import MASK_FILL
 from trtforge.convert.registry import converter
 
 
@@ -34,7 +36,9 @@ def sdpa(ctx: Context, node, args):
     dtype = ctx.out_dtype(node)
     q, k, v = (ctx.tensor(t, dtype=dtype) for t in (q, k, v))
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    scores = ctx.keep_fp32(node, ctx.net.matmul(q, k, False, True))
+    if ctx.keeps(node, "softmax"):  # the FP32 plan's range probe: the scores leave the low type's range
+        q, k = ctx.net.cast(q, torch.float32), ctx.net.cast(k, torch.float32)
+    scores = ctx.net.matmul(q, k, False, True)
     scores = ctx.net.elementwise(scores, ctx.tensor(float(scale), like=scores), "PROD")
     if causal:
         length, source = q.shape[-2], k.shape[-2]
@@ -43,8 +47,11 @@ def sdpa(ctx: Context, node, args):
     if mask is not None:
         if (example(node.args[3]) is not None and example(node.args[3]).dtype == torch.bool) or (
                 isinstance(mask, torch.Tensor) and mask.dtype == torch.bool):
-            fill = ctx.tensor(float("-inf"), like=scores)
-            scores = ctx.net.select(ctx.tensor(mask, dtype=torch.bool), scores, fill)
+            bias_dtype = torch.float32 if ctx.keeps(node, "mask") else scores.dtype  # FP16 holds no MASK_FILL
+            zero, fill = ctx.tensor(0.0, dtype=bias_dtype, like=scores), ctx.tensor(MASK_FILL, dtype=bias_dtype,
+                                                                                  like=scores)
+            bias = ctx.net.select(ctx.tensor(mask, dtype=torch.bool), zero, fill)
+            scores = ctx.net.elementwise(scores, ctx.net.cast(bias, scores.dtype), "SUM")
         else:
             scores = ctx.net.elementwise(scores, ctx.tensor(mask, dtype=scores.dtype, like=scores), "SUM")
     probs = ctx.net.cast(ctx.net.softmax(scores, scores.rank - 1), dtype)

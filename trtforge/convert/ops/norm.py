@@ -1,4 +1,5 @@
-"""Batch norm (inference), layer norm and group norm. Under FP16/BF16 the normalisation runs in FP32."""
+"""Batch norm (inference), layer norm and group norm. Under FP16/BF16 the FP32 plan (``convert.fp32_plan``) keeps
+layer and group norm in FP32: ``lower_graph`` runs them at FP32."""
 
 from __future__ import annotations
 
@@ -36,7 +37,6 @@ def layer_norm(ctx: Context, node, args):
     x, shape, weight, bias, eps = args[:5]
     x = ctx.tensor(x, dtype=ctx.out_dtype(node))
     dtype = x.dtype
-    x = ctx.keep_fp32(node, x)
     view = (1,) * (x.rank - len(shape)) + tuple(shape)
     scale = (weight if weight is not None else torch.ones(shape)).float().reshape(view)
     shift = (bias if bias is not None else torch.zeros(shape)).float().reshape(view)
@@ -53,7 +53,7 @@ def group_norm(ctx: Context, node, args):
     dtype = x.dtype
     dims = ctx.dims(x)
     inner = (channels // groups) * int(torch.tensor(x.shape[2:]).prod())
-    grouped = ctx.keep_fp32(node, ctx.reshape(x, [dims[0], groups, inner]))
+    grouped = ctx.reshape(x, [dims[0], groups, inner])
     ones = ctx.tensor(torch.ones(1, 1, 1), dtype=grouped.dtype)
     zeros = ctx.tensor(torch.zeros(1, 1, 1), dtype=grouped.dtype)
     y = ctx.net.cast(ctx.net.normalization(grouped, ones, zeros, (2,), float(eps)), dtype)

@@ -1,4 +1,5 @@
-"""Reductions, softmax/log-softmax, top-k and arg-max/min."""
+"""Reductions, softmax/log-softmax, top-k and arg-max/min. Which of them run in FP32 under FP16/BF16 is the FP32
+plan's to say (``convert.fp32_plan``); ``lower_graph`` runs a kept node at FP32."""
 
 from __future__ import annotations
 
@@ -16,12 +17,10 @@ def _axes(x: Tensor, dims) -> tuple[int, ...]:
     return tuple(sorted(d + x.rank if d < 0 else d for d in dims))
 
 
-def _reduce(op: str, *, keep_arg: int | None = 2, fp32: bool = False):
+def _reduce(op: str, *, keep_arg: int | None = 2):
     def convert(ctx: Context, node, args):
         x = ctx.tensor(args[0], dtype=ctx.out_dtype(node))
         dtype = x.dtype
-        if fp32:
-            x = ctx.keep_fp32(node, x)
         if x.dtype == torch.bool:
             x = ctx.net.cast(x, torch.int32)
         keep = bool(args[keep_arg]) if keep_arg is not None and len(args) > keep_arg else False
@@ -30,14 +29,14 @@ def _reduce(op: str, *, keep_arg: int | None = 2, fp32: bool = False):
     return convert
 
 
-converter("aten.sum.dim_IntList")(_reduce("SUM", fp32=True))
-converter("aten.mean.dim")(_reduce("AVG", fp32=True))
+converter("aten.sum.dim_IntList")(_reduce("SUM"))
+converter("aten.mean.dim")(_reduce("AVG"))
 converter("aten.amax.default")(_reduce("MAX"))
 converter("aten.amin.default")(_reduce("MIN"))
 converter("aten.any.dim", "aten.any.dims")(_reduce("MAX"))
 converter("aten.all.dim", "aten.all.dims")(_reduce("MIN"))
-converter("aten.sum.default")(_reduce("SUM", keep_arg=None, fp32=True))
-converter("aten.mean.default")(_reduce("AVG", keep_arg=None, fp32=True))
+converter("aten.sum.default")(_reduce("SUM", keep_arg=None))
+converter("aten.mean.default")(_reduce("AVG", keep_arg=None))
 converter("aten.prod.dim_int")(_reduce("PROD"))
 converter("aten.any.default")(_reduce("MAX", keep_arg=None))
 converter("aten.all.default")(_reduce("MIN", keep_arg=None))
@@ -47,7 +46,7 @@ converter("aten.min.default")(_reduce("MIN", keep_arg=None))
 
 @converter("aten.var.correction")
 def var(ctx: Context, node, args):
-    x = ctx.keep_fp32(node, ctx.tensor(args[0], dtype=ctx.out_dtype(node)))
+    x = ctx.tensor(args[0], dtype=ctx.out_dtype(node))
     dtype = ctx.out_dtype(node)
     axes = _axes(x, args[1])
     correction = 1 if args[2] is None else float(args[2])
@@ -65,7 +64,6 @@ def _softmax(log: bool):
     def convert(ctx: Context, node, args):
         x = ctx.tensor(args[0], dtype=ctx.out_dtype(node))
         dtype = x.dtype
-        x = ctx.keep_fp32(node, x)
         axis = args[1] + x.rank if args[1] < 0 else args[1]
         y = ctx.net.softmax(x, axis)
         return ctx.net.cast(ctx.net.unary(y, "LOG") if log else y, dtype)
@@ -142,7 +140,7 @@ converter("aten.min.dim", validator=lambda n: _topk_ok(type("N", (), {"args": (n
 @converter("aten.linalg_vector_norm.default", validator=lambda n: None if (n.args[1] if len(n.args) > 1 else 2) in (
         1, 2, 1.0, 2.0) else "only the L1 and L2 vector norms are converted")
 def vector_norm(ctx: Context, node, args):
-    x = ctx.keep_fp32(node, ctx.tensor(args[0], dtype=ctx.out_dtype(node)))
+    x = ctx.tensor(args[0], dtype=ctx.out_dtype(node))
     dtype = ctx.out_dtype(node)
     axes, keep = _axes(x, args[2]), bool(args[3])
     if float(args[1]) == 1.0:
