@@ -151,48 +151,145 @@ class BuilderRecord(SidecarRecord):
         object.__setattr__(self, "offered_targets", as_tuple(self.offered_targets))
 
 
+#: A report row's value (a layer's label, an error, a count, a flag, or a list of names).
+RowValue = str | int | float | bool | tuple[str, ...] | None
+Row = Mapping[str, RowValue]
+
+
+def _records(value, cls) -> tuple:
+    return tuple(cls.from_dict(v) for v in as_tuple(value))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodRecord(SidecarRecord):
+    """A quantization method's entry (``trtforge.quantize.methods``): kept or not, the held-back relative L2 mean of
+    the graph it started from and of its candidate, the layers it changed; its own fields follow (in ``extra``).
+
+    Example:
+        >>> MethodRecord.from_dict({"applied": True, "rel_l2_before": 0.02, "rel_l2_after": 0.01, "damp": 0.01})["damp"]
+        0.01
+    """
+
+    applied: bool = False
+    rel_l2_before: float | None = optional_field()
+    rel_l2_after: float | None = optional_field()
+    layers: int | tuple[Row, ...] | None = optional_field()  # how many; learned rounding: each layer's record
+
+    def __post_init__(self) -> None:
+        if isinstance(self.layers, list):
+            object.__setattr__(self, "layers", tuple(self.layers))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodRow(SidecarRecord):
+    """A row of the report's ``methods``: a method that ran, its time, and its candidate's held-back metrics."""
+
+    method: str | None = optional_field()
+    applied: bool | None = optional_field()
+    seconds: float | None = optional_field()
+    held_back: Mapping[str, float | int] | None = optional_field()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmoothQuantRecord(SidecarRecord):
+    """SmoothQuant: α, each LayerNorm smoothed (with its consumers) and each one skipped with its reason."""
+
+    alpha: float | None = optional_field()
+    sites: tuple[Row, ...] | None = optional_field()
+    skipped: tuple[Row, ...] | None = optional_field()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorBudgetRecord(SidecarRecord):
+    """The error budget: where it came from, the task, whether it holds, and each limit with its measured value."""
+
+    source: str | None = optional_field()  # "default" or "error_budget="
+    task: str | None = optional_field()
+    description: str | None = optional_field()
+    holds: bool | None = optional_field()
+    used_by_placement: bool | None = optional_field()
+    limits: tuple[Row, ...] | None = optional_field()  # {"metric", "op", "limit", "measured", "holds"} each
+
+
+@dataclass(frozen=True, kw_only=True)
+class AutoPlacementRecord(SidecarRecord):
+    """``placement="auto"``: the budget as checked at placement, the samples and checks, the groups readmitted."""
+
+    budget_at_placement: tuple[Row, ...] | None = optional_field()
+    samples: int | None = optional_field()
+    checks: int | None = optional_field()
+    readmitted: tuple[str, ...] | None = optional_field()
+
+
+@dataclass(frozen=True, kw_only=True)
+class AutoPrecisionRecord(SidecarRecord):
+    """``precision="auto"``: the ladder per op type, the layers per precision, and each layer's choice."""
+
+    ladder: Mapping[str, tuple[str, ...]] | None = optional_field()
+    counts: Mapping[str, int] | None = optional_field()
+    layers: tuple[Row, ...] | None = optional_field()
+
+
+#: The quantization report's keys that hold a typed sub-record, and its class.
+_SUB_RECORDS = {"awq": MethodRecord, "learned_rounding": MethodRecord, "gptq": MethodRecord,
+                "equalization": MethodRecord, "finetune": MethodRecord, "smoothquant": SmoothQuantRecord,
+                "auto_placement": AutoPlacementRecord, "auto_precision": AutoPrecisionRecord,
+                "error_budget": ErrorBudgetRecord}
+
+
 @dataclass(frozen=True, kw_only=True)
 class QuantizationRecord(SidecarRecord):
-    """The quantization report (INT8, FP8, weight-only): calibration, placement, and the error measured on
-    held-back samples."""
+    """The quantization report (INT8, FP8, weight-only): calibration, placement, the methods that ran, and the
+    error measured on held-back samples."""
 
     calibrator: str | None = None
     percentile: float | None = None
     smoothquant_alpha: float | None = None
-    bias_correction: Any = None  # the option asked for; a dict of what it did once applied
+    bias_correction: bool | MethodRecord | None = None  # the option asked for; what it did once it ran
     placement: str | None = None
     task: str | None = None
     samples: Mapping[str, int] | None = None
     #: Weight-only without data: "none: ..." (scales from the weights alone, nothing measured); absent when data was given.
     calibration_data: str | None = optional_field()
-    smoothquant: Any = optional_field()
+    smoothquant: SmoothQuantRecord | None = optional_field()
     precision: str | None = optional_field()  # int8, fp8, int8-wo, int4-wo (absent in INT8-era sidecars)
     block_size: int | None = optional_field()  # weight-only: weights per scale along the reduction axis
-    awq: Mapping[str, Any] | None = optional_field()  # weight-only AWQ-lite: applied, held-back error before/after
+    awq: MethodRecord | None = optional_field()  # weight-only AWQ-lite: applied, held-back error before/after
     rounding: str | None = optional_field()  # nearest | learned | gptq (absent in older sidecars)
-    learned_rounding: Mapping[str, Any] | None = optional_field()  # applied, held-back error, per-layer MSE
-    gptq: Mapping[str, Any] | None = optional_field()  # weight-only GPTQ: applied, held-back error before/after
+    learned_rounding: MethodRecord | None = optional_field()  # applied, held-back error, per-layer MSE
+    gptq: MethodRecord | None = optional_field()  # weight-only GPTQ: applied, held-back error before/after
     equalize: bool | None = optional_field()  # the option asked for (absent in older sidecars)
     #: Cross-layer equalization and bias absorption: applied, held-back error before/after, pairs, absorbed layers.
-    equalization: Mapping[str, Any] | None = optional_field()
+    equalization: MethodRecord | None = optional_field()
     finetune_seconds: float | None = optional_field()  # the option asked for (absent in older sidecars)
     #: Quantization-aware fine-tuning: applied, held-back error before/after, steps, loss, seconds.
-    finetune: Mapping[str, Any] | None = optional_field()
+    finetune: MethodRecord | None = optional_field()
     #: The methods that ran, in order: {"method", "applied", "seconds", "held_back": metrics after it} each.
-    methods: list[Mapping[str, Any]] | None = optional_field()
+    methods: tuple[MethodRow, ...] | None = optional_field()
     quantized_layers: int | None = optional_field()
     cache: str | None = optional_field()
-    sensitivity: Any = optional_field()
-    auto_placement: Mapping[str, Any] | None = optional_field()
-    auto_precision: Mapping[str, Any] | None = optional_field()  # precision="auto": the ladder, each layer's choice
-    measured: Mapping[str, Any] | None = optional_field()
-    error_budget: Mapping[str, Any] | None = optional_field()
-    coverage: Any = optional_field()  # the INT8 share of MACs (older reports: a dict of shares)
+    sensitivity: tuple[Row, ...] | None = optional_field()  # placement="auto": each group's error, ranked
+    auto_placement: AutoPlacementRecord | None = optional_field()
+    auto_precision: AutoPrecisionRecord | None = optional_field()  # precision="auto": the ladder, each layer's choice
+    measured: Mapping[str, float | int] | None = optional_field()
+    error_budget: ErrorBudgetRecord | None = optional_field()
+    coverage: float | Mapping[str, float] | None = optional_field()  # the INT8 share of MACs (older: shares)
     int8_layers: int | None = optional_field()
     layers_total: int | None = optional_field()
     excluded_layers: list[Mapping[str, str]] | None = optional_field()  # {"layer", "reason"} each
     graph_sha256: str | None = optional_field()
     data_sha256: str | None = optional_field()
+
+    def __post_init__(self) -> None:
+        for key, cls in _SUB_RECORDS.items():
+            if isinstance(getattr(self, key), Mapping):
+                object.__setattr__(self, key, cls.from_dict(getattr(self, key)))
+        if isinstance(self.bias_correction, Mapping):
+            object.__setattr__(self, "bias_correction", MethodRecord.from_dict(self.bias_correction))
+        if self.methods is not None:
+            object.__setattr__(self, "methods", _records(self.methods, MethodRow))
+        if isinstance(self.sensitivity, list):
+            object.__setattr__(self, "sensitivity", tuple(self.sensitivity))
 
 
 @dataclass(frozen=True, kw_only=True)

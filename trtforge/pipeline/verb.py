@@ -98,10 +98,10 @@ def _compile(model_or_onnx: Any, example_inputs: Any, config: CompileConfig | No
 def check_budget(report: QuantizationRecord | None, config: CompileConfig) -> None:
     """A missed INT8 error budget: a warning line, or (``strict_accuracy=True``) a refusal before writing."""
     budget = report.error_budget if report is not None else None
-    if not isinstance(budget, Mapping) or budget.get("holds", True):
+    if budget is None or budget.holds in (None, True):
         return
-    measured = ", ".join(f"{x.get('measured', float('nan')):.4g}" for x in budget.get("limits", ()))
-    message = (f"the {config.precision.upper()} build misses its error budget ({budget.get('description')}: measured {measured}); "
+    measured = ", ".join(f"{x.get('measured', float('nan')):.4g}" for x in budget.limits or ())
+    message = (f"the {config.precision.upper()} build misses its error budget ({budget.description}: measured {measured}); "
                f"loosen it ({spelled(cli='--error-budget', python='error_budget=')}), try "
                f"{spelled(cli='--placement auto', python='placement=' + repr('auto'))}, or build fp16")
     if config.strict_accuracy:

@@ -3,12 +3,13 @@
 At each stage of the flow it runs, in the order of ``trtforge.quantize.methods.METHODS``, every method that
 applies; for each it times the method, measures the candidate on the held-back samples against the state the
 method started from (relative L2 mean, and the error budget), keeps it or not by the method's keep rule,
-writes the method's report entry (``applied``, ``rel_l2_before``, ``rel_l2_after``, then the method's own
-fields) and its typed ``MethodRun`` (the report's ``methods`` row).
+writes the method's report entry (its typed record, ``MethodRecord``: ``applied``, ``rel_l2_before``,
+``rel_l2_after``, then the method's own fields) and its ``MethodRow`` (the report's ``methods`` row), both the
+sidecar's records (``trtforge.core.sidecar_records``).
 
 Example:
     >>> state, runs = run_stage("finished", state, report)
-    >>> [run.row()["method"] for run in runs]
+    >>> [run.method for run in runs]
     ['bias_correction']
 """
 
@@ -17,7 +18,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from trtforge.quantize.method import Candidate, Keep, MethodRun, Outputs, Skipped, Stage, State
+from trtforge.core.sidecar_records import MethodRow
+from trtforge.quantize.method import Candidate, Keep, Method, Outputs, Skipped, Stage, State
 from trtforge.quantize.methods import METHODS
 from trtforge.quantize.report import compare_outputs
 
@@ -51,16 +53,17 @@ def verdict(reference_out: Outputs, before: Outputs, after: Outputs, budget, kee
     return kept, rel_before, rel_after
 
 
-def _decide(name: str, keep: Keep, state: State, candidate: Candidate, start: float,
-            report: dict) -> tuple[State, MethodRun]:
+def _decide(method: Method, state: State, candidate: Candidate, start: float, report: dict) -> tuple[State, MethodRow]:
     """Measure ``candidate`` against ``state``, write the method's report entry; the state kept and the run."""
     before = simulated_outputs(state)
     after = candidate.outputs if candidate.outputs is not None else \
         state.tools.simulate(candidate.state.model, candidate.state.plan)
-    kept, rel_before, rel_after = verdict(state.reference_out, before, after, state.budget, keep, candidate.changed)
-    report[name] = {"applied": kept, "rel_l2_before": rel_before, "rel_l2_after": rel_after, **candidate.record}
-    run = MethodRun(name, bool(kept), round(time.perf_counter() - start, 3),
-                    compare_outputs(state.reference_out, after, classification=state.task == "classification"))
+    kept, rel_before, rel_after = verdict(state.reference_out, before, after, state.budget, method.keep,
+                                          candidate.changed)
+    report[method.name] = method.record.from_dict({"applied": kept, "rel_l2_before": rel_before,
+                                                   "rel_l2_after": rel_after, **candidate.record}).to_dict()
+    run = MethodRow(method=method.name, applied=bool(kept), seconds=round(time.perf_counter() - start, 3),
+                    held_back=compare_outputs(state.reference_out, after, classification=state.task == "classification"))
     if not kept:
         return replace(state, sim_out=before), run
     chosen = candidate.state
@@ -69,10 +72,10 @@ def _decide(name: str, keep: Keep, state: State, candidate: Candidate, start: fl
     return replace(chosen, sim_out=after), run
 
 
-def run_stage(stage: Stage, state: State, report: dict) -> tuple[State, tuple[MethodRun, ...]]:
+def run_stage(stage: Stage, state: State, report: dict) -> tuple[State, tuple[MethodRow, ...]]:
     """Every method of ``stage`` that applies, in order, each kept or not: the state after them and their runs
     (whose rows are appended to ``report["methods"]``)."""
-    runs: list[MethodRun] = []
+    runs: list[MethodRow] = []
     for method in METHODS:
         if method.stage_of(state.config) != stage or not method.applies(state.config, state.spec):
             continue
@@ -80,14 +83,14 @@ def run_stage(stage: Stage, state: State, report: dict) -> tuple[State, tuple[Me
         candidate = method.run(state)
         if isinstance(candidate, Skipped):
             if candidate.record is not None:
-                report[method.name] = dict(candidate.record)
+                report[method.name] = method.record.from_dict(candidate.record).to_dict()
             continue
         if method.keep == "always":
-            report[method.name] = dict(candidate.record)
+            report[method.name] = method.record.from_dict(candidate.record).to_dict()
             state = candidate.state
             continue
-        state, run = _decide(method.name, method.keep, state, candidate, start, report)
+        state, run = _decide(method, state, candidate, start, report)
         if method.row:
             runs.append(run)
-            report.setdefault("methods", []).append(run.row())
+            report.setdefault("methods", []).append(run.to_dict())
     return state, tuple(runs)

@@ -23,6 +23,7 @@ import numpy as np
 from trtforge.core.budget import ErrorBudget
 from trtforge.core.config import QuantConfig
 from trtforge.core.quant_plan import QuantPlan
+from trtforge.core.sidecar_records import MethodRecord, SidecarRecord
 from trtforge.quantize.calibration import CalibrationSet
 
 if TYPE_CHECKING:
@@ -109,21 +110,7 @@ class Method:
     applies: Callable[[QuantConfig, PrecisionSpec | None], bool]
     run: Callable[[State], Candidate | Skipped]
     row: bool = True  # a time row in the report's ``methods`` (AWQ-lite and SmoothQuant have none)
+    record: type[SidecarRecord] = MethodRecord  # the typed report entry (and the sidecar schema's)
 
     def stage_of(self, config: QuantConfig) -> Stage:
         return self.stage(config) if callable(self.stage) else self.stage
-
-
-@dataclass(frozen=True)
-class MethodRun:
-    """What the driver did with one method: kept or not, its time and its candidate's held-back metrics."""
-
-    method: str
-    applied: bool
-    seconds: float
-    held_back: Mapping[str, float]
-
-    def row(self) -> dict[str, object]:
-        """The report's ``methods`` row."""
-        return {"method": self.method, "applied": self.applied, "seconds": self.seconds,
-                "held_back": dict(self.held_back)}

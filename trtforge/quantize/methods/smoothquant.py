@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from trtforge.core.sidecar_records import SmoothQuantRecord
 from trtforge.passes.graph import attr, consumers, copy_model, is_initializer, layer_label, load_ir
 from trtforge.quantize.method import Candidate, Method, State
 from trtforge.quantize.observers import observe
@@ -127,5 +128,5 @@ def _run(state: State) -> Candidate:
 
 
 #: W8A8 only (``check_quant_options``); the flow calibrates the smoothed graph, nothing to measure before.
-METHOD = Method(name="smoothquant", stage="graph", keep="always", row=False, run=_run,
+METHOD = Method(name="smoothquant", stage="graph", keep="always", row=False, run=_run, record=SmoothQuantRecord,
                 applies=lambda config, spec: config.smoothquant is not None)
