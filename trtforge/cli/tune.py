@@ -47,8 +47,8 @@ def tune(
 ) -> None:
     """Sweep route × precision × batch (× opt batch × optimization level for TensorRT) on --data, keep the Pareto
     front (p99 vs throughput vs accuracy), choose under the constraints, record the choice in its sidecar."""
-    from trtforge.tune import TuneConfig
-    from trtforge.tune.sweep import tune as run_tune
+    from trtforge.tuning import TuneConfig
+    from trtforge.tuning.sweep import tune as run_tune
 
     config = TuneConfig(routes=tuple(route or ()), precisions=tuple(precision or ()), batches=tuple(batch or (1, 8)),
                         opt_levels=tuple(opt_level or ()), max_minutes=max_minutes, max_p99_ms=max_p99_ms,
