@@ -194,11 +194,19 @@ def terminate_like_interrupt() -> None:
         signal.signal(signal.SIGTERM, _on_sigterm)
 
 
+@functools.cache
+def click_command() -> Any:
+    """``app`` as a click command, made once per process: typer makes it anew on every ``app(...)`` call (~25 ms
+    of signature reading), which a process that runs many commands (tests, the matrix) pays each time. Every
+    command is wrapped in ``guarded``, so typer's own exception hook has nothing left to format."""
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The ``trtforge`` command: a usage error (unknown flag, bad value) is one line too, exit 2."""
     terminate_like_interrupt()
     try:
-        code = app(args=argv, prog_name="trtforge", standalone_mode=False)
+        code = click_command().main(args=argv, prog_name="trtforge", standalone_mode=False)
     except USAGE_ERROR as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare ``trtforge`` / ``trtforge cache``: the help
             print(exc.format_message())
