@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from detect_reference import YOLO_NAMES, assert_same_detections, xywh_to_xyxy, yolo_file
-from test_nms import run_nms
+from test_nms import chain, run_nms
 
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.postprocess import NMS, NMS_OUTPUTS, NMS_ROUNDS
@@ -63,6 +63,16 @@ def test_boxes_scores_and_yolov5_layouts():
     v5 = np.ascontiguousarray(np.concatenate([rows[..., :4], objectness, rows[..., 4:]], -1)[:, :500])
     nms = NMS("yolov5", score_threshold=0.2)
     assert_identical(torch_nms([v5], nms), run_nms([v5], nms))
+
+
+def test_same_round_bound():
+    """The same NMS_ROUNDS rounds: a suppression chain of that many links is exact, one more link is not, and
+    the two implementations agree on both."""
+    for links in (NMS_ROUNDS, NMS_ROUNDS + 1):
+        boxes, scores, nms = chain(links)
+        ours = torch_nms([boxes, scores], nms)
+        assert_identical(ours, run_nms([boxes, scores], nms))
+        assert (int(ours[0][0, 0]) == links // 2 + 1) == (links == NMS_ROUNDS)
 
 
 class RawHead(torch.nn.Module):

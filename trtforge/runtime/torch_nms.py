@@ -111,10 +111,11 @@ class TorchNMS(nn.Module):
             self._checked = True
         top, cand_boxes, cand_classes, valid = _candidates(nms, *decode(nms, head))
         suppress = _suppression(nms, cand_boxes, cand_classes)
-        keep = valid
+        alive = valid.float().unsqueeze(1)  # (N, 1, K), 0/1: three kernels a round (in the ONNX graph: six)
+        keep = alive
         for _ in range(NMS_ROUNDS):
-            hits = torch.bmm(keep.float().unsqueeze(1), suppress).squeeze(1)
-            keep = valid & ~(hits > 0.5)
+            keep = alive * (torch.bmm(keep, suppress) < 0.5)  # not hit by a kept candidate (hits are whole numbers)
+        keep = keep.squeeze(1) > 0
         order = k - torch.arange(k, device=top.device, dtype=torch.float32)
         chosen, position = torch.topk(torch.where(keep, order, 0.0), m, dim=1)  # survivors in candidate order
         found = chosen > 0
