@@ -111,6 +111,17 @@ def test_reproduce_line_appends_the_nms_to_the_source_file(built):
     assert argv[2].endswith("yolov8n_reference_fp32.onnx") and "--nms" not in argv  # the file gone: the reference
 
 
+def test_speedup_fp16_baseline_builds_from_the_reference_without_a_second_nms(built, tmp_path):
+    """debug speedup's FP16 baseline is built from the reference ONNX, which holds the NMS already: the recorded
+    postprocess is not applied again (it was refused as a head that does not match 'yolo')."""
+    from trtforge.core.sidecar import read_sidecar
+    from trtforge.debug.speedup import build_fp16
+
+    _, out = built
+    sidecar = json.loads(build_fp16(read_sidecar(out / "yolov8n_fp32.json"), tmp_path).read_text())
+    assert [o["name"] for o in sidecar["outputs"]] == list(NMS_OUTPUTS) and sidecar["precision"]["built"] == "fp16"
+
+
 @pytest.mark.parametrize(("flags", "message"), [
     (["--nms", "yolov5"], "do not match head layout 'yolov5'"),
     (["--nms", "boxes-scores"], "boxes-scores reads two outputs"),
