@@ -141,6 +141,18 @@ def test_bad_input_is_one_line_before_any_build(tmp_path, flags, message):
     assert not list(tmp_path.iterdir())
 
 
+def test_bad_head_in_python_is_one_line_before_any_build(tmp_path):
+    """The same refusal from trtforge.compile, worded for Python (outputs=, not --outputs), nothing written."""
+    import trtforge
+    from trtforge.core.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="do not match head layout 'yolov5'") as caught:
+        trtforge.compile(yolo_file("yolov8n.onnx"), postprocess=NMS("yolov5"), output_dir=tmp_path / "out",
+                         cache=False, progress=False)
+    assert "\n" not in str(caught.value) and "outputs=[...]" in str(caught.value) and "--" not in str(caught.value)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
 @pytest.mark.parametrize(("precision", "flags", "stem"), [
     ("fp8", ["--target", "sm89"], "yolov8n_fp8_sm89"),
     ("int8", ["--allow-unaccelerated"], "yolov8n_int8"),  # W8A8 INT8: no TensorRT-RTX default target speeds it up
