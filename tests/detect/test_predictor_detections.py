@@ -22,6 +22,7 @@ from trtforge.core.postprocess import NMS_OUTPUTS
 from trtforge.core.preprocessing import PreprocessConfig, resize_geometry, transform
 from trtforge.vision import Detections, Predictor
 from trtforge.vision.decode import detections_from_nms, nms_box_map, nms_to_pixels
+from trtforge.vision.predictor import max_batch
 
 SIZE = 320
 
@@ -77,6 +78,7 @@ def reference(session, photo: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     return boxes, scores[0, :n], classes[0, :n]
 
 
+@pytest.mark.slow  # a yolov8n build (~2 s) and 14 runs of YOLOv8n at 320²
 def test_predictor_detections_equal_numpy_letterbox_reference(artifact):
     engine = trtforge.load(artifact, route="onnxruntime")
     predict = Predictor(engine, labels=[f"thing{i}" for i in range(80)])
@@ -92,11 +94,13 @@ def test_predictor_detections_equal_numpy_letterbox_reference(artifact):
         np.testing.assert_array_equal(dets.class_id, classes)
         assert dets.label[0] == f"thing{classes[0]}" and dets.xyxy.max() <= max(photo.shape[:2])
         np.testing.assert_allclose(dets.to_numpy(), np.column_stack([boxes, scores, classes]), atol=1e-3, rtol=0)
-    for photo, dets in zip(photos(), batch, strict=True):  # the mixed batch equals each photo on its own
-        alone = predict(photo)
-        assert len(alone) == len(dets)
-        np.testing.assert_allclose(alone.xyxy, dets.xyxy, atol=1e-3, rtol=0)
-        np.testing.assert_array_equal(alone.class_id, dets.class_id)
+    # The mixed batch equals each photo on its own; five photos, past the engine's batch of 4, go as 4 + 1.
+    assert max_batch(engine) == 4
+    alone, five = [predict(photo) for photo in photos()], predict(photos() + photos()[:2])
+    for dets, again in zip(batch + batch + batch[:2], alone + five, strict=True):
+        assert len(again) == len(dets)
+        np.testing.assert_allclose(again.xyxy, dets.xyxy, atol=1e-3, rtol=0)
+        np.testing.assert_array_equal(again.class_id, dets.class_id)
 
 
 def test_letterbox_and_its_inverse_by_hand():

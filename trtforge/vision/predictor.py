@@ -99,6 +99,21 @@ def fuse_preprocessing_by_default(cuda_graph: bool, device: torch.device) -> boo
     return any(shutil.which(c) for c in (compiler, "gcc", "clang"))
 
 
+def max_batch(engine: Engine) -> int | None:
+    """The most images one call of ``engine`` takes: its input's static batch, else the largest batch of its
+    profiles; None when nothing bounds it. The predictor splits longer lists into calls of this size.
+
+    Example:
+        >>> max_batch(trtforge.load("out/yolov8n_fp32.json", route="onnxruntime"))   # built with --batch 1:4:4
+        4
+    """
+    spec = engine.inputs[0]
+    if spec.shape and int(spec.shape[0]) > 0:
+        return int(spec.shape[0])
+    maxima = [int(p[spec.name]["max"][0]) for p in getattr(engine, "profiles", ()) or () if spec.name in p]
+    return max(maxima) if maxima else None
+
+
 def _pinned_key(staging: torch.Tensor) -> tuple:
     """The graph key of a pinned frame buffer whose DMA the graph holds."""
     return (tuple(staging.shape), "pinned", staging.data_ptr())
@@ -165,6 +180,7 @@ class Predictor:
         self.compile_preprocessing = compile_preprocessing
         self._transform = functools.partial(self.pre.transform, fused=compile_preprocessing)
         self._graphs = GraphCache(self.device) if cuda_graph else None
+        self._max_batch = max_batch(engine)
         self._static: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
         self._layouts: dict[tuple, tuple[PackedLayout, torch.Tensor]] = {}
 
@@ -268,8 +284,11 @@ class Predictor:
         """A list of images → a list of results (one per image)."""
         if not images:
             return []
+        step = self._max_batch or len(images)  # more images than the engine takes: calls of its largest batch
         with on_device(self.device):  # pinned buffers, graphs and streams: the engine's GPU's
-            return self._run_batch(images)
+            if len(images) <= step:
+                return self._run_batch(images)
+            return [r for i in range(0, len(images), step) for r in self._run_batch(images[i : i + step])]
 
     def _run_batch(self, images: Sequence[Any]) -> list[Classification] | list[Detections]:
         if self._graphs is not None:  # frames already in the pinned buffer, graph captured: just replay
