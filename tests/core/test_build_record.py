@@ -40,8 +40,8 @@ RECORD = BuildRecord(
 
 
 def test_known_keys_are_the_dataclass_fields():
-    sidecar = replace(RECORD.sidecar(name="m", engine_file="m.engine", engine_size=1, engine_sha256="0" * 64,
-                                     graph_edits={"outputs": ["y"]}),
+    sidecar = Sidecar(name="m", engine_file="m.engine", engine_size=1, engine_sha256="0" * 64,
+                      build=RECORD.for_engine(), graph_edits={"outputs": ["y"]},
                       tuned={"route": "onnxruntime", "precision": "fp16", "batch": 1, "device": "cpu0",
                              "device_kind": "cpu"})
     assert set(sidecar.to_dict()) == sidecar_keys()  # every field set: the two name the same keys
@@ -55,9 +55,9 @@ def test_known_keys_are_the_dataclass_fields():
 def test_the_record_becomes_the_sidecar_and_survives_the_engine_cache():
     again = BuildRecord.from_dict(json.loads(json.dumps(RECORD.to_dict())))
     assert again == RECORD
-    sidecar = again.sidecar(name="m", engine_file="m.engine", engine_size=1, engine_sha256="0" * 64,
-                            source=SourceRecord(kind="onnx", onnx_file="m.onnx"), notes=("from the caller",),
-                            cache={"key": "k", "hit": True})
+    sidecar = Sidecar(name="m", engine_file="m.engine", engine_size=1, engine_sha256="0" * 64,
+                      build=again.for_engine(source=SourceRecord(kind="onnx", onnx_file="m.onnx"),
+                                             notes=("from the caller",), cache={"key": "k", "hit": True}))
     assert sidecar.source.kind == "onnx" and sidecar.source.onnx_sha256 == "a" * 64
     assert sidecar.notes == ("from the caller", "kept one node") and sidecar.builder.cache == {"key": "k", "hit": True}
     assert sidecar.shape_inputs[0].values == (3, 2) and sidecar.quantization.int8_layers == 1

@@ -3,19 +3,17 @@
 Example:
     >>> record = BuildRecord(inputs=(), outputs=(), profiles=(), precision=PrecisionRecord(built="fp16"),
     ...                      builder=BuilderRecord(flavour="tensorrt_rtx"), source=SourceRecord(path="direct"))
-    >>> record.sidecar(name="m", engine_file="m.engine", engine_size=n, engine_sha256=digest)
+    >>> Sidecar(name="m", engine_file="m.engine", engine_size=n, engine_sha256=digest, build=record.for_engine())
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.core.sidecar_records import (
     BuilderRecord,
-    GraphEditsRecord,
     PrecisionRecord,
     QuantizationRecord,
     ShapeInputRecord,
@@ -23,9 +21,6 @@ from trtforge.core.sidecar_records import (
     TargetPlanRecord,
 )
 from trtforge.core.specs import TensorSpec
-
-if TYPE_CHECKING:
-    from trtforge.core.sidecar import Sidecar
 
 #: One dict per optimization profile: {input name: {"min": [...], "opt": [...], "max": [...]}}.
 ProfileRecord = dict[str, dict[str, list[int]]]
@@ -43,15 +38,15 @@ def normalize_profiles(value: Any) -> tuple[ProfileRecord, ...]:
 class BuildRecord:
     """What one build made, typed: the sidecar less the files' names, the caller's notes and the cache state.
 
-    The build writes it, the engine cache keeps it (``to_dict`` / ``from_dict``), and ``sidecar`` turns it
-    into the sidecar, which holds it (``Sidecar.build``); no untyped dict lies in between. The sub-records
+    The build writes it, the engine cache keeps it (``to_dict`` / ``from_dict``), and the sidecar holds it
+    (``Sidecar.build``, as ``for_engine`` makes it); no untyped dict lies in between. The sub-records
     accept plain dicts (the JSON objects) and are stored typed.
 
     Example:
         >>> record = BuildRecord(inputs=(), outputs=(), profiles=(), precision=PrecisionRecord(built="fp16"),
         ...                      builder=BuilderRecord(flavour="tensorrt_rtx"))
-        >>> record.sidecar(name="m", engine_file="m.engine", engine_size=1, engine_sha256="0" * 64).precision.built
-        'fp16'
+        >>> record.for_engine(cache={"key": "k", "hit": True}).builder.cache
+        {'key': 'k', 'hit': True}
     """
 
     inputs: tuple[TensorSpec, ...]
@@ -81,19 +76,18 @@ class BuildRecord:
         if self.target_plan is not None:
             object.__setattr__(self, "target_plan", TargetPlanRecord.from_dict(self.target_plan))
 
-    def sidecar(self, *, name: str, engine_file: str, engine_size: int, engine_sha256: str,
-                source: SourceRecord | None = None, preprocessing: PreprocessConfig | None = None,
-                notes: tuple[str, ...] = (), cache: Mapping[str, Any] | None = None,
-                graph_edits: GraphEditsRecord | None = None) -> Sidecar:
-        """The sidecar of this build's engine: ``source`` (the caller's facts) over the build's own, the
-        caller's ``notes`` before the build's, the cache state in ``builder.cache``, and the request's graph
-        edits (the cut and the NMS: the engine key holds them, so a cache hit has the same)."""
-        from trtforge.core.sidecar import Sidecar
+    def for_engine(self, *, source: SourceRecord | None = None, notes: tuple[str, ...] = (),
+                   cache: Mapping[str, Any] | None = None) -> BuildRecord:
+        """This build as the sidecar of one engine file holds it (``Sidecar.build``): ``source`` (the caller's
+        facts) over the build's own, the caller's ``notes`` before the build's, the cache state in
+        ``builder.cache``.
 
-        build = replace(self, builder=replace(self.builder, cache=cache), source=_merge(self.source, source),
-                        notes=(*notes, *self.notes))
-        return Sidecar(name=name, engine_file=engine_file, engine_size=engine_size, engine_sha256=engine_sha256,
-                       build=build, preprocessing=preprocessing, graph_edits=graph_edits)
+        Example:
+            >>> Sidecar(name="m", engine_file="m.engine", engine_size=n, engine_sha256=digest,
+            ...         build=record.for_engine(notes=("from the caller",), cache={"key": key, "hit": True}))
+        """
+        return replace(self, builder=replace(self.builder, cache=cache), source=_merge(self.source, source),
+                       notes=(*notes, *self.notes))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object the engine cache stores."""

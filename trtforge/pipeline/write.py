@@ -38,9 +38,10 @@ def _write_locked(model_or_onnx: Any, config: CompileConfig, paths: OutputPaths,
         files = [(onnx_path, built.processed_onnx, None), (reference_path, built.reference_onnx, None)]
         source = replace(source, onnx_file=onnx_path.name, reference_onnx_file=reference_path.name)
     cache_info = {"key": built.key, "hit": built.hit} if cached else {"enabled": False}
-    sidecar = record.sidecar(name=config.name, engine_file=engine_path.name, engine_size=built.engine_size,
-                             engine_sha256=built.engine_sha256, source=source, preprocessing=config.preprocessing,
-                             notes=tuple(config.notes), cache=cache_info, graph_edits=graph_edits_record(config))
+    sidecar = Sidecar(name=config.name, engine_file=engine_path.name, engine_size=built.engine_size,
+                      engine_sha256=built.engine_sha256, preprocessing=config.preprocessing,
+                      build=record.for_engine(source=source, notes=tuple(config.notes), cache=cache_info),
+                      graph_edits=graph_edits_record(config))
     sidecar_path = paths.sidecar(built_precision)
     check_writable(sidecar_path)
     # Every file is staged first and the sidecar moved in last: a full disk or Ctrl-C leaves none.
