@@ -17,6 +17,7 @@ from detect_reference import YOLO_MODELS
 from skimage import data
 
 import trtforge
+from trtforge.core.errors import InvalidArgument
 from trtforge.core.ort_session import session as ort_session
 from trtforge.core.postprocess import NMS_OUTPUTS
 from trtforge.core.preprocessing import PreprocessConfig, resize_geometry, transform
@@ -83,6 +84,8 @@ def test_predictor_detections_equal_numpy_letterbox_reference(artifact):
     engine = trtforge.load(artifact, route="onnxruntime")
     predict = Predictor(engine, labels=[f"thing{i}" for i in range(80)])
     assert predict.task == "detection" and predict.pre.config.resize_mode == "letterbox"
+    with pytest.raises(InvalidArgument, match="this engine ends in NMS .* pass task='detection' or leave task out"):
+        Predictor(engine, task="classification")
     assert len({p.shape for p in photos()}) == 3
     batch = predict(photos())  # one call, three sizes: each letterboxed, each mapped back with its own scale and pad
     session = ort_session(artifact.with_suffix(".onnx"))  # the graph the engine was built from
