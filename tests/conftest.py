@@ -221,6 +221,26 @@ def tiny_module() -> TinyNet:
     return TinyNet().eval()
 
 
+def aot_mlp_model() -> torch.nn.Module:
+    """The small MLP of ``aot_mlp``'s package, the same weights in every process (seeded, the global RNG left as is)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
+
+
+@pytest.fixture(scope="session")
+def aot_mlp(tmp_path_factory) -> tuple[torch.nn.Module, TensorSpec, Path]:
+    """(model, input spec, package): one AOTInductor package (CPU, batch 1..8) of ``aot_mlp_model()``, made once per
+    run for the tests that run a package (an AOTInductor export and its C++ compile cost ~10 CPU s each).
+    Read-only: copy it to change it, or to have it probed afresh (the probe is once per path and process)."""
+    from trtforge.runtime.torch_routes import export_aot_package
+
+    spec = TensorSpec("x", "float32", (-1, 8))
+    package = shared_file(tmp_path_factory, "aot_mlp", lambda folder: export_aot_package(
+        aot_mlp_model(), [spec], folder / "mlp_aot_cpu.pt2", device="cpu", batch=(1, 8)))
+    return aot_mlp_model(), spec, package
+
+
 @pytest.fixture(scope="session")
 def photo_batch() -> np.ndarray:
     """Two real photos (skimage) as the predictor preprocesses them for Lite0: (2, 3, 224, 224) float32."""

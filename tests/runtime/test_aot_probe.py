@@ -6,6 +6,7 @@ ended on the lent H200 (docs/benchmarks.md). This process survives it and report
 
 from __future__ import annotations
 
+import shutil
 import signal
 import sys
 
@@ -15,7 +16,7 @@ import torch
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime import aot_probe
 from trtforge.runtime.aot_probe import AotPackageError, ProbeResult, check_aot_package, run_probe
-from trtforge.runtime.torch_routes import TorchEngine, export_aot_package
+from trtforge.runtime.torch_routes import TorchEngine
 
 SEGFAULTING_CHILD = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]
 
@@ -50,10 +51,10 @@ def test_a_file_that_is_not_a_package_fails_in_the_child_with_its_error(tmp_path
 
 
 @pytest.mark.slow
-def test_a_good_package_is_probed_once_per_process(tmp_path, monkeypatch):
-    model = torch.nn.Sequential(torch.nn.Linear(8, 4)).eval()
-    spec = TensorSpec("x", "float32", (-1, 8))
-    package = export_aot_package(model, [spec], tmp_path / "lin_aot_cpu.pt2", device="cpu", batch=(1, 4))
+def test_a_good_package_is_probed_once_per_process(tmp_path, monkeypatch, aot_mlp):
+    model, spec, shared = aot_mlp
+    package = tmp_path / shared.name  # a path of its own: no other test of this process has probed it
+    shutil.copyfile(shared, package)
     calls = []
     real = aot_probe.run_probe
     monkeypatch.setattr(aot_probe, "run_probe", lambda command, timeout=300.0: calls.append(command) or real(command))

@@ -12,7 +12,7 @@ from trtforge.core.sidecar import read_sidecar
 from trtforge.core.specs import TensorSpec
 from trtforge.runtime import CapturableEngine, Engine, EngineInputError
 from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
-from trtforge.runtime.torch_routes import TorchEngine, export_aot_package
+from trtforge.runtime.torch_routes import TorchEngine
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +67,8 @@ def test_compiled_route_with_torch_compile():
 
 
 @pytest.mark.slow  # an AOTInductor export and C++ compile
-def test_compiled_route_from_aot_package_without_the_model(tmp_path):
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
-    spec = TensorSpec("x", "float32", (-1, 8))
-    package = export_aot_package(model, [spec], tmp_path / "mlp_aot_cpu.pt2", device="cpu", batch=(1, 8))
+def test_compiled_route_from_aot_package_without_the_model(aot_mlp):
+    model, spec, package = aot_mlp
     with TorchEngine(None, [spec], ["y"], route="compiled", device="cpu", aot_package=package) as engine:
         for batch in (1, 7):
             x = torch.randn(batch, 8)
