@@ -3,7 +3,8 @@
 Two steps, two machines:
 
     # here, in the ultralytics venv (make setup's .venv-yolo): YOLOv8s from ultralytics' yolov8s.yaml, random
-    # weights, BatchNorm re-estimated on 16 letterboxed photos, traced to TorchScript (FP16 weights, ~22 MB):
+    # weights, BatchNorm re-estimated on 16 letterboxed photos, traced to TorchScript (FP16 weights, ~22 MB),
+    # and those photos beside it (photos640.npz, ~9 MB: the GPU machine may lack scikit-image's photo files):
     YOLO_OFFLINE=1 YOLO_CONFIG_DIR=.venv-yolo/config .venv-yolo/bin/python bench/detect_e2e.py export .whl/d3/yolov8s_640.ts
     # on the GPU machine (carry .whl; no ultralytics there: the traced file is the model):
     PYTHONPATH=. python3 bench/detect_e2e.py run --model .whl/d3/yolov8s_640.ts --out "$OUT"
@@ -84,6 +85,9 @@ def export(path: Path, name: str = "yolov8s") -> None:
     tmp = path.with_suffix(".tmp")
     torch.jit.save(traced.half(), str(tmp))
     tmp.replace(path)
+    with open(tmp, "wb") as f:  # the photos beside it: the GPU machine may lack scikit-image's photo files
+        np.savez_compressed(f, images=images)
+    tmp.replace(path.with_name("photos640.npz"))
     scores = want[:, 4:].amax(1)
     print(f"{path}: {path.stat().st_size / 2**20:.1f} MiB; anchors above 0.25 on 2 photos: "
           f"{(scores > 0.25).sum(1).tolist()}")
@@ -225,13 +229,18 @@ def agreement(ours: list[tuple[np.ndarray, ...]], theirs: list[tuple[np.ndarray,
 
 
 # -- the run ------------------------------------------------------------------------------------------------
-def photos(count: int) -> np.ndarray:
-    """``count`` photos letterboxed to 640² (tests/detect/export_yolo.py's, the BatchNorm statistics' own), NHWC uint8."""
-    sys.path.insert(0, str(REPO / "tests" / "detect"))
-    from export_yolo import letterboxed_photos
+def photos(count: int, saved: Path) -> tuple[np.ndarray, str]:
+    """``count`` photos letterboxed to 640² (tests/detect/export_yolo.py's, the BatchNorm statistics' own), NHWC
+    uint8: from ``saved`` (``images`` of an npz, carried where scikit-image's photos may be missing) if it exists,
+    else made from scikit-image's photos; and where they came from."""
+    if saved.is_file():
+        images, source = np.load(saved)["images"], str(saved.name)
+    else:
+        sys.path.insert(0, str(REPO / "tests" / "detect"))
+        from export_yolo import letterboxed_photos
 
-    images, _, _ = letterboxed_photos(PHOTOS, SIZE)
-    return np.ascontiguousarray(images[:count].transpose(0, 2, 3, 1))
+        images, source = letterboxed_photos(PHOTOS, SIZE)[0], "scikit-image photos, letterboxed"
+    return np.ascontiguousarray(images[:count].transpose(0, 2, 3, 1)), source
 
 
 def engines(model: torch.nn.Module, device: torch.device, route: str) -> dict[str, Any]:
@@ -317,7 +326,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         parameter.requires_grad_(False)
     rule, baseline = batched_nms()
     e = engines(model, device, args.route)
-    frames = photos(args.photos)
+    frames, source = photos(args.photos, args.model.with_name("photos640.npz"))
     batches = []
     for batch in args.batch:
         host = torch.from_numpy(np.ascontiguousarray(np.resize(frames, (batch, *frames.shape[1:]))))
@@ -326,6 +335,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     b1 = next((b for b in batches if b["batch"] == 1), None)
     return {"model": args.model.name, "size": SIZE, "route": args.route, "window_s": args.window, "runs": args.runs,
             "smoke": args.smoke, "environment": environment(device, baseline), "nms": e["nms"].as_dict(),
+            "photos": source,
             "batches": batches, "agreement": check_agreement(e, frames, device, rule, max(args.batch)),
             "graph_captures": {k: e[k].graph_captures for k in ("with_nms", "raw", "nms_alone")},
             "target": {"batch1_e2e_lower_by_at_least": TARGET_LOWER,
