@@ -44,6 +44,8 @@ def artifact(tmp_path_factory):
     done = run(["build", str(YOLO_MODELS / "yolov8n.onnx"), "--nms", "yolo", "--precision", "fp32", "--opt-level", "0",
                 "--dynamic-batch", "--batch", "1:4:4", "--preprocessing", str(record), "-o", str(out), "-q"])
     assert done.returncode == 0, done.stderr
+    shown = run(["inspect", str(out / "yolov8n_fp32.json")])
+    assert shown.returncode == 0 and "letterbox (pad 114) [320, 320]" in shown.stdout, shown.stdout
     return out / "yolov8n_fp32.json"
 
 

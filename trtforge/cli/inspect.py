@@ -84,7 +84,8 @@ def _rows(summary: Table, sc: Any) -> None:
             f"{n.max_detections} detections kept, {n.rounds} suppression rounds; outputs {', '.join(n.outputs)}")
     if sc.preprocessing:
         p = sc.preprocessing
-        row("preprocessing", f"resize {list(p.size)} {p.interpolation}, mean {list(p.mean)}, "
+        fit = f"letterbox (pad {p.pad_value:g})" if p.resize_mode == "letterbox" else "resize"
+        row("preprocessing", f"{fit} {list(p.size)} {p.interpolation}, mean {list(p.mean)}, "
             f"std {list(p.std)}, {p.channel_order} {p.layout}")
     if sc.quantization:
         q = sc.quantization.to_dict()
