@@ -144,6 +144,10 @@ def test_route_auto_uses_the_record_of_this_device_and_falls_back_otherwise(tune
         (line,) = [r.getMessage() for r in caplog.records if "route='auto'" in r.getMessage()]
         assert why in line and "using the default route onnxruntime" in line
     assert route_refusal(read_sidecar(untuned), "auto") is None
+    from trtforge.serve.backend import open_engine
+
+    with open_engine(untuned, "auto", {}) as served:  # serve --route auto: the same resolution, per artifact
+        assert served.route == "onnxruntime"
 
 
 def test_the_cli_prints_the_table_writes_json_and_refuses_an_unmet_bound(tiny_onnx, tmp_path):
