@@ -63,7 +63,8 @@ TORCH_CELLS = ("coverage", "build --path direct fp16")
 
 #: The first file of the wider set of architectures (tests/matrix/architectures.py) in ``make test``: the short set,
 #: BF16 and its layer-wise walk. Every ONNX cell and the direct path run on them with ``TRTFORGE_MATRIX=full``
-#: (``make test-matrix``, ``bench/matrix.py``): about 250 CPU s more than the test suite's budget holds.
+#: (``make test-matrix``, ``bench/matrix.py``): about 250 CPU s more than the test suite's budget holds. Their second
+#: files (mostly TorchScript's) run only there: ~70 CPU s of the suite's.
 WIDE_CELLS = (*SHORT_CELLS, "build bf16", "compare --layerwise bf16")
 
 
@@ -74,11 +75,14 @@ def full_matrix() -> bool:
 
 def row_cells(row: str) -> tuple[str, ...]:
     """The cells ``row`` gets: every ONNX cell on a model's first file (``WIDE_CELLS`` for the wider set unless
-    ``full_matrix()``), the short set on its second; the direct path once per model."""
+    ``full_matrix()``), the short set on its second (none on the wider set's second files unless ``full_matrix()``:
+    the suite's budget; the held-out sweep and ``make test-matrix`` run them); the direct path once per model."""
     name, exporter = matrix_models.split_row(row)
     kind = matrix_models.MODELS[name][0]
     every = full_matrix() or name not in matrix_models.ARCHITECTURES
     first = kind != "torch" or exporter == matrix_models.full_exporter(name)
+    if not first and not every:
+        return ()
     onnx_cells = (ONNX_CELLS if every else WIDE_CELLS) if first else SHORT_CELLS
     direct = kind == "torch" and exporter == matrix_models.EXPORTERS[-1] and every
     return onnx_cells + (TORCH_CELLS if direct else ())
