@@ -97,6 +97,15 @@ def test_a_second_run_reuses_every_point_without_building_or_timing(tuned):
     assert second.chosen == first.chosen
 
 
+def test_the_budget_cuts_the_sweep_and_lists_what_it_left(tuned, tmp_path):
+    out = shutil.copytree(tuned["out"], tmp_path / "tuned")
+    report = tune(tuned["model"], tuned["data"], out, **{**SWEEP, "batches": (1, 2, 3), "max_minutes": 1e-9})
+    assert report.reused == 6 and report.measured == 0  # batches 1 and 2 were measured before; 3 is new
+    assert [c.key for c in report.left] == ["eager/fp32/b3", "onnxruntime/fp32/b3", "onnxruntime/fp16/b3"]
+    cut = [s["why"] for s in report.as_json()["skipped"] if "budget" in s["why"]]
+    assert cut == [f"{c.key}: the time budget ran out before it" for c in report.left]
+
+
 def test_the_pareto_front_on_hand_made_points():
     def point(p99: float, throughput: float, accuracy: float, batch: int = 1) -> Point:
         return Point(Candidate("eager", "fp32", batch), p99 / 2, p99, throughput, accuracy)

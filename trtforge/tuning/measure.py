@@ -35,7 +35,8 @@ class Counters:
 
 class Builds:
     """The artifacts of one run, one per (precision, opt batch, optimization level), compiled through the engine
-    cache into the output folder; the first opt batch and level keep the plain name (``NAME_fp16.json``)."""
+    cache into the output folder; the first opt batch and level keep the plain name (``NAME_fp16.json``). The folder
+    is tune's: a build of another profile (another run's ``--batch``) replaces the one of the same name there."""
 
     def __init__(self, subject: Subject, folder: Path, batches: tuple[int, ...], first_level: int,
                  counters: Counters) -> None:
@@ -63,7 +64,7 @@ class Builds:
             art = compile_model(self.subject.source, self.subject.example_inputs(), precision=precision,
                                 batch=[(1, opt_batch, self.batches[-1])], optimization_level=opt_level,
                                 output_dir=self.folder, name=self.name(opt_batch, opt_level),
-                                preprocessing=self.subject.preprocessing, progress=False, **options)
+                                preprocessing=self.subject.preprocessing, progress=False, overwrite=True, **options)
             hit = bool((art.sidecar.builder.cache or {}).get("hit"))
             self.counters.cache_hits += hit
             self.counters.builds += not hit
