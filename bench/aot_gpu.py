@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 import trtforge
-from trtforge.bench.routes import (
+from trtforge.measure.routes import (
     ZOO_BENCH_MODELS,
     BenchResult,
     example_input,
@@ -33,7 +33,7 @@ from trtforge.bench.routes import (
     start_bench_script,
     write_zoo_sidecar,
 )
-from trtforge.bench.timing import measure_interleaved
+from trtforge.measure.timing import measure_interleaved
 from trtforge.runtime.aot_probe import AotPackageError
 from trtforge.runtime.load import export_aot_beside
 

@@ -35,8 +35,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from trtforge.bench.routes import machine_info
 from trtforge.core.preprocessing import PreprocessConfig
+from trtforge.measure.routes import machine_info
 from trtforge.vision.preprocess import Preprocessor, host_copy
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 

@@ -40,7 +40,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import trtforge
-from trtforge.bench.routes import example_input, machine_info, relative_error, write_zoo_sidecar
+from trtforge.measure.routes import example_input, machine_info, relative_error, write_zoo_sidecar
 
 console = Console(width=180)
 MODEL = "efficientnet_lite0"

@@ -37,8 +37,8 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from trtforge.bench.routes import example_input, machine_info, zoo_bench_model  # noqa: E402
-from trtforge.bench.timing import measure_interleaved  # noqa: E402
+from trtforge.measure.routes import example_input, machine_info, zoo_bench_model  # noqa: E402
+from trtforge.measure.timing import measure_interleaved  # noqa: E402
 from trtforge.vision import PipelinedPredictor, Predictor  # noqa: E402
 
 console = Console(width=160)

@@ -25,7 +25,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from trtforge.bench.routes import example_input, machine_info, zoo_bench_model
+from trtforge.measure.routes import example_input, machine_info, zoo_bench_model
 from trtforge.vision import Predictor
 
 console = Console(width=160)
@@ -178,7 +178,7 @@ def _query_pruned_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torc
 
 def variants(device: torch.device) -> dict[str, float]:
     """Pre/post pieces alone, each captured in a CUDA graph and replayed (median of 500)."""
-    from trtforge.bench.timing import measure
+    from trtforge.measure.timing import measure
     from trtforge.runtime.cuda_graph import capture
 
     u8 = torch.randint(0, 256, (1, 720, 1280, 3), dtype=torch.uint8, device=device)

@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 import trtforge
-from trtforge.bench.routes import (
+from trtforge.measure.routes import (
     BenchResult,
     bench_preprocessing,
     example_input,
@@ -38,7 +38,7 @@ from trtforge.bench.routes import (
     write_zoo_sidecar,
     zoo_bench_model,
 )
-from trtforge.bench.timing import measure_interleaved, settle_compile_workers
+from trtforge.measure.timing import measure_interleaved, settle_compile_workers
 from trtforge.vision import Predictor
 from trtforge.zoo.efficientnet_lite import LITE0_PREPROCESSING
 

@@ -3,7 +3,7 @@
 For each server configuration (``--instances`` × ``--input-format``): ``trtforge serve`` running the
 route, then the same server with a null model (zeros, no model: the serving path's own ceiling);
 against each, after a ``--warmup-s`` load, a multi-process gRPC load on loopback
-(``trtforge.bench.serving``) for each ``--transport`` × ``--inflight`` cell: every cell runs for a fixed
+(``trtforge.measure.serving``) for each ``--transport`` × ``--inflight`` cell: every cell runs for a fixed
 ``--seconds`` (>= 15 s for published figures; a request count measured windows of 2.6-6.6 s that
 read 20-30 % low), ``--repeats`` times, and the table shows the median and the spread (min-max). Offline: the same route through ``trtforge.load`` (uint8: the same
 ``FrameEngine`` the server runs, fed host frames) at the batch sizes the dynamic batcher formed
@@ -41,17 +41,17 @@ from rich.console import Console
 from rich.table import Table
 
 import trtforge
-from trtforge.bench.routes import machine_info, write_zoo_sidecar
-from trtforge.bench.serving import run_load
-from trtforge.bench.timing import measure
 from trtforge.core.errors import UserError
 from trtforge.core.sidecar import read_sidecar, write_sidecar
+from trtforge.measure.routes import machine_info, write_zoo_sidecar
+from trtforge.measure.serving import run_load
+from trtforge.measure.timing import measure
 from trtforge.serve.batching import graph_buckets
 from trtforge.serve.repository import batch_range
 from trtforge.serve.server import ServeConfig, Server, free_ports
 
 console = Console(width=200)
-NULL_FACTORY = "trtforge.bench.serving:null_engine"
+NULL_FACTORY = "trtforge.measure.serving:null_engine"
 
 
 def artifact(model: str, folder: Path, max_batch: int) -> Path:

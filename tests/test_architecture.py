@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("runtime",),
     ("vision",),
     ("zoo",),
-    ("bench",),
+    ("measure",),
     ("serve",),
     ("artifact",),
     ("pipeline", "refit"),

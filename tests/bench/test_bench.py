@@ -9,8 +9,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from trtforge.bench.timing import LatencyStats, measure
 from trtforge.cli import app
+from trtforge.measure.timing import LatencyStats, measure
 
 
 def test_percentiles_and_throughput_from_worked_samples():
@@ -67,7 +67,7 @@ def test_bench_compile_preprocessing_reaches_the_cuda_graph_predictor(lite0_side
 @pytest.mark.slow
 def test_zoo_sidecar_loads_on_the_pytorch_routes_and_matches_the_zoo_model(tmp_path):
     import trtforge
-    from trtforge.bench.routes import example_input, write_zoo_sidecar, zoo_bench_model
+    from trtforge.measure.routes import example_input, write_zoo_sidecar, zoo_bench_model
     from trtforge.zoo import efficientnet_lite0
 
     path = write_zoo_sidecar(tmp_path, "efficientnet_lite0")

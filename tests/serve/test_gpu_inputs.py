@@ -13,9 +13,9 @@ import torch
 
 import trtforge
 from tests.serve.conftest import metric
-from trtforge.bench.routes import write_zoo_sidecar
-from trtforge.bench.serving import CUDA_PREFIX, _release, _request, run_load
 from trtforge.core.sidecar import read_sidecar, write_sidecar
+from trtforge.measure.routes import write_zoo_sidecar
+from trtforge.measure.serving import CUDA_PREFIX, _release, _request, run_load
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (GPU-only test)")]

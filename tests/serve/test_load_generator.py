@@ -10,7 +10,7 @@ import pytest
 
 from tests.serve.artifacts import make_artifact, make_image_artifact
 from tests.serve.conftest import metric
-from trtforge.bench.serving import run_load
+from trtforge.measure.serving import run_load
 
 
 @pytest.mark.slow
@@ -45,7 +45,7 @@ def test_null_model_with_uint8_frames_answers_zeros_without_the_model(start_serv
     from tritonclient.grpc import InferenceServerClient, InferInput
 
     server = start_server([make_image_artifact(tmp_path / "img")], route="onnxruntime", input_format="uint8",
-                          engine_factory="trtforge.bench.serving:null_engine")
+                          engine_factory="trtforge.measure.serving:null_engine")
     frames = np.full((2, 8, 8, 3), 255, np.uint8)
     tensor = InferInput("image", [2, 8, 8, 3], "UINT8")
     tensor.set_data_from_numpy(frames)

@@ -34,7 +34,7 @@ def bench(
              "(default: when it captures CUDA graphs, with Triton and a C compiler installed)")] = None,
 ) -> None:
     """Routes × batch sizes: model-only and end-to-end (predictor) latency, p50/p90/p99, throughput."""
-    from trtforge.bench.routes import run_bench_command
+    from trtforge.measure.routes import run_bench_command
 
     unknown = [r for r in route or () if r not in ROUTE_NAMES]
     if unknown:

@@ -155,7 +155,7 @@ def timed_run(engine: Any, batches: list[dict[str, np.ndarray]], repeats: int = 
     after each batch)."""
     import torch
 
-    from trtforge.bench.timing import measure
+    from trtforge.measure.timing import measure
 
     device = torch.device(engine.device)
     cuda = device.type == "cuda"

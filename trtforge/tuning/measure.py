@@ -111,10 +111,10 @@ def measure_point(candidate: Candidate, sidecar_path: Path, subject: Subject, re
     """Run every sample through the candidate (accuracy), then time ``config.repeats`` calls at its batch."""
     import torch
 
-    from trtforge.bench.timing import measure
     from trtforge.debug.check import run_batches
     from trtforge.debug.inputs import split_batches
     from trtforge.debug.tolerances import judge
+    from trtforge.measure.timing import measure
 
     with open_candidate(candidate, sidecar_path, subject, config.device) as engine:
         outputs = run_batches(engine, split_batches(subject.data, candidate.batch))

@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from trtforge.bench.timing import LatencyStats, measure, measure_interleaved, settle_compile_workers
 from trtforge.core.atomic import atomic_write_bytes
 from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.core.routes import ENGINE_ROUTES, ROUTE_NAMES
 from trtforge.core.specs import TensorSpec
+from trtforge.measure.timing import LatencyStats, measure, measure_interleaved, settle_compile_workers
 from trtforge.runtime.protocol import Engine
 from trtforge.runtime.tensors import torch_dtype
 from trtforge.vision.predictor import Predictor

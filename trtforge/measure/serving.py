@@ -50,7 +50,7 @@ class NullEngine(EngineBase):
 
 
 def null_engine(sidecar: Path, route: str) -> NullEngine:
-    """Engine factory for ``ServeConfig(engine_factory="trtforge.bench.serving:null_engine")``."""
+    """Engine factory for ``ServeConfig(engine_factory="trtforge.measure.serving:null_engine")``."""
     return NullEngine(sidecar, route)
 
 
