@@ -1,6 +1,6 @@
 """Issue 38's H200 acceptance: ``trtforge tune`` on EfficientNet-Lite0 and the MiniLM encoder, then a separate
-``trtforge bench`` sweep of the same candidates on the same lease; the chosen point must be within 5 % of the
-sweep's best (by the tune's objective, throughput here, read from the bench sweep for both).
+bench sweep of the same candidates on the same lease; the chosen point must be within 5 % of the sweep's best
+(by the tune's objective, throughput here, read from the bench sweep for both).
 
 Three steps:
 
@@ -12,7 +12,9 @@ together pass the 64 MiB a run may carry.
 ``run`` (on the GPU machine, one model per command: a command may run 10 minutes) makes the data (Lite0: 64 photo
 crops, preprocessed; MiniLM: 64 sentences at 64 tokens), runs ``trtforge tune`` over the routes that run on an
 H200 (eager, cuda_graph, compiled; TensorRT-RTX does not run on sm90, so the engine route is not asked for), then
-``trtforge bench`` on the chosen artifact over the same routes and batch sizes, and writes
+a bench sweep of the chosen artifact over the same routes and batch sizes, with ``bench``'s timing code
+(``trtforge.measure.timing.measure_interleaved``: per batch size, the routes side by side in rotating order; the
+``trtforge bench`` command times one image input, and MiniLM has two), and writes
 ``tune_gpu_<model>.json`` (the tune's JSON, the bench sweep's rows, the comparison, the machine) and the tune's
 plot into ``--out``. ``--smoke`` runs it on the CPU in a minute or two (eager only, batches 1 and 2, 3 timed calls).
 
@@ -97,6 +99,38 @@ def trtforge_cli(args: list[str]) -> subprocess.CompletedProcess:
     return done
 
 
+def bench_sweep(sidecar: Path, data: Path, routes: tuple[str, ...], batches: tuple[int, ...], warmup: int,
+                repeats: int) -> list[dict]:
+    """Each route at each batch size, timed model-only on device-resident inputs (rows of ``data``), routes
+    interleaved per batch size: ``{"route", "batch", "kind": "model", "median_ms", "p99_ms", "throughput"}``."""
+    import torch
+
+    import trtforge
+    from trtforge.measure.timing import measure_interleaved, settle_compile_workers
+
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    arrays = dict(np.load(data))
+    rows = []
+    for batch in batches:
+        inputs = {k: torch.from_numpy(np.ascontiguousarray(np.resize(v, (batch, *v.shape[1:])))).to(device)
+                  for k, v in arrays.items()}
+        engines = {route: trtforge.load(sidecar, route=route, device=device) for route in routes}
+        try:
+            calls = {route: (lambda e=engine, x=inputs: e(**x)) for route, engine in engines.items()}
+            for call in calls.values():
+                call()  # the first call compiles or captures
+            settle_compile_workers()
+            stats = measure_interleaved(calls, device, warmup=warmup, repeats=repeats, batch=batch)
+        finally:
+            for engine in engines.values():
+                engine.close()
+        rows += [{"route": route, "batch": batch, "kind": "model", **s.as_dict()} for route, s in stats.items()]
+        for route, s in stats.items():
+            print(f"bench {route} batch {batch}: p50 {s.median_ms:.3f} ms, p99 {s.p99_ms:.3f} ms, "
+                  f"{s.throughput:.1f} items/s", flush=True)
+    return rows
+
+
 def compare(tuned: dict, bench_rows: list[dict]) -> dict:
     """The chosen (route, batch) against the best of the same candidates in the bench sweep, by throughput."""
     candidates = {(p["route"], p["batch"]) for p in tuned["points"]}
@@ -122,22 +156,20 @@ def run(args: argparse.Namespace) -> None:
     repeats, warmup = (3, 1) if args.smoke else (args.repeats, 10)
     minutes = 1.5 if args.smoke else args.minutes
     data = make_data(args.model, 8 if args.smoke else 64, out / f"{args.model}_data.npz")
-    tune_json, bench_json = out / f"{args.model}_tune.json", out / f"{args.model}_bench.json"
+    tune_json = out / f"{args.model}_tune.json"
     common = [a for r in routes for a in ("--route", r)] + [a for b in batches for a in ("--batch", str(b))]
     trtforge_cli(["tune", MODELS[args.model], "--data", str(data), "-o", str(out / args.model), *common,
                   "--opt-level", "0", "--objective", "throughput", "--min-accuracy", str(args.min_accuracy),
                   "--max-minutes", str(minutes), "--repeats", str(repeats), "--warmup", str(warmup),
                   "--json", str(tune_json), "--png", str(out / f"{args.model}_tune.png"), "-q"])
     tuned = json.loads(tune_json.read_text())
-    trtforge_cli(["bench", tuned["artifact"], *common, "--repeats", str(repeats), "--warmup", str(warmup),
-                  "--json", str(bench_json)])
-    bench = json.loads(bench_json.read_text())
+    rows = bench_sweep(Path(tuned["artifact"]), data, routes, batches, warmup, repeats)
+    from trtforge.measure.routes import machine_info
+
     result = {"command": " ".join(["python", *sys.argv]), "model": args.model, "budget_minutes": minutes,
-              "tune": tuned, "bench": {"rows": bench.get("rows"), "machine": bench.get("machine")},
-              "comparison": compare(tuned, bench.get("rows") or [])}
+              "tune": tuned, "bench": {"rows": rows, "machine": machine_info()}, "comparison": compare(tuned, rows)}
     (out / f"tune_gpu_{args.model}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["comparison"], indent=2))
-    bench_json.unlink()  # its rows are in tune_gpu_<model>.json: fewer files to bring back
 
 
 def main(argv: list[str] | None = None) -> None:
