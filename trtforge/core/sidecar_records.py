@@ -163,7 +163,8 @@ def _records(value, cls) -> tuple:
 @dataclass(frozen=True, kw_only=True)
 class MethodRecord(SidecarRecord):
     """A quantization method's entry (``trtforge.quantize.methods``): kept or not, the held-back relative L2 mean of
-    the graph it started from and of its candidate, the layers it changed; its own fields follow (in ``extra``).
+    the graph it started from and of its candidate; its own fields follow, in its order (in ``extra``: ``layers``
+    is a count for most, each layer's record for learned rounding, the layers' names for equalization).
 
     Example:
         >>> MethodRecord.from_dict({"applied": True, "rel_l2_before": 0.02, "rel_l2_after": 0.01, "damp": 0.01})["damp"]
@@ -173,11 +174,6 @@ class MethodRecord(SidecarRecord):
     applied: bool = False
     rel_l2_before: float | None = optional_field()
     rel_l2_after: float | None = optional_field()
-    layers: int | tuple[Row, ...] | None = optional_field()  # how many; learned rounding: each layer's record
-
-    def __post_init__(self) -> None:
-        if isinstance(self.layers, list):
-            object.__setattr__(self, "layers", tuple(self.layers))
 
 
 @dataclass(frozen=True, kw_only=True)
