@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -56,8 +55,8 @@ OWN_CACHE = {"docs/engine-cache.md"}
 
 
 @pytest.mark.parametrize("page", _pages_with_examples())
-def test_page_examples_run(page, tmp_path, engine_store):
-    """Each page runs in a fresh folder; its builds go through the run's engine store (pages build the same
+def test_page_examples_run(page, tmp_path, engine_store, page_runner):
+    """Each page runs in a fresh folder (in the worker's ``page_runner`` process); its builds go through the run's engine store (pages build the same
     Lite0 and MiniLM requests as the rest of the suite), except the page about the cache, which shows misses."""
     (tmp_path / "examples.json").write_text(json.dumps(_runnable(page)))
     bin_dir = tmp_path / "bin"
@@ -70,11 +69,9 @@ def test_page_examples_run(page, tmp_path, engine_store):
                TRTFORGE_CACHE_DIR=str(tmp_path / "cache" if page.relative_to(ROOT).as_posix() in OWN_CACHE else engine_store), MPLBACKEND="Agg")
     work = tmp_path / "work"
     work.mkdir()
-    proc = subprocess.run([sys.executable, str(HERE / "run_page.py"), str(tmp_path / "examples.json")], cwd=work,
-                          env=env, capture_output=True, text=True, timeout=1200, check=False)
-    failed = [line for line in proc.stdout.splitlines() if line.startswith("doc example failed")]
-    assert proc.returncode == 0, (failed[0] if failed else f"exit {proc.returncode}") + "\n" + \
-        (proc.stdout + proc.stderr)[-6000:]
+    rc, output = page_runner.run({"page": str(tmp_path / "examples.json")}, env, work, tmp_path / "page.log")
+    failed = [line for line in output.splitlines() if line.startswith("doc example failed")]
+    assert rc == 0, (failed[0] if failed else f"exit {rc}") + "\n" + output[-6000:]
 
 
 def _marked() -> list:

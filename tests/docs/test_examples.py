@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -41,11 +39,13 @@ def test_every_example_has_a_page_that_shows_it_and_quotes_its_output():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_example_prints_what_its_page_says(name, tmp_path):
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / name), str(tmp_path / "out")], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=1200, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    printed = [line.rstrip() for line in done.stdout.splitlines()]
+def test_example_prints_what_its_page_says(name, tmp_path, page_runner):
+    """``python examples/NAME.py OUT`` (run by the worker's ``page_runner`` process, as ``python`` would run it)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    rc, output = page_runner.run({"script": str(ROOT / "examples" / name), "argv": [str(tmp_path / "out")]},
+                                 {**os.environ, "PYTHONWARNINGS": "ignore"}, work, tmp_path / "script.log")
+    assert rc == 0, output[-3000:]
+    printed = [line.rstrip() for line in output.splitlines()]
     missing = [line for line in quoted_outputs()[name] if line.rstrip() not in printed]
-    assert not missing, f"{name} did not print these lines its page quotes: {missing}\nit printed:\n{done.stdout}"
+    assert not missing, f"{name} did not print these lines its page quotes: {missing}\nit printed:\n{output}"
