@@ -2,7 +2,7 @@
 
 A fence's info string says what it is:
 
-- ``python``: run, the page's python fences in order in one namespace (``runpy``, one process per page);
+- ``python``: run, the page's python fences in order in one namespace (``runpy``, in the test process's page runner, ``run_page.py --serve``);
 - ``bash``, ``sh``, ``console``: run with ``bash -e`` (``console``: only the ``$ `` lines and their ``\\``
   continuations); ``trtforge`` is this checkout's CLI;
 - ``text``: output, a diagram or a listing; never run. A fence without an info string is refused, so

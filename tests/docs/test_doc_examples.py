@@ -1,8 +1,9 @@
 """Every fenced example in README.md and docs/*.md runs in CI, or is marked as not running here (issue 20).
 
 ``doc_examples.py`` says how fences are read and marked (also docs/DEVELOPING.md, "Doc examples").
-Each page runs in a fresh folder, in one process (``run_page.py``), with this checkout's ``trtforge``
-first on PATH and an engine cache of its own; an example that raises or exits non-zero fails its page.
+Each page runs in a fresh folder, in the test process's page runner (``run_page.py --serve``: one process runs
+the pages one after the other, each with its own environment and namespace), with this checkout's ``trtforge``
+first on PATH and the run's engine store (docs/engine-cache.md: a cache of its own); an example that raises or exits non-zero fails its page.
 """
 
 from __future__ import annotations
