@@ -335,7 +335,7 @@ def evaluate_suite(suite: Suite, work: Path, modelopt_python: str | None, only: 
                    issue21: bool = False, save_logits: Path | None = None) -> list[dict]:
     rows = []
     ref = run(suite.fp32, suite.evaluation)
-    if save_logits is not None:  # bench/fp8_noise_floor.py reads them
+    if save_logits is not None:  # bench/repro/fp8_noise_floor.py reads them
         np.save(save_logits / f"{re.sub(r'[^A-Za-z0-9]+', '_', suite.name).strip('_')}_fp32.npy", ref[0])
     macs = mac_counts(suite.fp32, suite.evaluation[0])
 
@@ -478,7 +478,7 @@ def main() -> None:
                         help="MiniLM: sentences joined into each calibration sequence (default 1)")
     parser.add_argument("--only", help="regex: run only the trtforge configurations whose name matches")
     parser.add_argument("--save-logits", action="store_true",
-                        help="also save each model's FP32 outputs on the evaluation data to OUT (bench/fp8_noise_floor.py)")
+                        help="also save each model's FP32 outputs on the evaluation data to OUT (bench/repro/fp8_noise_floor.py)")
     parser.add_argument("--suite", choices=("issue3", "issue21"), default="issue3",
                         help="issue3: the INT8 table; issue21: FP16/INT8/FP8/int8-wo/int4-wo on vit,convnext,ocr,minilm")
     args = parser.parse_args()

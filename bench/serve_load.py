@@ -12,8 +12,10 @@ read 20-30 % low), ``--repeats`` times, and the table shows the median and the s
 The levers, side by side in one run: model instances in separate processes (``--instances 1,4``),
 uint8 frames preprocessed in the server (``--input-format native,uint8``: 4x fewer request bytes),
 and Triton system shared memory for the inputs of local clients (``--transport grpc,shm``: the gRPC
-message carries a region name, not the tensor). ``--budget-s`` bounds the whole run: configurations
-that would start after it are skipped and listed as skipped.
+message carries a region name, not the tensor). ``--budget-s`` bounds the run: a configuration (its served
+server and its null twin, always together, so every served cell has its ceiling) starts only if it should end
+within the budget, judged by the last configuration's duration; a skipped one is listed in the JSON and the
+script exits 1, so a run that did not measure every cell it was asked for never passes for one that did.
 
     PYTHONPATH=. python bench/serve_load.py --route eager --inflight 4 --seconds 2 --warmup-s 1 --max-batch 8 --out /tmp/sl
     PYTHONPATH=. python bench/serve_load.py --route cuda_graph --model zoo:efficientnet_lite0 --devices 0 \\
@@ -181,7 +183,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=15.0, help="each load run lasts this long (>= 15 to publish)")
     p.add_argument("--warmup-s", type=float, default=3.0, help="load before a server's timed runs")
     p.add_argument("--repeats", type=int, default=2, help="timed runs per cell (median and spread reported)")
-    p.add_argument("--budget-s", type=float, default=540.0, help="no new configuration starts after this")
+    p.add_argument("--budget-s", type=float, default=540.0,
+                   help="a configuration (served and null) starts only if it should end within this many seconds "
+                        "from the start (judged by the last configuration's duration); a skipped one exits 1")
     p.add_argument("--instances", default="1", type=ints, help="model instances per GPU (separate processes), "
                                                                 "e.g. 1,4: each is a configuration")
     p.add_argument("--input-format", default="native", type=words, help="native and/or uint8 (configurations)")
@@ -200,7 +204,7 @@ def main(argv: list[str]) -> dict:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     devices = tuple(int(d) for d in args.devices.split(",") if d)
-    clock, runs, skipped = time.perf_counter(), [], []
+    clock, runs, skipped, last_s = time.perf_counter(), [], [], 0.0
     with tempfile.TemporaryDirectory() as tmp:
         sidecar = artifact(args.model, Path(tmp), args.max_batch)
         device = f"cuda:{devices[0]}" if devices else None
@@ -210,23 +214,33 @@ def main(argv: list[str]) -> dict:
         for instances, input_format in itertools.product(args.instances, args.input_format):
             base = dict(route=args.route, instances=instances, devices=devices, max_delay_ms=args.max_delay_ms,
                         input_format=input_format)
-            for model, factory in (("served", None), ("null", NULL_FACTORY)):
-                if model not in args.servers:
-                    continue
-                label = {"server": model, "instances": instances, "input_format": input_format}
-                if time.perf_counter() - clock > args.budget_s:
-                    skipped.append(label)
-                    continue
-                ports = dict(zip(("http_port", "grpc_port", "metrics_port"), free_ports(), strict=True))
-                try:
-                    runs += served_runs(sidecar, ServeConfig(**base, **ports, engine_factory=factory), args, label)
-                except UserError as exc:  # a server that does not start is a row of the report, not the end of it
-                    console.print(f"{label}: server FAILED {exc}")
-                    runs.append({**label, "error": str(exc)})
+            labels = [{"server": s, "instances": instances, "input_format": input_format}
+                      for s in ("served", "null") if s in args.servers]
+            # A configuration is its served server and its null twin, run together or not at all (a served cell
+            # without its ceiling gives no ratio); it starts only if it should end within the budget, judged by
+            # the last configuration's duration.
+            if time.perf_counter() - clock + last_s > args.budget_s:
+                skipped += labels
+                continue
+            started = time.perf_counter()
+            for label in labels:
+                runs += configuration_runs(sidecar, base, args, label)
+            last_s = time.perf_counter() - started
         after = {f: offline(sidecar, args.route, device, batches, args.offline_repeats, f) for f in args.input_format}
     offline_ips = {f: {b: (before[f][b] + after[f][b]) / 2 for b in batches} for f in args.input_format}
     raw = {"before": before, "after": after}
     return report(args, runs, offline_ips, raw, skipped, time.perf_counter() - clock)
+
+
+def configuration_runs(sidecar: Path, base: dict, args: argparse.Namespace, label: dict) -> list[dict]:
+    """One server (the route, or the null model) of one configuration, on free ports; a failed start is a row."""
+    factory = NULL_FACTORY if label["server"] == "null" else None
+    ports = dict(zip(("http_port", "grpc_port", "metrics_port"), free_ports(), strict=True))
+    try:
+        return served_runs(sidecar, ServeConfig(**base, **ports, engine_factory=factory), args, label)
+    except UserError as exc:  # a server that does not start is a row of the report, not the end of it
+        console.print(f"{label}: server FAILED {exc}")
+        return [{**label, "error": str(exc)}]
 
 
 def nearest(batches: dict[int, float], mean_batch: float) -> int:
@@ -315,4 +329,7 @@ def report(args: argparse.Namespace, runs: list[dict], offline_ips: dict, raw: d
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    skipped = main(sys.argv[1:])["skipped"]
+    if skipped:  # the JSON is written; the run did not measure every cell it was asked for
+        sys.exit(f"error: {len(skipped)} server(s) not measured (over --budget-s): {skipped}; raise --budget-s "
+                 "or ask for fewer configurations")

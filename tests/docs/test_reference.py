@@ -87,6 +87,29 @@ def test_readme_is_a_landing_page_whose_links_resolve():
     assert not missing, f"README.md links to files that do not exist: {missing}"
 
 
+def test_bench_readme_lists_every_script_and_its_links_resolve():
+    """bench/README.md is the one list of the benchmark scripts: each has a row, and each link resolves to a
+    file and, where it names one, a heading of that page (mkdocs' anchors)."""
+    from markdown.extensions.toc import slugify
+
+    readme = ROOT / "bench" / "README.md"
+    text = readme.read_text()
+    scripts = {p.relative_to(ROOT / "bench").as_posix() for p in (ROOT / "bench").rglob("*")
+               if p.suffix in (".py", ".sh")}
+    helpers = {"quant_data.py", "modelopt_ptq.py", "modelopt_venv.sh"}  # named in quant_accuracy.py's row
+    listed = set(re.findall(r"^\| \[`([\w/.]+)`\]", text, flags=re.M))
+    assert listed == scripts - helpers, (f"bench/README.md: no row for {sorted(scripts - helpers - listed)}, "
+                                         f"a row but no script for {sorted(listed - scripts)}")
+    assert all(f"`{name}`" in text for name in helpers)
+    links = re.findall(r"\]\(([^)#]+)(?:#([^)]+))?\)", text)
+    assert links
+    for target, anchor in links:
+        page = (readme.parent / target).resolve()
+        assert page.is_file(), f"bench/README.md links to a missing file: {target}"
+        if anchor:
+            headings = re.findall(r"^#{1,6} (.+)$", page.read_text(), flags=re.M)
+            assert anchor in {slugify(h, "-") for h in headings}, f"bench/README.md: no heading #{anchor} in {target}"
+
 def test_every_benchmark_result_names_its_command_machine_and_date():
     text = (ROOT / "docs" / "benchmarks.md").read_text()
     sections = re.split(r"^## ", text, flags=re.M)[1:]
@@ -95,7 +118,7 @@ def test_every_benchmark_result_names_its_command_machine_and_date():
         title = section.splitlines()[0]
         if title.startswith("Machines"):
             continue
-        assert re.search(r"bench/\w+\.py|`trtforge |make \w+", section), f"benchmarks.md '{title}': name the command"
+        assert re.search(r"bench/(repro/)?\w+\.(py|sh)|`trtforge |make \w+", section), f"benchmarks.md '{title}': name the command"
         assert re.search(r"H200|CPU", section), f"benchmarks.md '{title}': name the machine"
         if not re.search(r"\*\*(H200: )?pending", section, flags=re.I):  # a run not made yet has no date
             assert re.search(r"20\d\d-\d\d-\d\d", section), f"benchmarks.md '{title}': give the date"

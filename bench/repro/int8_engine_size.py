@@ -4,7 +4,7 @@ Builds Lite0 in FP16 and INT8 with ``trtforge.compile``, then rebuilds the INT8 
 the weight DequantizeLinear of some layers folded into FP16 constants (activations keep their
 Q/DQ), to see which layers' INT8 weights cost engine bytes. Prints one table.
 
-    python bench/int8_engine_size.py            # about 1 minute on 2 cores
+    python bench/repro/int8_engine_size.py            # about 1 minute on 2 cores
 
 Results: docs/quantization.md ("Engine size").
 """

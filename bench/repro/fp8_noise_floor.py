@@ -6,7 +6,7 @@ many draws. Random-weight classifiers have near-tied top-2 logits, so the same c
 top-1 agreement than a trained model; this script puts a number on it.
 
 Usage:
-    python bench/fp8_noise_floor.py LOGITS.npy [--cosine 0.9968 0.999 0.9995]
+    python bench/repro/fp8_noise_floor.py LOGITS.npy [--cosine 0.9968 0.999 0.9995]
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Data (offline): calibration = skimage photo crops (seed 0), search crops (seed 1
 FP32 scales.
 
 Usage:
-    PYTHONPATH=. python bench/precision_bisection.py --json docs/bench/precision_bisection_lite0.json
+    PYTHONPATH=. python bench/repro/precision_bisection.py --json docs/bench/precision_bisection_lite0.json
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def main() -> None:
         lw_fp16 = layerwise(fp32_path, process(load_ir(fp32_path), "fp16").model, crops(8, 3))
     first = lw_int8.first
     record = {
-        "command": "PYTHONPATH=. python bench/precision_bisection.py " + " ".join(
+        "command": "PYTHONPATH=. python bench/repro/precision_bisection.py " + " ".join(
             f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "json"),
         "machine": f"{platform.node()} {platform.machine()}, Python {platform.python_version()}",
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "seconds": round(time.time() - started),

@@ -6,8 +6,8 @@ trtforge's ``compiled`` route loads packages in a child process first
 (``trtforge.runtime.aot_probe``). Run it under ``python3 -X faulthandler`` to see where it dies.
 
 Example:
-    python3 -X faulthandler bench/aoti_repro.py            # prints "loaded", or dies with the signal
-    python3 bench/aoti_repro.py --device cpu
+    python3 -X faulthandler bench/repro/aoti_package_load.py            # prints "loaded", or dies with the signal
+    python3 bench/repro/aoti_package_load.py --device cpu
 """
 
 from __future__ import annotations

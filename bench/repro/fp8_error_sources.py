@@ -15,7 +15,7 @@ on the held-out evaluation data. Steps (comma-separated, default all):
 
 Bias correction follows the quantizer's verdict on the default plan and is recomputed for each plan.
 
-Usage: python bench/fp8_diagnosis.py MODEL N_EVAL [STEPS] (writes /tmp/fp8b/MODEL_N_STEPS.json)
+Usage: python bench/repro/fp8_error_sources.py MODEL N_EVAL [STEPS] (writes /tmp/fp8b/MODEL_N_STEPS.json)
 """
 import json
 import sys
@@ -24,7 +24,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # bench/, for quant_accuracy
 from quant_accuracy import SUITES, run  # noqa: E402
 
 from trtforge.core.config import QuantConfig
