@@ -9,7 +9,7 @@ Every step runs the real `trtforge` CLI in a subprocess, as a user would; the ta
 step's exit code, its verdict line and its time. Writes ``--json PATH`` with every output.
 
 Example (on the device, with the artifact and wheels carried; see docs/DEVELOPING.md):
-    $ python bench/gpu_verify.py --artifact .whl/p3/art/efficientnet_lite0_fp16.json --json $OUT/gpu_verify.json
+    $ python bench/gpu_doctor_and_check.py --artifact .whl/p3/art/efficientnet_lite0_fp16.json --json $OUT/gpu_verify.json
 """
 
 from __future__ import annotations
