@@ -87,8 +87,9 @@ def _val(arg):
 
 
 def _computes_float(node: torch.fx.Node) -> bool:
-    values = [_val(node), *(_val(a) for a in node.all_input_nodes)]
-    return any(isinstance(v, torch.Tensor) and v.dtype.is_floating_point for v in values)
+    """Whether a float value goes in or out of ``node`` (True where no example value says: the rules then apply)."""
+    values = [v for v in [_val(node), *(_val(a) for a in node.all_input_nodes)] if isinstance(v, torch.Tensor)]
+    return not values or any(v.dtype.is_floating_point for v in values)
 
 
 def _computed(arg) -> bool:
