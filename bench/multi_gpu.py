@@ -64,8 +64,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--serve-transport", default="shm", help="serve_load.py --transport")
     p.add_argument("--serve-instances", type=int, default=2, help="serve_load.py --instances (per device)")
     p.add_argument("--serve-processes", type=int, default=8, help="client processes (the null model shows their ceiling)")
-    p.add_argument("--serve-requests", type=int, default=20000)
-    p.add_argument("--serve-max-seconds", type=float, default=60.0)
+    p.add_argument("--serve-max-seconds", type=float, default=15.0,
+                   help="each serve_load.py load run lasts this long (its --seconds; runs are time-bound)")
     p.add_argument("--serve-timeout", type=float, default=240.0, help="seconds per serve_load.py run")
     p.add_argument("--predictor-only", default=None, help=argparse.SUPPRESS)  # the child process: its device
     return p.parse_args(argv)
@@ -300,7 +300,7 @@ def serve_run(args: argparse.Namespace, devices: str) -> dict:
     command = [sys.executable, str(Path(__file__).with_name("serve_load.py")), "--route", args.route,
                "--model", f"zoo:{MODEL}", "--inflight", args.serve_inflight, "--devices", devices,
                "--instances", str(args.serve_instances), "--processes", str(args.serve_processes),
-               "--requests", str(args.serve_requests), "--max-seconds", str(args.serve_max_seconds),
+               "--seconds", str(args.serve_max_seconds),
                "--input-format", args.serve_input_format, "--transport", args.serve_transport,
                "--budget-s", str(args.serve_timeout - 60), "--out", str(out)]
     console.print(f"serve_load: {escape(' '.join(command))}")
