@@ -106,6 +106,17 @@ def test_the_budget_cuts_the_sweep_and_lists_what_it_left(tuned, tmp_path):
     assert cut == [f"{c.key}: the time budget ran out before it" for c in report.left]
 
 
+def test_pytorch_routes_alone_build_nothing_and_judge_against_pytorch_fp32(tuned, tmp_path):
+    """What runs on an H200, where TensorRT-RTX does not: no engine build, no ONNX; PyTorch FP32 is the reference."""
+    report = tune(tuned["model"], tuned["data"], tmp_path / "torch", **{**SWEEP, "routes": ("eager",)})
+    assert (report.builds, report.cache_hits, report.skipped) == (0, 0, ())
+    assert [p.candidate.key for p in report.points] == ["eager/fp32/b1", "eager/fp32/b2"]
+    assert all(p.accuracy > 0.99999 for p in report.points)
+    assert report.artifact.name == "tiny_net_torch.json" and not list((tmp_path / "torch").glob("*.onnx"))
+    with trtforge.load(report.artifact, route="auto", model=tuned["model"]) as engine:
+        assert engine.route == "eager"
+
+
 def test_the_pareto_front_on_hand_made_points():
     def point(p99: float, throughput: float, accuracy: float, batch: int = 1) -> Point:
         return Point(Candidate("eager", "fp32", batch), p99 / 2, p99, throughput, accuracy)

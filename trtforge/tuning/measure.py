@@ -81,13 +81,15 @@ def accuracy_of(judgement: Any) -> float:
     return float(min(values))
 
 
-def reference_outputs(sidecar_path: Path, subject: Subject, batch: int) -> dict[str, np.ndarray]:
-    """The FP32 reference graph's outputs on every sample, in ONNX Runtime (``check``'s reference)."""
+def reference_outputs(base: Any, subject: Subject, batch: int) -> dict[str, np.ndarray]:
+    """The FP32 reference's outputs on every sample: the reference graph in ONNX Runtime (``check``'s reference),
+    or for a PyTorch-only run (``base.torch_reference``) the model in FP32 on the CPU."""
     from trtforge.debug.check import run_batches
     from trtforge.debug.inputs import split_batches
     from trtforge.runtime.load import load
 
-    with load(sidecar_path, route="onnxruntime", device="cpu") as reference:
+    route, options = ("eager", {"model": subject.model}) if base.torch_reference else ("onnxruntime", {})
+    with load(base.sidecar_path, route=route, device="cpu", **options) as reference:
         return run_batches(reference, split_batches(subject.data, batch))
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from trtforge.core.device_identity import this_device
 from trtforge.core.errors import UserError
 from trtforge.core.routes import TORCH_ROUTES
+from trtforge.tuning.base import Base, built_base, needs_build, torch_base
 from trtforge.tuning.candidates import (
     ENGINE_ROUTE,
     GRAPH_ROUTE,
@@ -58,20 +59,19 @@ class Sweep:
     store: PointStore
     counters: Counters
     deadline: float
-    base: Any = None
-    task: str = "other"
+    base: Base | None = None
     _reference: Any = None
 
     def artifact_of(self, candidate: Candidate) -> Any:
         if candidate.route in TORCH_ROUTES:
-            return self.base
+            return self.base.sidecar_path
         if candidate.route == GRAPH_ROUTE:
-            return self.builds.get(candidate.precision)
-        return self.builds.get(candidate.precision, candidate.opt_batch, candidate.opt_level)
+            return self.builds.get(candidate.precision).sidecar_path
+        return self.builds.get(candidate.precision, candidate.opt_batch, candidate.opt_level).sidecar_path
 
     def reference(self) -> Any:
         if self._reference is None:
-            self._reference = reference_outputs(self.base.sidecar_path, self.subject, max(self.config.batches))
+            self._reference = reference_outputs(self.base, self.subject, max(self.config.batches))
         return self._reference
 
     def seconds_left(self) -> float:
@@ -103,11 +103,11 @@ def tune(model_or_artifact: Any, data: Any, output_dir: str | Path = "trtforge_t
     counters = Counters()
     builds = Builds(subject, folder, config.batches, plan.opt_levels[0], counters)
     sweep = Sweep(subject, config, plan, builds, None, counters, start + config.max_seconds)  # type: ignore[arg-type]
-    sweep.base = builds.get(plan.precisions[0])  # the FP32 reference graph; the sidecar the PyTorch routes load
+    if needs_build(plan) or subject.model is None:  # the first build: the FP32 reference graph, the sidecar
+        sweep.base = built_base(builds.get(plan.precisions[0]))
+    else:  # PyTorch routes only: nothing is built (TensorRT may be absent), PyTorch FP32 is the reference
+        sweep.base = torch_base(subject, folder)
     sweep.store = PointStore(folder, _identity(sweep))
-    from trtforge.debug.check import artifact_task
-
-    sweep.task = artifact_task(sweep.base.sidecar, sweep.base.reference_onnx_path)
     points, skipped, left = _run(sweep, progress)
     report = _finish(sweep, points, tuple(plan.skipped) + tuple(skipped), tuple(left), time.monotonic() - start)
     return report
@@ -115,7 +115,7 @@ def tune(model_or_artifact: Any, data: Any, output_dir: str | Path = "trtforge_t
 
 def _identity(sweep: Sweep) -> dict[str, Any]:
     device = this_device()
-    return {"model": sweep.base.sidecar.source.reference_onnx_sha256, "data": sweep.subject.data_sha256,
+    return {"model": sweep.base.model_sha256, "data": sweep.subject.data_sha256,
             "device": {"kind": device.kind, "name": device.name, "driver": device.driver}, "versions": versions(),
             "timing": {"warmup": sweep.config.warmup, "repeats": sweep.config.repeats, "device": sweep.config.device}}
 
@@ -140,9 +140,9 @@ def _run(sweep: Sweep, progress: bool) -> tuple[list[Point], list[Skip], list[Ca
                 continue
             step = steps.stage(f"{candidate.key} (build, accuracy, timing; {sweep.seconds_left():.0f} s left)", 3)
             try:
-                artifact = sweep.artifact_of(candidate)
+                sidecar_path = sweep.artifact_of(candidate)
                 step()
-                point = measure_point(candidate, artifact.sidecar_path, sweep.subject, sweep.reference(), sweep.task,
+                point = measure_point(candidate, sidecar_path, sweep.subject, sweep.reference(), sweep.base.task,
                                       sweep.config, step)
             except UserError as exc:
                 skipped.append(Skip(candidate.route, f"{candidate.key}: {exc}"))
@@ -180,7 +180,7 @@ def _finish(sweep: Sweep, points: list[Point], skipped: tuple[Skip, ...], left: 
     chosen = choose(points, config.max_p99_ms, config.min_accuracy, config.chosen_by)
     artifact = sweep.builds.folder / (chosen.artifact or sweep.base.sidecar_path.name)
     if not artifact.is_file():  # removed since the run that measured it: the cache gives it back
-        artifact = sweep.artifact_of(chosen.candidate).sidecar_path
-    write_tuned_record(artifact, chosen, sweep.task, versions())
+        artifact = sweep.artifact_of(chosen.candidate)
+    write_tuned_record(artifact, chosen, sweep.base.task, versions())
     return TuneReport.of(points, chosen, skipped, left, artifact, sweep.counters, elapsed, this_device(),
-                         sweep.task)
+                         sweep.base.task)
