@@ -156,12 +156,23 @@ RowValue = str | int | float | bool | tuple[str, ...] | None
 Row = Mapping[str, RowValue]
 
 
+class ReportEntry(Mapping):
+    """A report entry that reads as the report's dict did: ``set(entry)``, ``entry.get(k)``, ``entry.items()``
+    over its JSON keys (``to_dict``), besides its typed fields."""
+
+    def __iter__(self):
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.to_dict())
+
+
 def _records(value, cls) -> tuple:
     return tuple(cls.from_dict(v) for v in as_tuple(value))
 
 
 @dataclass(frozen=True, kw_only=True)
-class MethodRecord(SidecarRecord):
+class MethodRecord(SidecarRecord, ReportEntry):
     """A quantization method's entry (``trtforge.quantize.methods``): kept or not, the held-back relative L2 mean of
     the graph it started from and of its candidate; its own fields follow, in its order (in ``extra``: ``layers``
     is a count for most, each layer's record for learned rounding, the layers' names for equalization).
@@ -177,7 +188,7 @@ class MethodRecord(SidecarRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
-class MethodRow(SidecarRecord):
+class MethodRow(SidecarRecord, ReportEntry):
     """A row of the report's ``methods``: a method that ran, its time, and its candidate's held-back metrics."""
 
     method: str | None = optional_field()
@@ -187,7 +198,7 @@ class MethodRow(SidecarRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SmoothQuantRecord(SidecarRecord):
+class SmoothQuantRecord(SidecarRecord, ReportEntry):
     """SmoothQuant: α, each LayerNorm smoothed (with its consumers) and each one skipped with its reason."""
 
     alpha: float | None = optional_field()
@@ -196,7 +207,7 @@ class SmoothQuantRecord(SidecarRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ErrorBudgetRecord(SidecarRecord):
+class ErrorBudgetRecord(SidecarRecord, ReportEntry):
     """The error budget: where it came from, the task, whether it holds, and each limit with its measured value."""
 
     source: str | None = optional_field()  # "default" or "error_budget="
@@ -208,7 +219,7 @@ class ErrorBudgetRecord(SidecarRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AutoPlacementRecord(SidecarRecord):
+class AutoPlacementRecord(SidecarRecord, ReportEntry):
     """``placement="auto"``: the budget as checked at placement, the samples and checks, the groups readmitted."""
 
     budget_at_placement: tuple[Row, ...] | None = optional_field()
@@ -218,7 +229,7 @@ class AutoPlacementRecord(SidecarRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AutoPrecisionRecord(SidecarRecord):
+class AutoPrecisionRecord(SidecarRecord, ReportEntry):
     """``precision="auto"``: the ladder per op type, the layers per precision, and each layer's choice."""
 
     ladder: Mapping[str, tuple[str, ...]] | None = optional_field()
