@@ -23,7 +23,8 @@ from trtforge.core.device_identity import this_device
 from trtforge.core.sidecar import read_sidecar, write_sidecar
 from trtforge.runtime.load import resolve_route, route_refusal
 from trtforge.tuning import ConstraintUnmet, Point, pareto_front, tune
-from trtforge.tuning.candidates import Candidate
+from trtforge.tuning.base import needs_build
+from trtforge.tuning.candidates import Candidate, DeviceFacts, TuneConfig, default_precisions, plan_sweep
 from trtforge.tuning.pareto import choose
 
 SWEEP = {"routes": ("eager", "onnxruntime", "tensorrt"), "precisions": ("fp32", "fp16"), "batches": (1, 2),
@@ -115,6 +116,23 @@ def test_pytorch_routes_alone_build_nothing_and_judge_against_pytorch_fp32(tuned
     assert report.artifact.name == "tiny_net_torch.json" and not list((tmp_path / "torch").glob("*.onnx"))
     with trtforge.load(report.artifact, route="auto", model=tuned["model"]) as engine:
         assert engine.route == "eager"
+
+
+def test_the_plan_follows_the_capability_table_and_what_is_installed():
+    bare_h200 = DeviceFacts("sm90", "", "")  # the lent H200: no TensorRT at all
+    plan = plan_sweep(TuneConfig(batches=(1,)), bare_h200, has_model=True)
+    assert [c.route for c in plan.candidates] == ["eager", "fp16", "cuda_graph", "compiled"]
+    assert [s.route for s in plan.skipped] == ["tensorrt", "onnxruntime"] and not needs_build(plan, bare_h200)
+    rtx_h200 = DeviceFacts("sm90", "tensorrt_rtx", "1.7.1")
+    plan = plan_sweep(TuneConfig(routes=("eager", "tensorrt"), batches=(1,)), rtx_h200, has_model=True)
+    assert "TensorRT-RTX 1.7.1 does not run on sm90" in plan.skipped[0].why and needs_build(plan, rtx_h200)
+    ada = DeviceFacts("sm89", "tensorrt_rtx", "1.7.1")
+    plan = plan_sweep(TuneConfig(routes=("tensorrt",), precisions=("fp16", "int8"), batches=(1, 8),
+                                 opt_levels=(3, 5)), ada, has_model=False)
+    assert {(c.precision, c.opt_level, c.opt_batch, c.batch) for c in plan.candidates} == {
+        ("fp16", level, opt, b) for level in (3, 5) for opt in (1, 8) for b in (1, 8)}
+    assert "does not accelerate int8 on sm89" in plan.skipped[0].why  # TensorRT-RTX: no W8A8 INT8 kernels
+    assert default_precisions(ada) == ("fp32", "fp16", "bf16")
 
 
 def test_the_pareto_front_on_hand_made_points():

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from trtforge.core.routes import ENGINE_ROUTES
-from trtforge.tuning.candidates import ENGINE_ROUTE, SweepPlan
+from trtforge.tuning.candidates import ENGINE_ROUTE, DeviceFacts, SweepPlan
 from trtforge.tuning.subject import Subject
 
 #: The note a PyTorch-only base's sidecar carries: its engine file holds no engine.
@@ -42,10 +42,10 @@ class Base:
     torch_reference: bool = False
 
 
-def needs_build(plan: SweepPlan) -> bool:
-    """True when a swept route runs built files, or engines are built to show they build."""
+def needs_build(plan: SweepPlan, facts: DeviceFacts) -> bool:
+    """True when a swept route runs built files, or engines are built here to show they build."""
     return (any(c.route in ENGINE_ROUTES for c in plan.candidates)
-            or any(s.route == ENGINE_ROUTE for s in plan.skipped))
+            or (bool(facts.flavour) and any(s.route == ENGINE_ROUTE for s in plan.skipped)))
 
 
 def built_base(artifact: Any) -> Base:

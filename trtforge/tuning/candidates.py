@@ -152,6 +152,8 @@ class DeviceFacts:
     def engine_refusal(self) -> str | None:
         """Why engines built here cannot be timed here, or None."""
         label = FLAVOUR_LABEL.get(self.flavour, self.flavour)
+        if not self.flavour:
+            return "no TensorRT bindings are installed here (pip install tensorrt, or tensorrt-rtx); tune times the other routes"
         if self.cc is None:
             return (f"no CUDA GPU here: {label} engines are built (each precision builds) but not timed; "
                     "run tune on the GPU that will serve")
@@ -211,6 +213,9 @@ def plan_sweep(config: TuneConfig, facts: DeviceFacts, *, has_model: bool) -> Sw
                                            f"tried ({', '.join(precisions)})"))
             else:
                 found += [Candidate(route, fixed, b) for b in batches]
+        elif route == GRAPH_ROUTE and not facts.flavour:
+            skipped.append(Skip(route, f"route {route} runs the graph a build writes, and no TensorRT is installed "
+                                       "here to build it; tune times the PyTorch routes"))
         elif route == GRAPH_ROUTE:
             found += [Candidate(route, p, b) for p in precisions for b in batches]
         else:

@@ -42,8 +42,11 @@ def versions() -> dict[str, str | None]:
             found[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             found[package] = None
-    info = trt.info()
-    found[info.flavour] = info.version
+    if trt.available():
+        info = trt.info()
+        found[info.flavour] = info.version
+    else:
+        found["tensorrt"] = None
     return found
 
 

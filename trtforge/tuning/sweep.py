@@ -43,8 +43,10 @@ def device_facts() -> DeviceFacts:
     from trtforge.core import trt
     from trtforge.core.machine import compute_capabilities
 
-    info = trt.info()
     ccs = compute_capabilities()
+    if not trt.available():  # an H200 without TensorRT: the PyTorch routes are swept, engines are skipped
+        return DeviceFacts(ccs[0] if ccs else None, "", "")
+    info = trt.info()
     return DeviceFacts(ccs[0] if ccs else None, info.flavour, info.version)
 
 
@@ -103,7 +105,7 @@ def tune(model_or_artifact: Any, data: Any, output_dir: str | Path = "trtforge_t
     counters = Counters()
     builds = Builds(subject, folder, config.batches, plan.opt_levels[0], counters)
     sweep = Sweep(subject, config, plan, builds, None, counters, start + config.max_seconds)  # type: ignore[arg-type]
-    if needs_build(plan) or subject.model is None:  # the first build: the FP32 reference graph, the sidecar
+    if needs_build(plan, facts) or subject.model is None:  # the first build: the FP32 reference graph, the sidecar
         sweep.base = built_base(builds.get(plan.precisions[0]))
     else:  # PyTorch routes only: nothing is built (TensorRT may be absent), PyTorch FP32 is the reference
         sweep.base = torch_base(subject, folder)
