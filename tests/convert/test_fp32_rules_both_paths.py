@@ -63,12 +63,13 @@ def test_both_paths_keep_the_same_op_kinds_for_the_same_reasons(tmp_path, name, 
 
 
 class _Rules(torch.nn.Module):
-    """One op for each FP16 rule the models above do not reach."""
+    """One op for each FP16 rule the models above do not reach, and two the range probe keeps."""
 
     def forward(self, x: torch.Tensor, y: torch.Tensor):
         rms = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)  # a hand-written normalisation
         tiny = y * 1e-30  # a constant FP16 flushes to 0
-        return rms + x / y + torch.floor(x / 3.7) + torch.fmod(x, 3.7) + tiny, x.prod(-1)  # computed divisor, floor div
+        probed = torch.softmax(x * 100, -1) + (y * 3e4).sum(-1, keepdim=True)  # the range probe: softmax input, |x|
+        return rms + x / y + torch.floor(x / 3.7) + torch.fmod(x, 3.7) + tiny + probed, x.prod(-1)
 
 
 def test_both_adapters_keep_the_same_kinds_on_every_fp16_rule(tmp_path):
@@ -100,3 +101,6 @@ def test_both_adapters_keep_the_same_kinds_on_every_fp16_rule(tmp_path):
         torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
     kinds = {why.split(":")[0] for why in direct_kept.values()}
     assert {"ReduceMean", "Sqrt", "Add", "Div", "Floor", "Mod", "ReduceProd", "Mul"} <= kinds, direct_kept
+    probed = [why for why in direct_kept.values() if "range probe" in why]
+    assert any(why.startswith("Softmax: range probe: input") for why in probed) and any(
+        why.startswith("ReduceSum: range probe: |x|") for why in probed), probed

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import operator
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -224,14 +225,23 @@ def _call(ctx: Context, node: torch.fx.Node, env: dict, lowered: Lowered):
     return _in_fp32(ctx, entry.fn, node, schema_args(node, env))
 
 
+def _readers(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes that read ``node``'s values, through the ``getitem`` of a multi-output op."""
+    return [r for user in node.users for r in (_readers(user) if user.target is operator.getitem else [user])]
+
+
 def _in_fp32(ctx: Context, fn: Callable, node: torch.fx.Node, args: list):
-    """A node the FP32 plan keeps: its converter runs at FP32 (its float inputs cast up), its float outputs are
-    cast back to the compute precision for the nodes after it."""
+    """A node the FP32 plan keeps: its converter runs at FP32 (its float inputs cast up); its float outputs are
+    cast back to the compute precision when a node after it computes in that precision (as the ONNX float pass
+    casts), else they stay FP32 (an FP32 node's value that FP16 cannot hold reaches the next FP32 node whole)."""
     low, ctx.compute = ctx.compute, torch.float32
     try:
         out = fn(ctx, node, args)
     finally:
         ctx.compute = low
+    readers = _readers(node)
+    if all(user.op == "output" or ctx.fp32.keeps(user) for user in readers):
+        return out
 
     def back(value):
         return ctx.net.cast(value, low) if isinstance(value, Tensor) and value.dtype == torch.float32 else value
@@ -244,7 +254,8 @@ def _outputs(ctx: Context, node: torch.fx.Node, env: dict, names: list[str] | No
     values = values if isinstance(values, (list, tuple)) else [values]
     for index, value in enumerate(values):
         meta = node.args[0][index].meta["val"] if isinstance(node.args[0], (list, tuple)) else node.args[0].meta["val"]
-        x = ctx.tensor(value, dtype=ctx.dtype(meta.dtype))
+        kept = isinstance(value, Tensor) and value.dtype == meta.dtype  # an FP32-kept node's output stays FP32
+        x = value if kept else ctx.tensor(value, dtype=ctx.dtype(meta.dtype))
         out = ctx.net.cast(x, meta.dtype)
         if out is x:
             out = ctx.net.shuffle(x)  # an output must be a layer's own tensor
