@@ -58,10 +58,10 @@ class Sweep:
     config: TuneConfig
     plan: SweepPlan
     builds: Builds
+    base: Base
     store: PointStore
     counters: Counters
     deadline: float
-    base: Base | None = None
     _reference: Any = None
 
     def artifact_of(self, candidate: Candidate) -> Any:
@@ -104,22 +104,23 @@ def tune(model_or_artifact: Any, data: Any, output_dir: str | Path = "trtforge_t
     folder.mkdir(parents=True, exist_ok=True)
     counters = Counters()
     builds = Builds(subject, folder, config.batches, plan.opt_levels[0], counters)
-    sweep = Sweep(subject, config, plan, builds, None, counters, start + config.max_seconds)  # type: ignore[arg-type]
     if needs_build(plan, facts) or subject.model is None:  # the first build: the FP32 reference graph, the sidecar
-        sweep.base = built_base(builds.get(plan.precisions[0]))
+        base = built_base(builds.get(plan.precisions[0]))
     else:  # PyTorch routes only: nothing is built (TensorRT may be absent), PyTorch FP32 is the reference
-        sweep.base = torch_base(subject, folder)
-    sweep.store = PointStore(folder, _identity(sweep))
+        base = torch_base(subject, folder)
+    store = PointStore(folder, _identity(base, subject, config))
+    sweep = Sweep(subject, config, plan, builds, base, store, counters, start + config.max_seconds)
     points, skipped, left = _run(sweep, progress)
     report = _finish(sweep, points, tuple(plan.skipped) + tuple(skipped), tuple(left), time.monotonic() - start)
     return report
 
 
-def _identity(sweep: Sweep) -> dict[str, Any]:
+def _identity(base: Base, subject: Subject, config: TuneConfig) -> dict[str, Any]:
+    """What a measured point depends on besides its candidate: model, data, device, versions, timing window."""
     device = this_device()
-    return {"model": sweep.base.model_sha256, "data": sweep.subject.data_sha256,
+    return {"model": base.model_sha256, "data": subject.data_sha256,
             "device": {"kind": device.kind, "name": device.name, "driver": device.driver}, "versions": versions(),
-            "timing": {"warmup": sweep.config.warmup, "repeats": sweep.config.repeats, "device": sweep.config.device}}
+            "timing": {"warmup": config.warmup, "repeats": config.repeats, "device": config.device}}
 
 
 def _run(sweep: Sweep, progress: bool) -> tuple[list[Point], list[Skip], list[Candidate]]:
