@@ -83,6 +83,37 @@ def test_fp32_graph_detections_equal_greedy(built):
     assert max(counts) == 100 and min(counts) < 100
 
 
+def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of every box of ``a`` (N, 4) with every box of ``b`` (M, 4), x1 y1 x2 y2."""
+    lo, hi = np.maximum(a[:, None, :2], b[None, :, :2]), np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.prod(np.clip(hi - lo, 0, None), axis=-1)
+    area = lambda box: np.prod(box[:, 2:] - box[:, :2], axis=-1)  # noqa: E731
+    return inter / (area(a)[:, None] + area(b)[None, :] - inter)
+
+
+def test_fp16_detections_agree_with_fp32(built):
+    """Issue 37: the FP16 graph's detections match FP32's: ≥ 99 % of FP32's boxes have an FP16 box of the same class
+    with IoU ≥ 0.9. Both graphs the engines were built from, in ONNX Runtime (which computes some FP16 nodes in FP32
+    on the CPU; no engine runs here). Judged on the photos where FP32 keeps fewer than ``max_detections``: on the
+    others this random-weight head scores hundreds of boxes at 0.99-1.0, and which of those tied boxes fill the
+    100 places is arbitrary in any precision (4 photos; 19 of their 400 boxes differ, all at 0.7-1.0)."""
+    _, out = built
+    images = np.load(yolo_file("photos.npz"))["images"].astype(np.float32) / 255
+    runs = {p: session(out / f"yolov8n_{p}.onnx") for p in ("fp32", "fp16")}
+    matched = total = 0
+    for x in images:
+        (n32, boxes32, _, classes32), (n16, boxes16, _, classes16) = (
+            [o[0] for o in runs[p].run(list(NMS_OUTPUTS), {"images": x[None]})] for p in ("fp32", "fp16"))
+        a, b = boxes32[: int(n32[0])], boxes16[: int(n16[0])]
+        if len(a) == NMS("yolo").max_detections:
+            continue
+        if len(a) and len(b):
+            same = (_iou(a, b) >= 0.9) & (classes32[: len(a), None] == classes16[None, : len(b)])
+            matched += int(same.any(axis=1).sum())
+        total += len(a)
+    assert total > 300 and matched >= 0.99 * total, (matched, total)
+
+
 def test_reproduce_line_appends_the_nms_to_the_source_file(built):
     """debug precision's line rebuilds from the user's file, so it names the NMS (the settings the sidecar's
     builder.config records, defaults left out); the reference ONNX holds the NMS already, so a line from it must not."""
