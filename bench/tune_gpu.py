@@ -35,6 +35,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -156,7 +157,8 @@ def run(args: argparse.Namespace) -> None:
     batches = (1, 2) if args.smoke else tuple(args.batch or (1, 8))
     repeats, warmup = (3, 1) if args.smoke else (args.repeats, 10)
     minutes = 1.5 if args.smoke else args.minutes
-    data = make_data(args.model, 8 if args.smoke else 64, out / f"{args.model}_data.npz")
+    # outside --out: Lite0's 64 crops are 38 MB, past what a device run brings back, and no result
+    data = make_data(args.model, 8 if args.smoke else 64, Path(tempfile.mkdtemp(prefix="tune_gpu-")) / "data.npz")
     tune_json = out / f"{args.model}_tune.json"
     common = [a for r in routes for a in ("--route", r)] + [a for b in batches for a in ("--batch", str(b))]
     trtforge_cli(["tune", MODELS[args.model], "--data", str(data), "-o", str(out / args.model), *common,
