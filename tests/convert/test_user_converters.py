@@ -34,9 +34,33 @@ def _row(out: str, op: str) -> str:
     return next((line for line in out.splitlines() if op in line), "")
 
 
+#: ``trtforge ARGV`` for each ARGV of ``sys.argv[1]`` (JSON), in one child process (``cli_in_process``, as the console
+#: script runs), printed as one JSON line ``[[exit status, stdout, stderr], ...]``.
+COMMANDS = f"""
+import json, sys
+sys.path.insert(0, {str(ROOT / "tests" / "support")!r})
+from cli_in_process import run
+done = [run(argv) for argv in json.loads(sys.argv[1])]
+print(json.dumps([[d.returncode, d.stdout, d.stderr] for d in done]))
+"""
+
+
+@pytest.fixture(scope="module")
+def without_converter(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """``coverage`` and ``build --path direct`` of the user's model without its converter, one child process for
+    both (a child pays seconds of imports): {"coverage": ..., "build": ...}."""
+    work = tmp_path_factory.mktemp("no_converter")
+    argvs = {"coverage": ["coverage", "user_ops:make", "--input-shape", "2x8"],
+             "build": ["build", "user_ops:make", "--path", "direct", "--input-shape", "2x8", "-o", "out"]}
+    proc = _run(["-c", COMMANDS, json.dumps(list(argvs.values()))], False, work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {name: subprocess.CompletedProcess(argv, *result) for (name, argv), result in zip(argvs.items(), results, strict=True)}
+
+
 @pytest.mark.slow
-def test_coverage_lists_the_user_converter(tmp_path):
-    without = _run(["-m", "trtforge.cli", "coverage", "user_ops:make", "--input-shape", "2x8"], False, tmp_path)
+def test_coverage_lists_the_user_converter(tmp_path, without_converter):
+    without = without_converter["coverage"]
     with_it = _run(["-m", "trtforge.cli", "coverage", "user_ops:make", "--input-shape", "2x8"], True, tmp_path)
     assert without.returncode == with_it.returncode == 0, without.stderr + with_it.stderr
     assert "unsupported" in _row(without.stdout, "userlib.scale2.default"), without.stdout
@@ -81,9 +105,8 @@ def test_compile_direct_uses_the_user_converter_and_keys_on_its_source(tmp_path)
 
 
 @pytest.mark.slow
-def test_without_the_converter_the_direct_path_refuses_in_one_line(tmp_path):
-    proc = _run(["-m", "trtforge.cli", "build", "user_ops:make", "--path", "direct", "--input-shape", "2x8",
-                 "-o", "out"], False, tmp_path)
+def test_without_the_converter_the_direct_path_refuses_in_one_line(without_converter):
+    proc = without_converter["build"]
     assert proc.returncode == 2 and "userlib.scale2.default" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
