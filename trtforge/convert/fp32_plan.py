@@ -163,8 +163,9 @@ def _parts(node: torch.fx.Node, dtype: str, ranges: Mapping[str, float]) -> dict
         return {}
     kept = {}
     mask = _val(node.args[3]) if len(node.args) > 3 else _val(node.kwargs.get("attn_mask"))
-    if dtype == "float16" and isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
-        kept[f"{node.name}:mask"] = constant_reason("Where", np.array([0.0, MASK_FILL], np.float32))
+    if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:  # the probe's reason first, as the float pass's
+        kept[f"{node.name}:mask"] = range_reason("Where", dtype, ranges.get(f"{node.name}:mask", 0.0)) or (
+            constant_reason("Where", np.array([0.0, MASK_FILL], np.float32)) if dtype == "float16" else None)
     scores = ranges.get(f"{node.name}:scores", 0.0)
     softmax = range_reason("Softmax", dtype, scores) or softmax_reason("Softmax", dtype, scores)
     if softmax:
@@ -229,10 +230,25 @@ class _Probe(torch.fx.Interpreter):
         if n.meta.get("trtforge_const") and n.op == "call_function" and isinstance(out, torch.Tensor):
             self.folded[n.name] = out
         if n.op == "call_function" and target_name(n) == "aten.scaled_dot_product_attention.default":
-            q, k = (self.env[a] for a in n.args[:2])
-            scale = n.kwargs.get("scale") or (n.args[6] if len(n.args) > 6 else None) or q.shape[-1] ** -0.5
-            self.ranges[f"{n.name}:scores"] = _magnitude(q @ k.transpose(-2, -1) * scale) or 0.0
+            self._attention(n)
         return out
+
+
+    def _attention(self, n: torch.fx.Node) -> None:
+        """An attention's softmax input (``q kᵀ · scale + mask``) and its boolean mask's bias, as the converter
+        and torch.onnx write them."""
+        args = [self.env[a] if isinstance(a, torch.fx.Node) else a for a in n.args] + [None] * 7
+        q, k, mask = args[0], args[1], n.kwargs.get("attn_mask", args[3])
+        mask = self.env[mask] if isinstance(mask, torch.fx.Node) else mask
+        scale = n.kwargs.get("scale", args[6]) or q.shape[-1] ** -0.5
+        scores = q @ k.transpose(-2, -1) * scale
+        if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
+            bias = torch.zeros(()).masked_fill(~mask, MASK_FILL) if (~mask).any() else torch.zeros(())
+            self.ranges[f"{n.name}:mask"] = float(bias.abs().max())
+            scores = scores + bias
+        elif isinstance(mask, torch.Tensor):
+            scores = scores + mask
+        self.ranges[f"{n.name}:scores"] = _magnitude(scores) or 0.0
 
 
 def measure_ranges(graph: torch.fx.Graph, constants: Mapping[str, torch.Tensor],
