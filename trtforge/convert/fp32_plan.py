@@ -96,12 +96,10 @@ def _computed(arg) -> bool:
     return isinstance(arg, torch.fx.Node) and not arg.meta.get("trtforge_const")
 
 
-def _users(node: torch.fx.Node) -> list[torch.fx.Node]:
-    """``node``'s users, through the ``getitem`` of a multi-output op (no node of the ONNX graph)."""
-    found = []
-    for user in node.users:
-        found.extend(_users(user) if user.target is operator.getitem else [user])
-    return found
+def readers(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes that read ``node``'s values, through the ``getitem`` of a multi-output op (no node of the ONNX
+    graph)."""
+    return [r for user in node.users for r in (readers(user) if user.target is operator.getitem else [user])]
 
 
 def _rule_range_fragile(node: torch.fx.Node, kind: str) -> str | None:
@@ -112,7 +110,7 @@ def _rule_range_fragile(node: torch.fx.Node, kind: str) -> str | None:
             and isinstance(first, torch.Tensor) and first.dtype == torch.float32:
         return computed_operand_reason(kind)
     floor_mode = node.kwargs.get("rounding_mode", node.args[2] if len(node.args) > 2 else None) in ("floor", "trunc")
-    if kind == "Div" and (floor_mode or any(op_kind(u) in ROUNDING_OPS for u in _users(node))):
+    if kind == "Div" and (floor_mode or any(op_kind(u) in ROUNDING_OPS for u in readers(node))):
         return FLOOR_DIVISION_REASON
     if kind in ROUNDING_OPS and node.args and isinstance(node.args[0], torch.fx.Node) \
             and node.args[0].op == "call_function" and op_kind(node.args[0]) == "Div":
@@ -149,7 +147,7 @@ def _norm_path(node: torch.fx.Node) -> list[torch.fx.Node]:
     for _ in range(NORM_HOPS):
         following = []
         for current, path in frontier:
-            for user in _users(current):
+            for user in readers(current):
                 if user.op == "call_function" and op_kind(user) in NORM_FINISHERS:
                     return [*path, user]
                 following.append((user, [*path, user]))
@@ -263,4 +261,4 @@ def measure_ranges(graph: torch.fx.Graph, constants: Mapping[str, torch.Tensor],
     return probe.ranges, probe.folded
 
 
-__all__ = ["ATEN_KINDS", "Fp32Plan", "measure_ranges", "op_kind", "plan_fp32"]
+__all__ = ["ATEN_KINDS", "Fp32Plan", "measure_ranges", "op_kind", "plan_fp32", "readers"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import operator
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ import torch
 
 from trtforge.convert.context import Context, ConversionRefused, SymDim, is_const, static_shape
 from trtforge.convert.converters import all_converters
-from trtforge.convert.fp32_plan import plan_fp32
+from trtforge.convert.fp32_plan import plan_fp32, readers
 from trtforge.convert.network import Network, Tensor
 from trtforge.convert.registry import REGISTRY, Settings, target_name
 from trtforge.core.batch import BatchProfile, constraint_violation, own_batch, resolve_batch
@@ -225,11 +224,6 @@ def _call(ctx: Context, node: torch.fx.Node, env: dict, lowered: Lowered):
     return _in_fp32(ctx, entry.fn, node, schema_args(node, env))
 
 
-def _readers(node: torch.fx.Node) -> list[torch.fx.Node]:
-    """The nodes that read ``node``'s values, through the ``getitem`` of a multi-output op."""
-    return [r for user in node.users for r in (_readers(user) if user.target is operator.getitem else [user])]
-
-
 def _in_fp32(ctx: Context, fn: Callable, node: torch.fx.Node, args: list):
     """A node the FP32 plan keeps: its converter runs at FP32 (its float inputs cast up); its float outputs are
     cast back to the compute precision when a node after it computes in that precision (as the ONNX float pass
@@ -239,8 +233,7 @@ def _in_fp32(ctx: Context, fn: Callable, node: torch.fx.Node, args: list):
         out = fn(ctx, node, args)
     finally:
         ctx.compute = low
-    readers = _readers(node)
-    if all(user.op == "output" or ctx.fp32.keeps(user) for user in readers):
+    if all(user.op == "output" or ctx.fp32.keeps(user) for user in readers(node)):
         return out
 
     def back(value):
