@@ -60,6 +60,8 @@ def serve_command(
     admin_token: Annotated[str | None, typer.Option(envvar="TRTFORGE_ADMIN_TOKEN",
                                                     help="token for reloads (none: reloads refused)")] = None,
     allow_host_code: Annotated[bool, typer.Option(help="accept TensorRT engines with host code")] = False,
+    trust_factory: Annotated[bool, typer.Option(help="PyTorch routes: import the sidecar's model factory from your "
+                                                     "own module (current folder or PYTHONPATH); it runs its code")] = False,
     input_format: Annotated[str, typer.Option(help="native (the model's inputs) | uint8 (HWC frames, the "
                                                    "sidecar's preprocessing runs in the server)")] = "native",
     watch: Annotated[float | None, typer.Option(help="poll each sidecar every N seconds; a new engine "
@@ -74,7 +76,8 @@ def serve_command(
         config = ServeConfig(route=route, fallback_route=fallback_route, host=host, http_port=http_port,
                              grpc_port=grpc_port, metrics_port=metrics_port, max_delay_ms=max_delay_ms,
                              instances=instances, devices=_devices(devices), admin_token=admin_token,
-                             allow_host_code=allow_host_code, input_format=input_format, watch_s=watch,
+                             allow_host_code=allow_host_code, trust_factory=trust_factory,
+                             input_format=input_format, watch_s=watch,
                              allow_signature_change=allow_signature_change)
         server = Server(artifacts, config)
         _run(server)

@@ -42,6 +42,18 @@ def model_from_factory(factory: str, trust_factory: bool = False) -> Any:
     return getattr(importlib.import_module(module_name), function)().eval()
 
 
+def untrusted_factory(sidecar: Sidecar, route: str, trust_factory: bool) -> str | None:
+    """Why a PyTorch route would refuse the sidecar's factory (a module outside ``TRUSTED_FACTORY_PREFIXES``,
+    not trusted): one line for ``serve`` to say before Triton starts; None when it would import it."""
+    factory = sidecar.source.factory
+    if route not in TORCH_ROUTES or not factory or trust_factory or factory.startswith(TRUSTED_FACTORY_PREFIXES):
+        return None
+    return (f"route {route!r} imports {sidecar.path}'s model factory {factory!r}, which is outside "
+            f"{TRUSTED_FACTORY_PREFIXES} and would run its code; " + spelled(
+                cli="pass --trust-factory if you trust the sidecar (its module is imported from the current folder "
+                    "or PYTHONPATH)", python="set trust_factory=True (ServeConfig, trtforge.load) if you trust the sidecar"))
+
+
 def _onnx_file(sidecar: Sidecar, which: str) -> Path:
     """The sidecar's ONNX file for the onnxruntime route, its sha256 checked before anything loads it."""
     if which not in ("reference", "processed"):

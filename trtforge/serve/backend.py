@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import threading
 from pathlib import Path
@@ -74,7 +75,10 @@ def open_engine(sidecar: Path, route: str, parameters: dict[str, str], device: s
     options: dict[str, Any] = route_options(route)  # check's graph: the artifact's precision, not the reference
     if route == "tensorrt":
         options["allow_host_code"] = parameters.get("allow_host_code") == "true"
-    return load(sidecar, route=route, device=device, **options)
+    trust = parameters.get("trust_factory") == "true"
+    if trust:  # serve --trust-factory: the sidecar's factory may be the user's module, from the server's folders
+        sys.path.extend(p for p in parameters.get("factory_path", "").split(os.pathsep) if p and p not in sys.path)
+    return load(sidecar, route=route, device=device, trust_factory=trust, **options)
 
 
 def served_line(sidecar: Any, routes: tuple[str, str]) -> str:

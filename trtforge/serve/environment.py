@@ -86,6 +86,14 @@ def server_environment(dist: TritonDist) -> dict[str, str]:
     return env
 
 
+def factory_path() -> str:
+    """Where a trusted model factory's module is imported from in the stub (which ignores ``PYTHONPATH``): the
+    current folder, as ``python -m`` and ``trtforge build`` import it, then this process's ``PYTHONPATH``;
+    ``os.pathsep``-joined."""
+    paths = [os.getcwd(), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    return os.pathsep.join(dict.fromkeys(str(Path(p).resolve()) for p in paths))
+
+
 def default_stub_env() -> Path:
     return Path(os.environ.get(STUB_ENV_VARIABLE) or Path(sys.prefix) / "trtforge-serve-stub")
 

@@ -115,6 +115,7 @@ class ServeConfig:
     admin_token: str | None = None
     health: HealthPolicy = field(default_factory=HealthPolicy)
     allow_host_code: bool = False
+    trust_factory: bool = False
     engine_factory: str | None = None
     startup_timeout_s: float = 180.0
     stub_env: Path | None = None
@@ -152,6 +153,10 @@ class ServeConfig:
             params["input_format"] = self.input_format
         if self.engine_factory:
             params["engine_factory"] = self.engine_factory
+        if self.trust_factory:  # a PyTorch route may import the sidecar's factory from the user's own module
+            from trtforge.serve.environment import factory_path
+
+            params.update(trust_factory="true", factory_path=factory_path())
         if sha256:
             params["sha256"] = sha256
         return params
@@ -284,14 +289,14 @@ class Server:
         """One line for a route that cannot run an artifact on this machine, before Triton starts (a
         configured engine factory decides for itself)."""
         from trtforge.core.sidecar import read_sidecar
-        from trtforge.runtime.load import route_refusal
+        from trtforge.runtime.load import route_refusal, untrusted_factory
 
         if self.config.engine_factory:
             return
         for artifact in artifacts:
             sidecar = read_sidecar(Path(artifact))
             for route in filter(None, (self.config.route, self.config.fallback_route)):
-                reason = route_refusal(sidecar, route)
+                reason = route_refusal(sidecar, route) or untrusted_factory(sidecar, route, self.config.trust_factory)
                 if reason:
                     raise Unsupported(f"cannot serve {sidecar.name} here: {reason}")
 
