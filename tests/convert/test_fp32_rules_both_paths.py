@@ -50,13 +50,17 @@ def _compile(tmp_path, name: str, path: str, batch):
                             progress=False, output_dir=tmp_path / path)
 
 
-@pytest.mark.parametrize(("name", "batch"), [("vit", None), ("swin", None), ("convnext", 2)])
+@pytest.mark.parametrize(("name", "batch"), [("vit", None), ("swin", None), ("convnext", "1:2:4")])
 def test_both_paths_keep_the_same_op_kinds_for_the_same_reasons(tmp_path, name, batch):
+    """Also the one batch rule (``core.batch.resolve_batch``): both paths build one profile, ``1:2:2`` from the
+    example's batch of 2 when ``batch=None`` (the direct path built ``2:2:2`` before issue 36), the asked one else."""
     art = _compile(tmp_path, name, "onnx", batch)
     onnx_sc, direct_sc = read_sidecar(art.sidecar_path), read_sidecar(_compile(tmp_path, name, "direct", batch).sidecar_path)
     onnx_kept, direct_kept = dict(onnx_sc.precision.fp32_nodes), dict(direct_sc.precision.fp32_nodes)
     assert sorted(onnx_kept.values()) == sorted(direct_kept.values())  # each kind kept as often, for one reason
     assert onnx_sc.profiles == direct_sc.profiles  # and the one batch rule gives one profile
+    expected = (1, 2, 2) if batch is None else (1, 2, 4)
+    assert {(r["min"][0], r["opt"][0], r["max"][0]) for p in direct_sc.profiles for r in p.values()} == {expected}
     types = {node.name: node.op_type for node in onnx.load(art.onnx_path, load_external_data=False).graph.node}
     assert {why.split(":")[0] for why in onnx_kept.values()} == {types[node] for node in onnx_kept}
     assert any(why.startswith("LayerNormalization: normalisation") for why in direct_kept.values())

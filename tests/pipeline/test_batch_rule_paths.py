@@ -1,12 +1,10 @@
 """Issue 36: one batch rule (``core.batch.resolve_batch``) on every path. The same module compiled through the
 ONNX path and the direct path gets the same optimization profile in its sidecar, with ``batch=None`` (an
-example of batch 2: ``1:2:2``) and with an explicit batch, on models nobody here wrote (transformers ViT and
-ResNet from tiny configs, random weights). Before issue 36 the direct path built ``2:2:2`` for ``batch=None``."""
+example of batch 2: ``1:2:2``) and with an explicit batch, on models nobody here wrote: tests/convert/
+test_fp32_rules_both_paths.py (ViT, Swin and ConvNext from tiny configs; the two issue-36 acceptance tests were
+merged there, one compile per path and model). Before issue 36 the direct path built ``2:2:2`` for ``batch=None``."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,9 +13,6 @@ import torch
 import trtforge
 from trtforge.core.batch import BatchProfile, own_batch, resolve_batch
 from trtforge.core.config import CompileConfig
-from trtforge.pipeline.onnx_path import one_export_per_call
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "matrix"))
 
 pytestmark = pytest.mark.needs_trt
 
@@ -32,38 +27,6 @@ def test_resolve_batch_is_the_asked_batch_else_one_to_the_examples():
                          batched={"x"}) == (BatchProfile(1, 2, 2),)
     assert resolve_batch(CompileConfig(), None) is None
     assert own_batch([torch.zeros(3, 2)]) == (BatchProfile(3, 3, 3),) and own_batch([]) == (BatchProfile(1, 1, 1),)
-
-
-def _vit():
-    from matrix_models import vit
-
-    return vit(), (torch.randn(2, 3, 32, 32),)
-
-
-def _resnet():
-    from architectures import build
-
-    return build("resnet"), (torch.randn(2, 3, 32, 32),)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("make", "batches"), [(_vit, (None, "1:2:4")), (_resnet, (None,))], ids=["vit", "resnet"])
-def test_both_paths_build_the_same_profile_with_and_without_a_batch(tmp_path, make, batches):
-    """ResNet takes ``batch=None`` only: an explicit batch through both paths is tests/test_direct_compile.py's
-    too (``test_one_config_builds_through_both_paths_with_the_one_builder``); each compile costs ~1-2 CPU s."""
-    model, example = make()
-    profiles = {}
-    with one_export_per_call():  # the ONNX path exports the module once for both batches
-        for batch in batches:
-            for path in ("onnx", "direct"):
-                art = trtforge.compile(model, example, path=path, precision="fp32", batch=batch, optimization_level=0,
-                                       output_dir=tmp_path / f"{path}_{batch}", progress=False)
-                profiles[path, batch] = [{name: (r["min"][0], r["opt"][0], r["max"][0]) for name, r in p.items()}
-                                         for p in art.sidecar.profiles]
-    expected = {None: {(1, 2, 2)}, "1:2:4": {(1, 2, 4)}}
-    for batch in batches:
-        assert profiles["onnx", batch] == profiles["direct", batch], batch
-        assert set(profiles["direct", batch][0].values()) == expected[batch], batch
 
 
 class _PinnedBatch(torch.nn.Module):
