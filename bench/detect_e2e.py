@@ -6,7 +6,8 @@ Two steps, two machines:
     # weights, BatchNorm re-estimated on 16 letterboxed photos, traced to TorchScript (FP16 weights, ~22 MB),
     # and those photos beside it (photos640.npz, ~9 MB: the GPU machine may lack scikit-image's photo files):
     YOLO_OFFLINE=1 YOLO_CONFIG_DIR=.venv-yolo/config .venv-yolo/bin/python bench/detect_e2e.py export .whl/d3/yolov8s_640.ts
-    # on the GPU machine (carry .whl; no ultralytics there: the traced file is the model):
+    # on the GPU machine (carry .whl; no ultralytics there: the traced file is the model; the served cell needs
+    # nvidia-pytriton and tritonclient importable and a serving stub environment, TRTFORGE_SERVE_STUB_ENV):
     PYTHONPATH=. python3 bench/detect_e2e.py run --model .whl/d3/yolov8s_640.ts --out "$OUT"
     # a dry run of the whole script on the CPU, tiny windows:
     PYTHONPATH=. .venv/bin/python bench/detect_e2e.py run --model .whl/d3/yolov8s_640.ts --out /tmp/de --smoke
@@ -29,8 +30,19 @@ detections in host memory (the frames are photos letterboxed to 640², so the pr
 Each cell is timed in ``--runs`` windows of ``--window`` seconds (calls interleaved, CUDA events per call);
 the cell's number is the median over runs of each window's median. The detections of both paths are compared
 on the 16 photos (same count, class and IoU ≥ 0.99 per detection). Writes ``detect_e2e.json`` under ``--out``
-and prints a table. Served img/s: not measured (``serve`` runs a PyTorch route only for an artifact whose
-sidecar names a model factory, the zoo's models; the traced YOLOv8s has none).
+and prints a table.
+
+Served (``--served``, on by default; ``--no-served`` skips it): the traced model as a trtforge artifact for the
+PyTorch routes (a sidecar naming this script's ``served_detector`` factory, the NMS recorded in ``graph_edits``,
+YOLO's preprocessing (RGB, /255) for uint8 frames, beside a placeholder engine: no TensorRT engine runs on the
+H200), served by ``trtforge serve`` on the same route with ``--trust-factory``: Triton's dynamic batching (up to
+``--served-max-batch``), uint8 frames (one 640² letterboxed photo per request), ``--served-instances``
+model instances, ``--served-processes`` × ``--served-threads`` clients (frames in Triton's system shared memory by
+default, ``--served-transport``), a warm-up, then ``--runs`` windows of ``--window`` s. Reported: detections
+img/s (median of the runs), p50/p99, the mean batch Triton formed, the served/offline ratio against the offline
+``trtforge_e2e`` img/s at the largest batch timed, and one served answer compared with the offline route's.
+Needs nvidia-pytriton and tritonclient importable and the serving stub environment (docs/serving.md;
+``bench/gpu_predictor_and_serving.sh`` makes one).
 """
 
 from __future__ import annotations
@@ -161,6 +173,123 @@ def trtforge_results(outputs: dict[str, torch.Tensor]) -> list[tuple[np.ndarray,
     count, boxes, scores, classes = (outputs[n].cpu().numpy() for n in
                                      ("num_detections", "detection_boxes", "detection_scores", "detection_classes"))
     return [(boxes[i, :n], scores[i, :n], classes[i, :n]) for i, n in enumerate(count[:, 0])]
+
+
+# -- served (Triton, the PyTorch route, uint8 frames) -------------------------------------------------------
+#: Where ``served_detector`` finds the traced model (set by ``served`` before the server starts; Triton's stub
+#: inherits the server's environment).
+MODEL_VARIABLE = "TRTFORGE_DETECT_E2E_MODEL"
+
+
+def served_detector() -> torch.nn.Module:
+    """The factory the served artifact's sidecar names, called in Triton's stub: the traced model from
+    ``$TRTFORGE_DETECT_E2E_MODEL``, loaded onto the GPU when there is one (the trace's anchors and strides are
+    constants that ``.to()`` does not move); the route casts it to its precision."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = torch.jit.load(os.environ[MODEL_VARIABLE], map_location=device).eval()
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    return model
+
+
+def served_artifact(folder: Path, nms: Any, max_batch: int) -> Path:
+    """The traced detector as an artifact for the PyTorch routes: its sidecar (the factory above, the NMS,
+    YOLO's preprocessing: RGB, /255, no mean or std, the frames already letterboxed to 640²) beside a placeholder
+    engine file, as ``trtforge tune`` writes for a PyTorch-only sweep."""
+    from trtforge.core.hashing import sha256_file
+    from trtforge.core.postprocess import NMS_OUTPUTS, NMS_ROUNDS
+    from trtforge.core.sidecar import Sidecar, write_sidecar
+    from trtforge.core.specs import TensorSpec
+
+    folder.mkdir(parents=True, exist_ok=True)
+    engine = folder / "yolov8s_torch.engine"
+    engine.write_bytes(b"placeholder: the PyTorch routes serve this artifact and never read the engine\n")
+    k, dims = nms.max_detections, [3, SIZE, SIZE]
+    outputs = (TensorSpec("num_detections", "int32", (-1, 1)), TensorSpec("detection_boxes", "float32", (-1, k, 4)),
+               TensorSpec("detection_scores", "float32", (-1, k)), TensorSpec("detection_classes", "int32", (-1, k)))
+    record = Sidecar(
+        name="yolov8s", engine_file=engine.name, engine_size=engine.stat().st_size, engine_sha256=sha256_file(engine),
+        inputs=(TensorSpec("images", "float32", (-1, *dims)),), outputs=outputs,
+        profiles=({"images": {"min": [1, *dims], "opt": [max(1, max_batch // 2), *dims], "max": [max_batch, *dims]}},),
+        precision={"built": "fp16"}, builder={}, source={"kind": "torch", "factory": "detect_e2e:served_detector"},
+        preprocessing={"resize": [SIZE, SIZE], "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]},
+        graph_edits={"nms": {**nms.as_dict(), "rounds": NMS_ROUNDS, "outputs": list(NMS_OUTPUTS)}},
+        notes=("bench/detect_e2e.py: the traced YOLOv8s for the PyTorch routes; the engine file is a placeholder",))
+    return write_sidecar(folder / "yolov8s_torch.json", record)
+
+
+def _batch_counters(server: Any) -> tuple[float, float]:
+    """Rows inferred and model calls so far (Triton's metrics): their ratio is the batch the batcher formed."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    rows = calls = 0.0
+    for family in text_string_to_metric_families(server.metrics_text()):
+        for sample in family.samples:
+            if sample.labels.get("model") == "yolov8s":
+                rows += sample.value if sample.name == "nv_inference_count_total" else 0.0
+                calls += sample.value if sample.name == "nv_inference_exec_count_total" else 0.0
+    return rows, calls
+
+
+def served(args: argparse.Namespace, frames: np.ndarray, offline: dict[str, Any], device: torch.device) -> dict:
+    """Serve the artifact on ``args.route`` with uint8 frames and load it: detections img/s per window, the
+    median, the batch formed, served/offline, and one served answer against the offline route's detections."""
+    from tritonclient.grpc import InferenceServerClient, InferInput
+
+    from trtforge.core.postprocess import NMS
+    from trtforge.measure.serving import run_load
+    from trtforge.serve.server import ServeConfig, Server, free_ports
+
+    os.environ[MODEL_VARIABLE] = str(args.model.resolve())  # the stub's factory reads it
+    bench = str(REPO / "bench")  # the factory's module; serve imports a trusted factory from PYTHONPATH
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (bench, os.environ.get("PYTHONPATH")) if p)
+    artifact = served_artifact(args.out / "served_artifact", NMS("yolo"), args.served_max_batch)
+    http, grpc, metrics = free_ports()
+    config = ServeConfig(route=args.route, input_format="uint8", trust_factory=True, max_delay_ms=args.served_delay_ms,
+                         instances=args.served_instances, devices=(0,) if device.type == "cuda" else (),
+                         http_port=http, grpc_port=grpc, metrics_port=metrics)
+    frame = {"images": np.ascontiguousarray(frames[:1])}
+    windows = []
+    with Server([artifact], config) as server:
+        client = InferenceServerClient(server.url("grpc"))
+        tensor = InferInput("images", list(frame["images"].shape), "UINT8")
+        tensor.set_data_from_numpy(frame["images"])
+        answer = client.infer("yolov8s", [tensor], client_timeout=120)
+        names = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
+        got = trtforge_results({n: torch.from_numpy(np.array(answer.as_numpy(n))) for n in names})
+        run_load(server.url("grpc"), "yolov8s", frame, requests=10**9, processes=args.served_processes,
+                 threads=args.served_threads, max_seconds=args.served_warmup_s, transport=args.served_transport)
+        for _ in range(args.runs):
+            before = _batch_counters(server)
+            load = run_load(server.url("grpc"), "yolov8s", frame, requests=10**9, processes=args.served_processes,
+                            threads=args.served_threads, max_seconds=args.window, transport=args.served_transport)
+            after = _batch_counters(server)
+            calls = after[1] - before[1]
+            windows.append({**load.as_dict(), "mean_batch": (after[0] - before[0]) / calls if calls else None})
+    img_s = statistics.median(w["throughput"] for w in windows)
+    top = max(offline["batches"], key=lambda b: b["batch"])
+    reference = top["img_per_s"]["trtforge_e2e"]
+    return {"route": args.route, "input": "uint8 frames (1 x 640 x 640 x 3 per request)",
+            "clients": f"{args.served_processes} processes x {args.served_threads} threads ({args.served_transport})",
+            "instances": args.served_instances, "max_batch": args.served_max_batch, "max_delay_ms": args.served_delay_ms,
+            "img_per_s": img_s, "windows": windows,
+            "offline_img_per_s": {"batch": top["batch"], "img_per_s": reference},
+            "served_over_offline": img_s / reference,
+            "agreement_one_frame": {"route_offline": agreement(got, served_offline(artifact, args.route, device, frame)),
+                                    "bench_offline": agreement(got, offline["first_frame"])}}
+
+
+def served_offline(artifact: Path, route: str, device: torch.device, frame: dict) -> list[tuple[np.ndarray, ...]]:
+    """The served artifact's detections of one frame offline: the route loaded in this process, the frame through
+    the server's own ``FrameEngine`` (the served answer must equal it; the bench's ``FrameModel`` scales the frame
+    in the model's dtype, so its scores may differ in the last bits)."""
+    import trtforge
+    from trtforge.core.sidecar import read_sidecar
+    from trtforge.serve.frames import FrameEngine
+
+    with trtforge.load(artifact, route=route, device=device, model=served_detector()) as engine:
+        outputs = FrameEngine(engine, read_sidecar(artifact))(frame["images"])
+        return trtforge_results({n: torch.as_tensor(np.array(v)) for n, v in outputs.items()})
 
 
 # -- timing -------------------------------------------------------------------------------------------------
@@ -312,6 +441,16 @@ def print_table(result: dict[str, Any]) -> None:
                       f"{100 * row['e2e_lower_by']:.1f} %", f"{row['img_per_s']['trtforge_e2e']:.1f}")
     Console(width=200).print(table)
     print(f"baseline NMS: {result['environment']['baseline_nms']}; agreement: {result['agreement']}")
+    served = result["served"]
+    if isinstance(served, dict):
+        print(f"served ({served['route']}, {served['input']}, {served['clients']}): {served['img_per_s']:.1f} img/s "
+              f"(windows {[round(w['throughput'], 1) for w in served['windows']]}, mean batch "
+              f"{[w['mean_batch'] and round(w['mean_batch'], 1) for w in served['windows']]}); served/offline "
+              f"{served['served_over_offline']:.2f} against {served['offline_img_per_s']['img_per_s']:.1f} img/s at "
+              f"batch {served['offline_img_per_s']['batch']}")
+        print(f"one served frame against the route offline: {served['agreement_one_frame']}")
+    else:
+        print(f"served: {served}")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -333,6 +472,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         host = host.pin_memory() if device.type == "cuda" else host
         batches.append(bench_batch(e, host, device, rule, args))
     b1 = next((b for b in batches if b["batch"] == 1), None)
+    first = trtforge_results(e["with_nms"](torch.from_numpy(frames[:1]).to(device)))
     return {"model": args.model.name, "size": SIZE, "route": args.route, "window_s": args.window, "runs": args.runs,
             "smoke": args.smoke, "environment": environment(device, baseline), "nms": e["nms"].as_dict(),
             "photos": source,
@@ -340,8 +480,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "graph_captures": {k: e[k].graph_captures for k in ("with_nms", "raw", "nms_alone")},
             "target": {"batch1_e2e_lower_by_at_least": TARGET_LOWER,
                        "met": None if b1 is None else b1["e2e_lower_by"] >= TARGET_LOWER},
-            "served": "not measured: a PyTorch route serves artifacts whose sidecar names a model factory (zoo "
-                      "models) and this traced YOLOv8s has none"}
+            "first_frame": first, "frames": frames}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -359,6 +498,16 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--runs", type=int, default=2, help="timed windows per batch")
     r.add_argument("--warmup", type=int, default=20, help="untimed calls of each cell first")
     r.add_argument("--photos", type=int, default=PHOTOS, help="photos the agreement check runs")
+    r.add_argument("--served", action=argparse.BooleanOptionalAction, default=True,
+                   help="also serve the detector on Triton (the route, uint8 frames) and load it")
+    r.add_argument("--served-processes", type=int, default=4, help="client processes")
+    r.add_argument("--served-transport", default="shm", choices=("grpc", "shm"),
+                   help="shm: the frames in Triton's system shared memory (a 1.2 MB frame per request), gRPC control")
+    r.add_argument("--served-instances", type=int, default=2, help="model instances (stub processes) on the GPU")
+    r.add_argument("--served-threads", type=int, default=16, help="client threads per process (requests in flight)")
+    r.add_argument("--served-max-batch", type=int, default=16, help="the dynamic batcher's largest batch")
+    r.add_argument("--served-delay-ms", type=float, default=2.0, help="the dynamic batcher's longest wait")
+    r.add_argument("--served-warmup-s", type=float, default=5.0, help="load before the served windows")
     r.add_argument("--smoke", action="store_true", help="tiny windows, batch 1 and 2, 2 photos: the CPU dry run")
     args = parser.parse_args(argv)
     if args.command == "export":
@@ -366,10 +515,19 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.smoke:  # FP16 convolutions crawl on a CPU: there the smoke runs the eager route (FP32)
         args.window, args.runs, args.warmup, args.batch, args.photos = 0.01, 2, 0, [1, 2], 2
+        args.served_processes, args.served_threads, args.served_max_batch, args.served_warmup_s = 1, 2, 2, 0.5
+        args.served_instances = 1
         if not torch.cuda.is_available():
             args.route = "eager"
-    result = run(args)
     args.out.mkdir(parents=True, exist_ok=True)
+    result = run(args)
+    frames, first = result.pop("frames"), result.pop("first_frame")
+    if args.served:
+        if args.smoke:
+            args.window = 1.0
+        result["served"] = served(args, frames, {**result, "first_frame": first}, torch.device(result["environment"]["device"]))
+    else:
+        result["served"] = "not measured (--no-served)"
     path = args.out / "detect_e2e.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1))
