@@ -2,7 +2,8 @@
 on a PyTorch route. The sidecar names the user's factory ``module:function`` and records the NMS; ``serve
 --trust-factory`` imports it in Triton's stub from the serving folder, and the route appends the NMS. Each request of
 1 to 3 images, sent concurrently through the dynamic batcher, gets the four EfficientNMS outputs of its own images,
-bit-equal to the same route run offline. Without ``--trust-factory`` the server refuses in one line before Triton."""
+bit-equal to the same route run offline. Without ``--trust-factory`` the server refuses in one line before Triton
+(Python and CLI)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from cli_in_process import run
 from detect_reference import yolo_file
 
 from trtforge.core.postprocess import NMS, NMS_OUTPUTS, NMS_ROUNDS
@@ -69,6 +71,9 @@ def test_a_users_detector_module_is_served_with_its_nms(tmp_path, monkeypatch):
     with pytest.raises(Unsupported, match=r"user_detector:make_detector.*outside.*trust_factory=True \(ServeConfig") as refused:
         Server([artifact], serve_config(route="eager"))
     assert "\n" not in str(refused.value)
+    refused_cli = run(["serve", str(artifact), "--route", "eager"])  # the CLI names its flag, before Triton
+    assert refused_cli.returncode == 2 and "pass --trust-factory if you trust the sidecar" in refused_cli.stderr
+    assert len(refused_cli.stderr.strip().splitlines()) == 1, refused_cli.stderr
 
     images = np.zeros((8, 3, 16, 16), np.float32)
     images[:, 0, 0, 0] = np.arange(8)
