@@ -302,11 +302,9 @@ def time_windows(fns: dict[str, Callable[[], Any]], device: torch.device, *, win
     for _ in range(warmup):
         for name in names:
             fns[name]()
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize(device)
-        stream = torch.cuda.current_stream(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    from trtforge.measure.timing import call_timer
+
+    timed, clock = call_timer(device)
     medians: dict[str, list[float]] = {name: [] for name in names}
     calls = dict.fromkeys(names, 0)
     for _ in range(runs):
@@ -314,22 +312,13 @@ def time_windows(fns: dict[str, Callable[[], Any]], device: torch.device, *, win
         stop, turn = time.perf_counter() + window, 0
         while time.perf_counter() < stop or not all(samples.values()):
             for name in names[turn % len(names):] + names[: turn % len(names)]:
-                if cuda:
-                    start.record(stream)
-                    fns[name]()
-                    end.record(stream)
-                    end.synchronize()
-                    samples[name].append(start.elapsed_time(end))
-                else:
-                    t0 = time.perf_counter()
-                    fns[name]()
-                    samples[name].append((time.perf_counter() - t0) * 1e3)
+                samples[name].append(timed(fns[name]))
             turn += 1
         for name in names:
             medians[name].append(statistics.median(samples[name]))
             calls[name] += len(samples[name])
     return {name: {"median_ms": statistics.median(medians[name]), "run_medians_ms": medians[name],
-                   "calls": calls[name], "clock": "cuda_events" if cuda else "perf_counter"} for name in names}
+                   "calls": calls[name], "clock": clock} for name in names}
 
 
 # -- agreement ----------------------------------------------------------------------------------------------

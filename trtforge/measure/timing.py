@@ -58,6 +58,36 @@ def measure(
     return measure_interleaved({"call": fn}, device, warmup=warmup, repeats=repeats, batch=batch)["call"]
 
 
+def call_timer(device: torch.device) -> tuple[Callable[[Callable[[], Any]], float], str]:
+    """(a function that calls ``fn`` once, synchronized, and returns its milliseconds; the clock's name): CUDA
+    events on a GPU, ``perf_counter`` elsewhere. Shared by ``measure_interleaved`` and the bench scripts' windows.
+
+    Example:
+        >>> timed, clock = call_timer(torch.device("cpu")); timed(lambda: None) >= 0, clock
+        (True, 'perf_counter')
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        def timed_cpu(fn: Callable[[], Any]) -> float:
+            t0 = time.perf_counter()
+            fn()
+            return (time.perf_counter() - t0) * 1000.0
+
+        return timed_cpu, "perf_counter"
+    torch.cuda.synchronize(device)
+    stream = torch.cuda.current_stream(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def timed_cuda(fn: Callable[[], Any]) -> float:
+        start.record(stream)
+        fn()
+        end.record(stream)
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    return timed_cuda, "cuda_events"
+
+
 def measure_interleaved(
     fns: Mapping[str, Callable[[], Any]], device: torch.device, *, warmup: int = 10, repeats: int = 100,
     batch: int = 1,
@@ -77,24 +107,10 @@ def measure_interleaved(
         for name in names:
             fns[name]()
     samples: dict[str, list[float]] = {name: [] for name in names}
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize(device)
-        stream = torch.cuda.current_stream(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    timed, clock = call_timer(device)
     for r in range(repeats):
         for name in names[r % len(names):] + names[: r % len(names)]:
-            if cuda:
-                start.record(stream)
-                fns[name]()
-                end.record(stream)
-                end.synchronize()
-                samples[name].append(start.elapsed_time(end))
-            else:
-                t0 = time.perf_counter()
-                fns[name]()
-                samples[name].append((time.perf_counter() - t0) * 1000.0)
-    clock = "cuda_events" if cuda else "perf_counter"
+            samples[name].append(timed(fns[name]))
     return {name: LatencyStats.from_samples(samples[name], batch, clock) for name in names}
 
 
