@@ -24,6 +24,11 @@ Example:
     # on the GPU machine, carrying .whl/t38 (one model per command):
     PYTHONPATH=.whl/t38/lite0:. python3 bench/tune_gpu.py run --model efficientnet_lite0 --minutes 5 --out "$OUT"
     PYTHONPATH=.whl/t38/minilm:. python3 bench/tune_gpu.py run --model minilm --minutes 5 --out "$OUT"
+    # or in two commands on the same warm machine (the tune may use most of a command's 10 minutes):
+    PYTHONPATH=.whl/t38/lite0:. python3 bench/tune_gpu.py run --model efficientnet_lite0 --minutes 9 \
+        --step tune --state .whl/state --out "$OUT"
+    PYTHONPATH=.whl/t38/lite0:. python3 bench/tune_gpu.py run --model efficientnet_lite0 --step sweep \
+        --state .whl/state --out "$OUT"
     # here, a dry run:
     .venv/bin/python bench/tune_gpu.py run --model efficientnet_lite0 --smoke --out /tmp/tune_gpu
 """
@@ -133,9 +138,11 @@ def bench_sweep(sidecar: Path, data: Path, routes: tuple[str, ...], batches: tup
     return rows
 
 
-def compare(tuned: dict, bench_rows: list[dict]) -> dict:
-    """The chosen (route, batch) against the best of the same candidates in the bench sweep, by throughput."""
-    candidates = {(p["route"], p["batch"]) for p in tuned["points"]}
+def compare(tuned: dict, bench_rows: list[dict], min_accuracy: float) -> dict:
+    """The chosen (route, batch) against the best, by throughput in the bench sweep, of the same candidates that
+    meet the accuracy floor (a point's accuracy is its route's and precision's, which bench does not re-measure:
+    a faster candidate the floor excludes is no better choice)."""
+    candidates = {(p["route"], p["batch"]) for p in tuned["points"] if p["accuracy"] >= min_accuracy}
     rows = {(r["route"], r["batch"]): r for r in bench_rows if r.get("kind") == "model"
             and (r["route"], r["batch"]) in candidates}
     chosen = (tuned["chosen"]["route"], tuned["chosen"]["batch"])
@@ -157,20 +164,30 @@ def run(args: argparse.Namespace) -> None:
     batches = (1, 2) if args.smoke else tuple(args.batch or (1, 8))
     repeats, warmup = (3, 1) if args.smoke else (args.repeats, 10)
     minutes = 1.5 if args.smoke else args.minutes
-    # outside --out: Lite0's 64 crops are 38 MB, past what a device run brings back, and no result
-    data = make_data(args.model, 8 if args.smoke else 64, Path(tempfile.mkdtemp(prefix="tune_gpu-")) / "data.npz")
-    tune_json = out / f"{args.model}_tune.json"
-    common = [a for r in routes for a in ("--route", r)] + [a for b in batches for a in ("--batch", str(b))]
-    trtforge_cli(["tune", MODELS[args.model], "--data", str(data), "-o", str(out / args.model), *common,
-                  "--objective", "throughput", "--min-accuracy", str(args.min_accuracy),
-                  "--max-minutes", str(minutes), "--repeats", str(repeats), "--warmup", str(warmup),
-                  "--json", str(tune_json), "--png", str(out / f"{args.model}_tune.png"), "-q"])
+    # the data and the tune's artifacts stay outside --out (Lite0's 64 crops are 38 MB, past what a device run
+    # brings back), in --state: a second command on the same warm machine (``--step sweep``) finds them there
+    state = Path(args.state) if args.state else Path(tempfile.mkdtemp(prefix="tune_gpu-"))
+    state.mkdir(parents=True, exist_ok=True)
+    data, tune_json = state / f"{args.model}_data.npz", state / f"{args.model}_tune.json"
+    if args.step in ("all", "tune"):
+        make_data(args.model, 8 if args.smoke else 64, data)
+        common = [a for r in routes for a in ("--route", r)] + [a for b in batches for a in ("--batch", str(b))]
+        trtforge_cli(["tune", MODELS[args.model], "--data", str(data), "-o", str(state / args.model), *common,
+                      "--objective", "throughput", "--min-accuracy", str(args.min_accuracy),
+                      "--max-minutes", str(minutes), "--repeats", str(repeats), "--warmup", str(warmup),
+                      "--json", str(tune_json), "--png", str(out / f"{args.model}_tune.png"), "-q"])
+        shutil.copy2(tune_json, out / tune_json.name)
+        if args.step == "tune":
+            return
+    if not tune_json.is_file():
+        raise SystemExit(f"no tune result in {state}: run --step tune with the same --state first")
     tuned = json.loads(tune_json.read_text())
     rows = bench_sweep(Path(tuned["artifact"]), data, routes, batches, warmup, repeats)
     from trtforge.measure.routes import machine_info
 
     result = {"command": " ".join(["python", *sys.argv]), "model": args.model, "budget_minutes": minutes,
-              "tune": tuned, "bench": {"rows": rows, "machine": machine_info()}, "comparison": compare(tuned, rows)}
+              "min_accuracy": args.min_accuracy, "tune": tuned, "bench": {"rows": rows, "machine": machine_info()},
+              "comparison": compare(tuned, rows, args.min_accuracy)}
     (out / f"tune_gpu_{args.model}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["comparison"], indent=2))
     if not result["comparison"]["ok"] and not args.smoke:  # the smoke run's 3 calls on a shared CPU prove nothing
@@ -191,6 +208,9 @@ def main(argv: list[str] | None = None) -> None:
     go.add_argument("--batch", action="append", type=int, help="default 1 and 8")
     go.add_argument("--repeats", type=int, default=100)
     go.add_argument("--min-accuracy", type=float, default=0.98)
+    go.add_argument("--step", choices=("all", "tune", "sweep"), default="all", help=(
+        "tune and sweep in one command, or in two on the same warm machine (a command may run 10 minutes)"))
+    go.add_argument("--state", type=Path, help="folder for the data and the tune's artifacts (default: a temp dir)")
     go.add_argument("--smoke", action="store_true", help="on the CPU: eager only, batches 1 and 2, 3 timed calls")
     args = parser.parse_args(argv)
     if args.step == "prepare":
