@@ -24,7 +24,7 @@ def image_dir(tmp_path_factory):
     from trtforge.zoo.photos import photo_crops
 
     folder = tmp_path_factory.mktemp("calib_images")
-    for i, crop in enumerate(photo_crops(20, size=256, seed=5)):
+    for i, crop in enumerate(photo_crops(10, size=256, seed=5)):
         Image.fromarray(crop).save(folder / f"img_{i:03d}.png")
     (folder / "pp.json").write_text(json.dumps({"preprocessing": LITE0_PREPROCESSING}))
     return folder
@@ -42,7 +42,7 @@ def test_cli_build_int8_writes_quantization_block(lite0_onnx, image_dir, tmp_pat
     sidecar = read_sidecar(next(out.glob("*int8*.json")))
     assert sidecar.target_plan.layers and sidecar.target_plan.unaccelerated
     q = sidecar.quantization
-    assert q.calibrator == "percentile" and q.samples == {"calibration": 16, "held_back": 4}
+    assert q.calibrator == "percentile" and q.samples == {"calibration": 8, "held_back": 2}
     assert any("excluded by pattern" in e["reason"] for e in q.excluded_layers)
     assert 0 < q.coverage < 1 and "rel_l2_mean" in q.measured
     assert q.task == "classification" and q.error_budget["limits"][0]["metric"] == "softmax_kl"
@@ -69,7 +69,7 @@ def test_cli_bad_calibration_data_is_one_clear_line(lite0_onnx, tmp_path):
 @pytest.mark.slow
 def test_calibration_cache_hit_and_miss(lite0_onnx, photo_inputs, tmp_path):
     proto = onnx.load(str(lite0_onnx))
-    x = photo_inputs[:20]
+    x = photo_inputs[:10]
     cfg = QuantConfig(cache_dir=tmp_path, bias_correction=False)
     first = quantize_model(proto, x, cfg, progress=False)
     second = quantize_model(proto, x, cfg, progress=False)
@@ -80,7 +80,7 @@ def test_calibration_cache_hit_and_miss(lite0_onnx, photo_inputs, tmp_path):
     # Other settings or other data: a miss, and a second entry.
     assert quantize_model(proto, x, QuantConfig(cache_dir=tmp_path, calibrator="max", bias_correction=False),
                           progress=False).report["cache"] == "miss"
-    assert quantize_model(proto, photo_inputs[20:40], cfg, progress=False).report["cache"] == "miss"
+    assert quantize_model(proto, photo_inputs[10:20], cfg, progress=False).report["cache"] == "miss"
     assert len(list(tmp_path.glob("calib_*.json"))) == 3
 
 
@@ -89,7 +89,8 @@ def test_auto_placement_meets_budget(lite0_onnx, photo_inputs):
     proto = onnx.load(str(lite0_onnx))
     # An explicit relative-L2 budget (a float would be a softmax-KL limit for this classifier).
     budget = ErrorBudget.of(rel_l2=0.08)
-    result = quantize_model(proto, photo_inputs[:40], QuantConfig(placement="auto", error_budget=budget,
+    # 20 photos: 16 calibrate, 4 held back (40 cost 21 CPU s against 13, and kept 4 groups in FP16 against 6).
+    result = quantize_model(proto, photo_inputs[:20], QuantConfig(placement="auto", error_budget=budget,
                                                                    bias_correction=False), progress=False)
     rep = result.report
     assert rep["measured"]["rel_l2_mean"] <= 0.08  # measured on the same held-back samples auto used
@@ -97,5 +98,6 @@ def test_auto_placement_meets_budget(lite0_onnx, photo_inputs):
     ranking = rep["sensitivity"]
     assert len(ranking) == 50 and all("rel_l2" in r for r in ranking)
     kept_fp16 = [r for r in ranking if r["fp16"]]
+    assert kept_fp16  # INT8 everywhere misses this budget: the bisection moved groups
     assert len(result.plan.excluded) == sum(len(r["layers"]) for r in kept_fp16)
     assert rep["coverage"] > 0.5
