@@ -318,6 +318,50 @@ def test_every_route_has_a_loader_and_a_refusal():
     assert all(callable(entry.load) and callable(entry.refusal) for entry in LOADERS.values())
 
 
+#: The registry of what an engine can do: ``Engine`` and its optional abilities, each a ``typing.Protocol``.
+ENGINE_PROTOCOLS = PACKAGE / "runtime" / "protocol.py"
+#: Route facts read from the route's record, never from the engine (``core.routes.ROUTE_PRECISION``).
+ROUTE_RECORD_FACTS = frozenset({"precision"})
+
+
+@cache
+def engine_abilities() -> frozenset[str]:
+    """Every member a ``Protocol`` class of ``runtime/protocol.py`` declares (attributes, properties, methods)."""
+    names = set()
+    for node in nodes(ENGINE_PROTOCOLS):
+        if isinstance(node, ast.ClassDef) and any(getattr(b, "id", getattr(b, "attr", "")) == "Protocol"
+                                                  for b in node.bases):
+            names |= {item.target.id for item in node.body
+                      if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
+            names |= {item.name for item in node.body if isinstance(item, ast.FunctionDef)}
+    return frozenset(names)
+
+
+def ability_probes(path: Path, names: frozenset[str]) -> list[tuple[int, str]]:
+    """``getattr(x, "name", ...)`` / ``hasattr(x, "name")`` calls of ``path`` whose name is in ``names``."""
+    return [(node.lineno, node.args[1].value) for node in nodes(path)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in names]
+
+
+def test_engine_abilities_are_declared_not_probed():
+    """Issue 36, build item 6: what an engine can do is read from one place, ``runtime/protocol.py``'s protocols
+    (``isinstance(engine, ReplayingEngine)``), and a route's precision from its record; never probed by name."""
+    names = engine_abilities() | ROUTE_RECORD_FACTS
+    assert {"profiles", "device", "join", "cuda_graph", "skips_preprocessing", "runtime_cache_loaded", "evaluator",
+            "move_inputs"} <= names
+    found = {path.relative_to(REPO).as_posix(): probes for path in sources()
+             if path != ENGINE_PROTOCOLS and (probes := ability_probes(path, names))}
+    assert not found, f"declare the ability as a protocol in runtime/protocol.py and test isinstance: {found}"
+
+
+def test_the_ability_scan_can_fail(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text('a = getattr(engine, "cuda_graph", False)\nb = hasattr(engine, "join")\n'
+                      'c = getattr(engine, "name")\nd = getattr(engine, key)\n')
+    assert ability_probes(source, engine_abilities()) == [(1, "cuda_graph"), (2, "join")]
+
+
 def test_every_gpu_target_is_known():
     """The capability rows, the docs' GPU table and the flavour lists name only targets of ``core.gpu_targets``."""
     from trtforge.builder.capability import DOC_ROWS, TABLE

@@ -84,3 +84,53 @@ def test_batcher_joins_frames_into_the_preprocessors_one_staging_buffer(tmp_path
                                atol=tolerance)
     bigger = frames.preprocessor.staged((16, 8, 8, 3))  # grows once; smaller batches reuse it
     assert frames.preprocessor.staged((2, 8, 8, 3)).data_ptr() == bigger.data_ptr()
+
+
+def test_serve_reads_each_engines_declared_abilities(tmp_path):
+    """Issue 36 (routes as data): serve reads what an engine can do from ``runtime/protocol.py``'s protocols. The
+    serving benchmark's null model (a ``PassthroughEngine``) gets the uint8 frames as they are; the onnxruntime
+    route (an ``EmulatingEngine``, no runtime cache) gets them preprocessed; route ``cuda_graph`` declares graph
+    replay but replays none on the CPU; a plain callable names no device and no profiles (warmed at batch 1)."""
+    import torch
+
+    from tests.serve.artifacts import TinyConv
+    from trtforge.measure.serving import NullEngine
+    from trtforge.runtime.protocol import (
+        EmulatingEngine,
+        PassthroughEngine,
+        ReplayingEngine,
+        RuntimeCachingEngine,
+    )
+    from trtforge.runtime.torch_routes import TorchEngine
+    from trtforge.serve.backend import warm_input
+    from trtforge.serve.batching import check_request, run_together
+    from trtforge.serve.frames import FrameEngine
+
+    artifact = make_image_artifact(tmp_path / "image")
+    record = read_sidecar(artifact)
+    frames = np.random.default_rng(2).integers(0, 256, (2, 8, 8, 3), dtype=np.uint8)
+    null = FrameEngine(NullEngine(artifact), record)
+    assert null.passthrough and null.preprocessor is None and not null.cuda_graph
+    assert null.join([frames], 2) is None and np.array_equal(null(frames)["logits"], np.zeros((2, 2), np.float32))
+    with load(artifact, route="onnxruntime") as engine:
+        assert isinstance(engine, EmulatingEngine) and engine.evaluator is None
+        assert not isinstance(engine, (RuntimeCachingEngine, ReplayingEngine, PassthroughEngine))
+        served = FrameEngine(engine, record)
+        assert not served.passthrough and not served.cuda_graph
+        expected = np.asarray(engine(preprocess_images(list(frames), PreprocessConfig.of(record.preprocessing)))
+                              ["logits"])
+        np.testing.assert_allclose(served(frames)["logits"], expected, rtol=1e-5, atol=1e-6)
+        assert [a.shape for a in warm_input(served)] == [(1, 8, 8, 3)]
+    graphs = TorchEngine(TinyConv(), record.inputs, record.outputs, route="cuda_graph", device="cpu")
+    assert isinstance(graphs, ReplayingEngine) and graphs.cuda_graph is False
+    assert FrameEngine(graphs, record).cuda_graph is False
+
+    def plain(x):
+        return {"logits": torch.as_tensor(x)[:, :2].numpy()}
+
+    plain.inputs = record.inputs
+    assert [a.shape for a in warm_input(plain)] == [(1, 3, 8, 8)]
+    checked = [check_request(record.inputs, {"image": np.ones((n, 3, 8, 8), np.float32)}, max_batch=8)
+               for n in (1, 2)]
+    assert [r["logits"].shape for r in run_together(plain, checked, ["logits"], batched=True)] == [(1, 2, 8, 8),
+                                                                                                    (2, 2, 8, 8)]

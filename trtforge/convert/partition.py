@@ -19,7 +19,7 @@ import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -76,9 +76,20 @@ class ReferenceRunner:
 reference_runner = ReferenceRunner()
 
 
+@runtime_checkable
+class RoutedRunner(Protocol):
+    """A runner that names the route it runs engine parts on (``ReferenceRunner``, ``runtime.partitioned``'s
+    ``TensorRTRunner``)."""
+
+    route: str
+
+
 def runner_route(runner: Runner) -> str:
-    """The route a runner runs engine parts on (``route`` attribute; a plain callable is named by its type)."""
-    return getattr(runner, "route", None) or getattr(runner, "__name__", type(runner).__name__)
+    """The route a runner runs engine parts on (a ``RoutedRunner``'s ``route``; a plain callable is named by its
+    function's name, else its type's)."""
+    if isinstance(runner, RoutedRunner) and runner.route:
+        return runner.route
+    return getattr(runner, "__name__", type(runner).__name__)
 
 
 class EngineModule(torch.nn.Module):

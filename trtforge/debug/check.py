@@ -174,8 +174,10 @@ def timed_run(engine: Any, batches: list[dict[str, np.ndarray]], repeats: int = 
 
 def _first_call_cached(open_engine: Any, batch: dict[str, np.ndarray]) -> float | None:
     """The first call's time of a fresh load that found a runtime cache; None when it found none."""
+    from trtforge.runtime.protocol import RuntimeCachingEngine
+
     with open_engine() as engine:
-        if not getattr(engine, "runtime_cache_loaded", False):
+        if not (isinstance(engine, RuntimeCachingEngine) and engine.runtime_cache_loaded):
             return None
         return timed_first_call(engine, batch)[1]
 
@@ -194,6 +196,7 @@ def check_artifact(
     """
     from trtforge.core.routes import ROUTE_NAMES
     from trtforge.runtime.load import load, route_options
+    from trtforge.runtime.protocol import EmulatingEngine
 
     sidecar = read_sidecar(path)
     if route not in ROUTE_NAMES:
@@ -222,8 +225,8 @@ def check_artifact(
             load_options["runtime_cache"] = store
         with _candidate(sidecar, route, device, load_options, options) as engine:
             outputs, timing = timed_run(engine, batches, repeats, stage(f"route {route}", len(batches)))
-            evaluator = getattr(engine, "evaluator", None)
-            precision = ROUTE_PRECISION.get(route) or getattr(engine, "precision", None) or sidecar.precision.built
+            evaluator = engine.evaluator if isinstance(engine, EmulatingEngine) else None
+            precision = ROUTE_PRECISION.get(route) or sidecar.precision.built  # the route's, else the engine's own
             device_name = str(engine.device)
         if route == "tensorrt":
             timing = replace(timing, first_call_cached_ms=_first_call_cached(

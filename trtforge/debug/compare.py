@@ -24,7 +24,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from trtforge.debug.inputs import (
     unbatched,
 )
 from trtforge.debug.tolerances import Judgement, judge
+
+if TYPE_CHECKING:
+    from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
 
 Batches = list[dict[str, np.ndarray]]
 
@@ -129,7 +132,7 @@ def open_side(text: str, stack: contextlib.ExitStack, route: str = "tensorrt", d
         precision = graph_precision(load_ir(path))
         engine = _graph_engine(path, device)
         return _engine_side(text, engine, stack, graph=path, precision=precision, runs=path,
-                            evaluator=getattr(engine, "evaluator", None) or "")
+                            evaluator=engine.evaluator or "")
     if path.suffix in (".json", ".engine"):
         return _artifact_side(text, path, named_route or route, device, stack, **options)
     if ":" in text and not path.exists():
@@ -138,7 +141,7 @@ def open_side(text: str, stack: contextlib.ExitStack, route: str = "tensorrt", d
                           "(.json/.engine, optionally @route) or saved outputs (.npz)")
 
 
-def _graph_engine(path: Path, device: Any, profiles: tuple = (), sidecar: Any = None) -> Any:
+def _graph_engine(path: Path, device: Any, profiles: tuple = (), sidecar: Any = None) -> OnnxRuntimeEngine:
     """ONNX Runtime for ``path`` (a BF16 graph runs as its emulation graph: ORT has no BF16 Conv or MatMul)."""
     from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine
 
@@ -167,9 +170,9 @@ def _artifact_side(text: str, path: Path, route: str, device: Any, stack: contex
         precision = "fp32" if which == "reference" else (sidecar.precision.built or "fp32")
         engine = _graph_engine(graph, device, tuple(sidecar.profiles), sidecar)
         return _engine_side(text, engine, stack, precision=precision, runs=graph,
-                            evaluator=getattr(engine, "evaluator", None) or "", **fields)
+                            evaluator=engine.evaluator or "", **fields)
     engine = load(path, route=route, device=device, **options)
-    precision = ROUTE_PRECISION.get(route) or getattr(engine, "precision", None) or sidecar.precision.built
+    precision = ROUTE_PRECISION.get(route) or sidecar.precision.built  # the route's, else the engine's own
     return _engine_side(text, engine, stack, precision=precision or "fp32", **fields)
 
 

@@ -99,6 +99,96 @@ class JoiningEngine(Protocol):
     def join(self, parts: Sequence[Any], rows: int) -> Any: ...
 
 
+# The optional abilities: an engine has one when it has the attribute (``isinstance`` with these protocols);
+# callers ask ``isinstance(engine, X)``, never ``getattr(engine, "x", default)``
+# (tests/test_architecture.py refuses a getattr/hasattr probe of any name these protocols declare).
+
+
+@runtime_checkable
+class PlacedEngine(Protocol):
+    """Something called like an engine that names the device its calls run on (every ``Engine``; serve's batching
+    also takes plain callables, which name none).
+
+    Example:
+        >>> device = engine.device if isinstance(engine, PlacedEngine) else None
+    """
+
+    @property
+    def device(self) -> Any: ...
+
+
+@runtime_checkable
+class ProfiledEngine(Protocol):
+    """Something called like an engine that has optimization profiles (every ``Engine``, possibly none; serve's
+    ``engine_factory`` may return engines that declare none).
+
+    Example:
+        >>> profiles = engine.profiles if isinstance(engine, ProfiledEngine) else ()
+    """
+
+    profiles: Profiles
+
+
+@runtime_checkable
+class ReplayingEngine(Protocol):
+    """An engine that can replay CUDA graphs itself; ``cuda_graph`` says whether this one does (the tensorrt route
+    loaded with ``cuda_graph=True``, route ``cuda_graph``, on a GPU). Serve captures such an engine at each bucket.
+
+    Example:
+        >>> replays = isinstance(engine, ReplayingEngine) and engine.cuda_graph
+    """
+
+    cuda_graph: bool
+
+
+@runtime_checkable
+class PassthroughEngine(Protocol):
+    """An engine that takes serve's uint8 frames as they are, without preprocessing, when ``skips_preprocessing``
+    (the serving benchmark's null model: the serving path alone).
+
+    Example:
+        >>> passthrough = isinstance(engine, PassthroughEngine) and engine.skips_preprocessing
+    """
+
+    skips_preprocessing: bool
+
+
+@runtime_checkable
+class RuntimeCachingEngine(Protocol):
+    """An engine that loads TensorRT-RTX's runtime cache (JIT kernels kept across processes): the tensorrt route;
+    ``runtime_cache_loaded``: whether this load found one.
+
+    Example:
+        >>> cached = isinstance(engine, RuntimeCachingEngine) and engine.runtime_cache_loaded
+    """
+
+    runtime_cache_loaded: bool
+
+
+@runtime_checkable
+class EmulatingEngine(Protocol):
+    """An engine that may run its graph through something other than the graph itself: ``evaluator`` names it
+    (the onnxruntime route runs a BF16 graph as its emulation graph), None when it runs the graph as it is.
+
+    Example:
+        >>> evaluator = engine.evaluator if isinstance(engine, EmulatingEngine) else None
+    """
+
+    evaluator: str | None
+
+
+@runtime_checkable
+class InputMovingEngine(Protocol):
+    """An engine that can copy an input on another device to its own on each call (``move_inputs=True`` at load,
+    ``runtime.placement``) instead of refusing it; every ``EngineBase``.
+
+    Example:
+        >>> moves = isinstance(engine, InputMovingEngine) and engine.move_inputs
+    """
+
+    move_inputs: bool
+
+
 class EngineBase:
     """Shared parts: context manager, closing, and matching call arguments to ``inputs``."""
 

@@ -100,7 +100,10 @@ def served_line(sidecar: Any, routes: tuple[str, str]) -> str:
 
 def warm_input(engine: Any) -> tuple[np.ndarray, ...]:
     """One row of zeros per input, dynamic dims at the profile's opt size (or 1)."""
-    profile = engine.profiles[0] if getattr(engine, "profiles", ()) else {}
+    from trtforge.runtime.protocol import ProfiledEngine
+
+    profiles = engine.profiles if isinstance(engine, ProfiledEngine) else ()
+    profile = profiles[0] if profiles else {}
     arrays = []
     for spec in engine.inputs:
         opt = profile.get(spec.name, {}).get("opt")
@@ -222,7 +225,9 @@ class TritonPythonModel:
             self.fallback = self._open(sidecar, params["fallback_route"], params, device)
         self.routes = (params.get("route", "onnxruntime"), params.get("fallback_route", ""))
         pb_utils.Logger.log_info(f"trtforge: {self.name} " + served_line(read_sidecar(sidecar), self.routes))
-        self.limits = max_shapes(getattr(self.primary, "profiles", ()) or ())
+        from trtforge.runtime.protocol import ProfiledEngine
+
+        self.limits = max_shapes((self.primary.profiles if isinstance(self.primary, ProfiledEngine) else ()) or ())
         self.sha256 = read_sidecar(sidecar).engine_sha256
         self.state = FallbackState(self.policy)
         self.metrics = Metrics(pb_utils, self.name, device or "cpu")
@@ -244,7 +249,10 @@ class TritonPythonModel:
             from trtforge.serve.frames import FrameEngine
 
             engine = FrameEngine(engine, read_sidecar(sidecar))
-        buckets = graph_buckets(self.max_batch, self.preferred) if getattr(engine, "cuda_graph", False) else ()
+        from trtforge.runtime.protocol import ReplayingEngine
+
+        replays = isinstance(engine, ReplayingEngine) and engine.cuda_graph
+        buckets = graph_buckets(self.max_batch, self.preferred) if replays else ()
         self.buckets[id(engine)] = buckets
         self.locks[id(engine)] = threading.Lock()
         for rows in sorted(buckets or (1,), reverse=True):  # largest first: buffers sized once

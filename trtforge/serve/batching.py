@@ -121,7 +121,9 @@ def padded_rows(rows: int, buckets: Sequence[int]) -> int:
 
 def _device_of(engine: Any) -> Any:
     """The engine's CUDA device as a ``torch.device``, or None (a CPU engine, or none named)."""
-    device = getattr(engine, "device", None)
+    from trtforge.runtime.protocol import PlacedEngine
+
+    device = engine.device if isinstance(engine, PlacedEngine) else None
     if not str(device).startswith("cuda"):
         return None
     import torch

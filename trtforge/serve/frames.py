@@ -55,7 +55,7 @@ def frame_specs(sidecar: Sidecar) -> tuple[TensorSpec, ...]:
 class FrameEngine:
     """An engine that takes (B, H, W, 3) uint8 frames: ``Preprocessor`` on the engine's device, then the engine.
 
-    An engine with ``skips_preprocessing = True`` (the benchmark's null model) gets the frames as
+    A ``PassthroughEngine`` with ``skips_preprocessing = True`` (the benchmark's null model) gets the frames as
     they are: it measures the serving path alone. Outputs come back as NumPy arrays (views of
     pinned bytes on the graph path, valid until the next call).
     """
@@ -64,13 +64,14 @@ class FrameEngine:
         import torch
 
         from trtforge.runtime.cuda_graph import GraphCache
-        from trtforge.runtime.protocol import CapturableEngine
+        from trtforge.runtime.protocol import CapturableEngine, PassthroughEngine, ReplayingEngine
         from trtforge.runtime.tensors import torch_dtype
         from trtforge.vision.preprocess import Preprocessor
 
         self.engine, self.inputs, self.outputs = engine, frame_specs(sidecar), engine.outputs
-        self.route, self.profiles, self.cuda_graph = engine.route, (), bool(getattr(engine, "cuda_graph", False))
-        self.passthrough = bool(getattr(engine, "skips_preprocessing", False))
+        self.route, self.profiles = engine.route, ()
+        self.cuda_graph = isinstance(engine, ReplayingEngine) and bool(engine.cuda_graph)
+        self.passthrough = isinstance(engine, PassthroughEngine) and bool(engine.skips_preprocessing)
         device = torch.device(engine.device)
         self.preprocessor = None if self.passthrough else Preprocessor(
             sidecar.preprocessing, device, torch_dtype(engine.inputs[0].dtype))

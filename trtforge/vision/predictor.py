@@ -54,7 +54,7 @@ from trtforge.core.postprocess import NMS_OUTPUTS
 from trtforge.core.preprocessing import PreprocessConfig, decode_image
 from trtforge.runtime.cuda_graph import GraphCache
 from trtforge.runtime.placement import on_device
-from trtforge.runtime.protocol import CapturableEngine, Engine
+from trtforge.runtime.protocol import CapturableEngine, Engine, InputMovingEngine, ProfiledEngine
 from trtforge.runtime.tensors import torch_dtype
 from trtforge.vision.decode import (
     Classification,
@@ -110,7 +110,8 @@ def max_batch(engine: Engine) -> int | None:
     spec = engine.inputs[0]
     if spec.shape and int(spec.shape[0]) > 0:
         return int(spec.shape[0])
-    maxima = [int(p[spec.name]["max"][0]) for p in getattr(engine, "profiles", ()) or () if spec.name in p]
+    profiles = (engine.profiles if isinstance(engine, ProfiledEngine) else ()) or ()
+    maxima = [int(p[spec.name]["max"][0]) for p in profiles if spec.name in p]
     return max(maxima) if maxima else None
 
 
@@ -159,7 +160,7 @@ class Predictor:
         self.device = torch.device(engine.device)
         # The model input's dtype (FP16 I/O engines take half): the cast happens on the GPU.
         self.pre = Preprocessor(config, self.device, torch_dtype(engine.inputs[0].dtype),
-                                move_inputs=bool(getattr(engine, "move_inputs", False)))
+                                move_inputs=isinstance(engine, InputMovingEngine) and bool(engine.move_inputs))
         self._logits = _pick(names, DETR_LOGITS, 0) if task == "detection" else names[0]
         self._boxes = _pick(names, DETR_BOXES, 1) if task == "detection" else None
         capturable = isinstance(engine, CapturableEngine)
