@@ -179,7 +179,8 @@ def test_registry_is_data_with_families_and_100_plus_aten_ops():
     aten = [t for t in table if t.startswith("aten.")]
     assert len(aten) >= 100, len(aten)
     families = {c.family for c in table.values()}
-    assert families == {"conv", "matmul", "elementwise", "norm", "shape", "reduce", "resize", "attention"}
+    assert families == {"conv", "matmul", "elementwise", "norm", "shape", "reduce", "resize", "attention",
+                        "detection"}
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from trtforge.convert.context import Context, ConversionRefused, SymDim, is_cons
 from trtforge.convert.converters import all_converters
 from trtforge.convert.fp32_plan import plan_fp32, readers
 from trtforge.convert.network import Network, Tensor
+from trtforge.convert.refusals import no_converter_line
 from trtforge.convert.registry import REGISTRY, Settings, target_name
 from trtforge.core.batch import BatchProfile, constraint_violation, own_batch, resolve_batch
 from trtforge.core.errors import InvalidArgument, Unsupported, spelled
@@ -211,9 +212,10 @@ def _call(ctx: Context, node: torch.fx.Node, env: dict, lowered: Lowered):
         return _fold(node, env)
     entry = REGISTRY.get(name)
     if entry is None:
-        raise UnsupportedOp(f"no converter for {name} (node {node.name}); keep it in PyTorch with {_partition_fix()}, "
-                            f"or register one in your module with @trtforge.convert.converter({name!r}) "
-                            "(docs/direct-path.md, \"Converters\")")
+        raise UnsupportedOp(no_converter_line(name, node) or (
+            f"no converter for {name} (node {node.name}); keep it in PyTorch with {_partition_fix()}, "
+            f"or register one in your module with @trtforge.convert.converter({name!r}) "
+            "(docs/direct-path.md, \"Converters\")"))
     reason = entry.refusal(node, Settings(compute=ctx.compute))
     if reason is not None:
         raise ConversionRefused(f"{name} (node {node.name}) refused: {reason}; keep it in PyTorch with "

@@ -3,6 +3,7 @@
 from trtforge.convert.ops import (  # noqa: F401  (each module registers its converters on import)
     attention,
     conv,
+    detection,
     elementwise,
     matmul,
     norm,
