@@ -31,6 +31,7 @@ from trtforge.convert.converters import all_converters
 from trtforge.convert.evaluator import evaluate
 from trtforge.convert.lower import at_batch_rule, export_program, lower_graph, mark_constants
 from trtforge.convert.network import Record
+from trtforge.convert.refusals import DATA_DEPENDENT, NO_CONVERTER, data_dependent
 from trtforge.convert.registry import DEFAULT_SETTINGS, Settings, target_name
 from trtforge.core.config import CompileConfig
 from trtforge.core.partition_options import DEFAULT_MIN_BLOCK_SIZE, is_torch_executed
@@ -48,7 +49,10 @@ def node_status(node: torch.fx.Node, settings: Settings = DEFAULT_SETTINGS) -> t
         return "folded", ""
     entry = all_converters().get(name)
     if entry is None:
-        return "unsupported", f"no converter for {name}"
+        known = NO_CONVERTER.get(name)
+        return "unsupported", f"no converter for {name}" + (f": {known.why}" if known else "")
+    if data_dependent(node):
+        return "refused", DATA_DEPENDENT
     reason = entry.refusal(node, settings)
     return ("refused", reason) if reason else ("converted", "")
 
