@@ -96,11 +96,11 @@ def test_roi_align_reference_kernel():
     torch.testing.assert_close(out, torch.tensor([[[[0.5, 2.5], [0.5, 2.5]]]]))
 
 
-@pytest.mark.parametrize(("scale", "sampling_ratio", "aligned", "build"), [(0.5, 2, True, True),
-                                                                          (1.0, 3, False, False)])
-def test_roi_align_converts(scale, sampling_ratio, aligned, build):
+@pytest.mark.parametrize(("scale", "sampling_ratio", "aligned", "precision", "build"),
+                         [(0.5, 2, True, "fp32", True), (1.0, 3, False, "fp32", False), (0.5, 2, False, "fp16", False)])
+def test_roi_align_converts(scale, sampling_ratio, aligned, precision, build):
     """Evaluated at 3 maps and 3 rois (exported over 1 to 4, so K is dynamic too) against the CPU kernel."""
-    lowered = check(RoiHead(scale, sampling_ratio, aligned), _inputs, build=build)
+    lowered = check(RoiHead(scale, sampling_ratio, aligned), _inputs, precision=precision, build=build)
     assert lowered.converted and "torchvision.roi_align.default" in lowered.converted.values()
 
 
