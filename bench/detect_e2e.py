@@ -250,13 +250,15 @@ def served(args: argparse.Namespace, frames: np.ndarray, offline: dict[str, Any]
                          http_port=http, grpc_port=grpc, metrics_port=metrics)
     frame = {"images": np.ascontiguousarray(frames[:1])}
     windows = []
+    names = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
     with Server([artifact], config) as server:
         client = InferenceServerClient(server.url("grpc"))
-        tensor = InferInput("images", list(frame["images"].shape), "UINT8")
-        tensor.set_data_from_numpy(frame["images"])
-        answer = client.infer("yolov8s", [tensor], client_timeout=120)
-        names = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
-        got = trtforge_results({n: torch.from_numpy(np.array(answer.as_numpy(n))) for n in names})
+        got = []  # each photo alone, before the load: its own detections
+        for index in range(min(args.photos, len(frames))):
+            tensor = InferInput("images", [1, *frames.shape[1:]], "UINT8")
+            tensor.set_data_from_numpy(np.ascontiguousarray(frames[index:index + 1]))
+            answer = client.infer("yolov8s", [tensor], client_timeout=120)
+            got += trtforge_results({n: torch.from_numpy(np.array(answer.as_numpy(n))) for n in names})
         run_load(server.url("grpc"), "yolov8s", frame, requests=10**9, processes=args.served_processes,
                  threads=args.served_threads, max_seconds=args.served_warmup_s, transport=args.served_transport)
         for _ in range(args.runs):
@@ -275,21 +277,41 @@ def served(args: argparse.Namespace, frames: np.ndarray, offline: dict[str, Any]
             "img_per_s": img_s, "windows": windows,
             "offline_img_per_s": {"batch": top["batch"], "img_per_s": reference},
             "served_over_offline": img_s / reference,
-            "agreement_one_frame": {"route_offline": agreement(got, served_offline(artifact, args.route, device, frame)),
-                                    "bench_offline": agreement(got, offline["first_frame"])}}
+            **served_agreement(got, served_offline(artifact, args.route, device, frames[:len(got)]),
+                               offline["first_frame"], offline["nms"]["max_detections"])}
 
 
-def served_offline(artifact: Path, route: str, device: torch.device, frame: dict) -> list[tuple[np.ndarray, ...]]:
-    """The served artifact's detections of one frame offline: the route loaded in this process, the frame through
-    the server's own ``FrameEngine`` (the served answer must equal it; the bench's ``FrameModel`` scales the frame
-    in the model's dtype, so its scores may differ in the last bits)."""
+def served_agreement(got: list, route_offline: list, bench_first: list, max_detections: int) -> dict[str, Any]:
+    """The served photos' detections against the same route offline (each photo alone): exact, and within FP16's
+    reach (same class, IoU ≥ 0.9, score within 0.01; issue 37's FP16 criterion), over all photos and over those
+    whose 100-box cut does not bind (where random weights tie hundreds of boxes at ~1.0, the last bits of a
+    batch-dependent kernel decide which 100 are kept)."""
+    free = [i for i, (_, scores, _) in enumerate(route_offline) if len(scores) < max_detections]
+    pick = lambda items, keep: [items[i] for i in keep]  # noqa: E731
+    return {"agreement_served_vs_route_offline": {
+                "exact": agreement(got, route_offline),
+                "within_fp16": agreement(got, route_offline, min_iou=0.9, score_tol=0.01),
+                "cut_not_binding": {"photos": free,
+                                    "exact": agreement(pick(got, free), pick(route_offline, free)),
+                                    "within_fp16": agreement(pick(got, free), pick(route_offline, free),
+                                                             min_iou=0.9, score_tol=0.01)}},
+            "agreement_one_frame_vs_bench_offline": agreement(got[:1], bench_first)}
+
+
+def served_offline(artifact: Path, route: str, device: torch.device, frames: np.ndarray) -> list[tuple[np.ndarray, ...]]:
+    """The served artifact's detections of each frame alone, offline: the route loaded in this process, each frame
+    through the server's own ``FrameEngine`` (the served answer should equal it; the bench's ``FrameModel`` scales
+    the frame in the model's dtype, so its scores may differ in the last bits)."""
     import trtforge
     from trtforge.core.sidecar import read_sidecar
     from trtforge.serve.frames import FrameEngine
 
     with trtforge.load(artifact, route=route, device=device, model=served_detector()) as engine:
-        outputs = FrameEngine(engine, read_sidecar(artifact))(frame["images"])
-        return trtforge_results({n: torch.as_tensor(np.array(v)) for n, v in outputs.items()})
+        frame_engine, found = FrameEngine(engine, read_sidecar(artifact)), []
+        for index in range(len(frames)):
+            outputs = frame_engine(np.ascontiguousarray(frames[index:index + 1]))
+            found += trtforge_results({n: torch.as_tensor(np.array(v)) for n, v in outputs.items()})
+        return found
 
 
 # -- timing -------------------------------------------------------------------------------------------------
@@ -328,20 +350,23 @@ def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return inter / ((a[:, 2:] - a[:, :2]).prod(1) + (b[:, 2:] - b[:, :2]).prod(1) - inter)
 
 
-def agreement(ours: list[tuple[np.ndarray, ...]], theirs: list[tuple[np.ndarray, ...]]) -> dict[str, Any]:
+def agreement(ours: list[tuple[np.ndarray, ...]], theirs: list[tuple[np.ndarray, ...]], *, min_iou: float = 0.99,
+              score_tol: float = 0.0) -> dict[str, Any]:
     """Per image, ours matched to theirs as sets (equal scores tie in either order): a detection matches one of
-    theirs not yet matched with the same class and score and IoU ≥ 0.99; ``identical``: bit-equal box too."""
+    theirs not yet matched with the same class, a score within ``score_tol`` (equal by default) and IoU ≥
+    ``min_iou``; ``identical``: bit-equal box and score too."""
     same_count = matched = identical = total = 0
     for (b1, s1, c1), (b2, s2, c2) in zip(ours, theirs, strict=True):
         total += len(s2)
         same_count += len(s1) == len(s2)
         free = np.ones(len(s2), bool)
         for box, score, cls in zip(b1, s1, c1, strict=True):
-            hits = np.flatnonzero(free & (c2 == cls) & (s2 == score) & (_iou(b2, box[None]) >= 0.99))
+            hits = np.flatnonzero(free & (c2 == cls) & (np.abs(s2 - score) <= score_tol)
+                                  & (_iou(b2, box[None]) >= min_iou))
             if hits.size:
                 free[hits[0]] = False
                 matched += 1
-                identical += bool((b2[hits[0]] == box).all())
+                identical += bool((b2[hits[0]] == box).all() and s2[hits[0]] == score)
     return {"images": len(ours), "images_same_count": same_count, "detections": total, "matched": matched,
             "identical": identical}
 
@@ -437,7 +462,7 @@ def print_table(result: dict[str, Any]) -> None:
               f"{[w['mean_batch'] and round(w['mean_batch'], 1) for w in served['windows']]}); served/offline "
               f"{served['served_over_offline']:.2f} against {served['offline_img_per_s']['img_per_s']:.1f} img/s at "
               f"batch {served['offline_img_per_s']['batch']}")
-        print(f"one served frame against the route offline: {served['agreement_one_frame']}")
+        print(f"served photos against the route offline: {served['agreement_served_vs_route_offline']}")
     else:
         print(f"served: {served}")
 
