@@ -35,7 +35,9 @@ def test_bad_options_are_one_line_before_any_work(tmp_path, args, fragment):
 
 
 @pytest.mark.slow
-def test_on_a_cpu_machine_no_engine_runs_and_the_rest_is_checked(tmp_path, private_engine_cache):
+def test_on_a_cpu_machine_no_engine_runs_and_the_rest_is_checked(tmp_path):
+    """Lite0 FP16 at batch 1:8:32 through the run's engine store: the same request as ``trtforge demo``'s FP16 build,
+    docs/selftest.md's and the classify tutorial's, so the run builds it once (the first of them to ask)."""
     if torch.cuda.is_available():
         pytest.skip("the CPU machine's behaviour")
     report_path = tmp_path / "selftest.json"
