@@ -59,17 +59,21 @@ def without_converter(tmp_path_factory) -> dict[str, subprocess.CompletedProcess
 
 
 @pytest.mark.slow
-def test_coverage_lists_the_user_converter(tmp_path, without_converter):
+def test_coverage_lists_the_user_converter(without_converter, with_converter):
     without = without_converter["coverage"]
-    with_it = _run(["-m", "trtforge.cli", "coverage", "user_ops:make", "--input-shape", "2x8"], True, tmp_path)
+    with_it = subprocess.CompletedProcess("coverage", *with_converter["coverage"])
     assert without.returncode == with_it.returncode == 0, without.stderr + with_it.stderr
     assert "unsupported" in _row(without.stdout, "userlib.scale2.default"), without.stdout
     assert "converted" in _row(with_it.stdout, "userlib.scale2.default"), with_it.stdout
     assert "coverage 100.0%; 1 engine partition(s)" in with_it.stdout
 
 
+#: The user's converter registered (``WITH_CONVERTER=1``), in one child process: compile through it, ``trtforge coverage``
+#: (in process, as the console script runs), then a clash and a replacement; one JSON line.
 SCRIPT = r"""
 import json, sys, torch, trtforge
+sys.path.insert(0, sys.argv[1])
+from cli_in_process import run
 from trtforge.convert import converter, source_hash
 assert trtforge.converter is converter and "converter" in trtforge.__all__  # the front door's name (issue 36)
 from trtforge.convert.api import lower_module
@@ -82,6 +86,7 @@ model, x = user_ops.make(), torch.randn(3, 8, generator=torch.Generator().manual
 (out,) = evaluate(lower_module(model, (x,)).net.record, {"x": x})
 art = trtforge.compile(model, (torch.zeros(2, 8),), path="direct", batch="1:2:4", output_dir="out", cache_dir="cache",
                        progress=False)
+cov = run(["coverage", "user_ops:make", "--input-shape", "2x8"], env={"COLUMNS": "160"})
 try:
     converter("aten.relu.default")(lambda ctx, node, args: None)
     clash = None
@@ -89,15 +94,22 @@ except InvalidArgument as exc:
     clash = str(exc)
 converter("userlib.scale2.default", replace=True)(lambda ctx, node, args: ctx.tensor(args[0]))
 json.dump({"before": before, "after": after, "replaced": source_hash(), "sidecar": art.sidecar.builder.converter_hash,
-           "max_error": float((out - model(x)).abs().max()), "clash": clash}, sys.stdout)
+           "max_error": float((out - model(x)).abs().max()), "clash": clash,
+           "coverage": [cov.returncode, cov.stdout, cov.stderr]}, sys.stdout)
 """
 
 
-@pytest.mark.slow
-def test_compile_direct_uses_the_user_converter_and_keys_on_its_source(tmp_path):
-    proc = _run(["-c", SCRIPT], True, tmp_path)
+@pytest.fixture(scope="module")
+def with_converter(tmp_path_factory) -> dict:
+    """SCRIPT's JSON (one child process: a child pays seconds of imports)."""
+    proc = _run(["-c", SCRIPT, str(ROOT / "tests" / "support")], True, tmp_path_factory.mktemp("with_converter"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_compile_direct_uses_the_user_converter_and_keys_on_its_source(with_converter):
+    got = with_converter
     assert got["max_error"] < 1e-5  # the lowered network (the user's converter in it) equals PyTorch
     assert got["before"] != got["after"] == got["sidecar"]  # registering changed the key the engine was cached under
     assert got["replaced"] not in (got["before"], got["after"])  # so does replacing a converter
