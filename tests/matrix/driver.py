@@ -157,10 +157,10 @@ def cells(row: str, work: Path, onnx_path: Path | None) -> list[tuple[str, list[
     kind, shapes = matrix_models.MODELS[name]
     here = work / "elsewhere"
     table: list[tuple[str, list[str]]] = []
+    wanted = row_cells(row)
     if onnx_path is not None:
-        wanted = row_cells(row)
         table = [(cell, argv) for cell, argv in _onnx_cells(name, work, onnx_path, here) if cell in wanted]
-    if kind == "torch" and exporter == matrix_models.EXPORTERS[-1]:  # the direct path: once per model, not per exporter
+    if set(TORCH_CELLS) <= set(wanted):  # the direct path: once per model (its last exporter's row), where asked for
         factory = f"matrix_models:{name}"
         input_flags = [x for s in shapes for x in ("--input-shape", s)]
         table += [("coverage", ["coverage", factory, *input_flags]),

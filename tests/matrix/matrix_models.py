@@ -114,7 +114,7 @@ def vit():
     import transformers as T
 
     torch.manual_seed(0)
-    return _plain(T.ViTModel(T.ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
+    return _plain(T.ViTModel(T.ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1,
                                          num_attention_heads=2, intermediate_size=64)), "last_hidden_state")
 
 
@@ -123,7 +123,7 @@ def deit():
     import transformers as T
 
     torch.manual_seed(0)
-    config = T.DeiTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+    config = T.DeiTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                           intermediate_size=64, num_labels=10)
     return _plain(T.DeiTForImageClassificationWithTeacher(config), "logits")
 
@@ -133,7 +133,7 @@ def dinov2():
     import transformers as T
 
     torch.manual_seed(0)
-    return _plain(T.Dinov2Model(T.Dinov2Config(image_size=28, patch_size=7, hidden_size=32, num_hidden_layers=2,
+    return _plain(T.Dinov2Model(T.Dinov2Config(image_size=28, patch_size=7, hidden_size=32, num_hidden_layers=1,
                                                num_attention_heads=2, mlp_ratio=2)), "pooler_output")
 
 
@@ -186,7 +186,7 @@ def minilm():
     import transformers as T
 
     torch.manual_seed(0)
-    config = T.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+    config = T.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                           intermediate_size=64, max_position_embeddings=32)
     return _plain(T.BertModel(config), "last_hidden_state")
 
