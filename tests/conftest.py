@@ -231,14 +231,31 @@ def aot_mlp_model() -> torch.nn.Module:
 @pytest.fixture(scope="session")
 def aot_mlp(tmp_path_factory) -> tuple[torch.nn.Module, TensorSpec, Path]:
     """(model, input spec, package): one AOTInductor package (CPU, batch 1..8) of ``aot_mlp_model()``, made once per
-    run for the tests that run a package (an AOTInductor export and its C++ compile cost ~10 CPU s each).
+    run for the tests that run a package (an AOTInductor export and its C++ compile cost ~11 CPU s each). It is
+    ``export_aot_beside``'s: the package lies beside ``aot_mlp_sidecar`` (batch from its profile).
     Read-only: copy it to change it, or to have it probed afresh (the probe is once per path and process)."""
-    from trtforge.runtime.torch_routes import export_aot_package
+    from trtforge.runtime.load import export_aot_beside
 
     spec = TensorSpec("x", "float32", (-1, 8))
-    package = shared_file(tmp_path_factory, "aot_mlp", lambda folder: export_aot_package(
-        aot_mlp_model(), [spec], folder / "mlp_aot_cpu.pt2", device="cpu", batch=(1, 8)))
-    return aot_mlp_model(), spec, package
+
+    def make(folder: Path) -> Path:
+        engine = folder / "mlp.engine"
+        engine.write_bytes(b"placeholder, not a TensorRT engine")
+        sidecar = write_sidecar(folder / "mlp.json", Sidecar(
+            name="mlp", engine_file=engine.name, engine_size=engine.stat().st_size, engine_sha256=sha256_file(engine),
+            inputs=(spec,), outputs=(TensorSpec("y", "float32", (-1, 4)),),
+            profiles=({"x": {"min": [1, 8], "opt": [2, 8], "max": [8, 8]}},), precision={}, builder={},
+            source={"kind": "torch"},  # no factory: only the package (or model=) can run it
+        ))
+        return export_aot_beside(sidecar, "cpu", model=aot_mlp_model())
+
+    return aot_mlp_model(), spec, shared_file(tmp_path_factory, "aot_mlp", make)
+
+
+@pytest.fixture(scope="session")
+def aot_mlp_sidecar(aot_mlp) -> Path:
+    """The sidecar ``aot_mlp``'s package was exported beside (``mlp.json``, a placeholder engine, no factory)."""
+    return aot_mlp[2].parent / "mlp.json"
 
 
 @pytest.fixture(scope="session")

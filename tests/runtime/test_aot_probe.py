@@ -51,6 +51,7 @@ def test_a_file_that_is_not_a_package_fails_in_the_child_with_its_error(tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("compiled_route")  # with the route tests that wait for the run's package (aot_mlp)
 def test_a_good_package_is_probed_once_per_process(tmp_path, monkeypatch, aot_mlp):
     model, spec, shared = aot_mlp
     package = tmp_path / shared.name  # a path of its own: no other test of this process has probed it

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -56,9 +58,17 @@ def test_fp16_route_leaves_the_callers_model_alone(lite0):
     assert next(lite0.parameters()).dtype == torch.float32
 
 
+def _relu_mlp() -> torch.nn.Module:
+    """A small MLP for the torch.compile tests: one graph and batch (5), compiled once per run (inductor's cache)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(1)
+        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+
+
 @pytest.mark.slow
+@pytest.mark.xdist_group("compiled_route")  # one worker: the run's package probed, the MLP compiled, once
 def test_compiled_route_with_torch_compile():
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    model = _relu_mlp()
     spec = TensorSpec("x", "float32", (-1, 8))
     x = torch.randn(5, 8)
     # "default" keeps the test short on 2 cores; the route's default is "max-autotune" (see bench/).
@@ -66,7 +76,8 @@ def test_compiled_route_with_torch_compile():
         torch.testing.assert_close(engine(x)["y"], model(x).detach())
 
 
-@pytest.mark.slow  # an AOTInductor export and C++ compile
+@pytest.mark.slow  # the run's AOTInductor package (aot_mlp)
+@pytest.mark.xdist_group("compiled_route")  # one worker: the run's package probed, the MLP compiled, once
 def test_compiled_route_from_aot_package_without_the_model(aot_mlp):
     model, spec, package = aot_mlp
     with TorchEngine(None, [spec], ["y"], route="compiled", device="cpu", aot_package=package) as engine:
@@ -104,37 +115,29 @@ def test_load_refusals(lite0_sidecar, tmp_path):
         trtforge.load(tmp_path / "evil.json", route="eager")
 
 
-@pytest.mark.slow  # an AOTInductor export and C++ compile
-def test_compiled_route_loads_the_aot_package_beside_the_engine(tmp_path):
-    from trtforge.core.hashing import sha256_file
-    from trtforge.core.sidecar import Sidecar, write_sidecar
-    from trtforge.runtime.load import export_aot_beside
-
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)).eval()
-    engine_file = tmp_path / "mlp_fp16.engine"
-    engine_file.write_bytes(b"placeholder, not a TensorRT engine")
-    sidecar = write_sidecar(tmp_path / "mlp_fp16.json", Sidecar(
-        name="mlp_fp16", engine_file=engine_file.name, engine_size=engine_file.stat().st_size,
-        engine_sha256=sha256_file(engine_file), inputs=(TensorSpec("x", "float32", (-1, 8)),),
-        outputs=(TensorSpec("y", "float32", (-1, 4)),),
-        profiles=({"x": {"min": [1, 8], "opt": [2, 8], "max": [4, 8]}},), precision={}, builder={},
-        source={"kind": "torch"},  # no factory: only the package can run it
-    ))
+@pytest.mark.slow  # the run's AOTInductor package (aot_mlp), and a torch.compile of another model
+@pytest.mark.xdist_group("compiled_route")  # one worker: the run's package probed, the MLP compiled, once
+def test_compiled_route_loads_the_aot_package_beside_the_engine(tmp_path, aot_mlp, aot_mlp_sidecar):
+    model, _, package = aot_mlp
+    # export_aot_beside wrote the package beside the engine, named <name>_aot_<device>.pt2
+    assert package == aot_mlp_sidecar.parent / "mlp_aot_cpu.pt2" and package.is_file()
+    for name in (aot_mlp_sidecar.name, "mlp.engine"):  # the same artifact without its package
+        shutil.copyfile(aot_mlp_sidecar.parent / name, tmp_path / name)
     with pytest.raises(ValueError, match="names no factory"):
-        trtforge.load(sidecar, route="compiled", device="cpu")
-    package = export_aot_beside(sidecar, "cpu", model=model)
-    assert package == tmp_path / "mlp_fp16_aot_cpu.pt2"
-    with trtforge.load(sidecar, route="compiled", device="cpu") as engine:
+        trtforge.load(tmp_path / aot_mlp_sidecar.name, route="compiled", device="cpu")
+    with trtforge.load(aot_mlp_sidecar, route="compiled", device="cpu") as engine:
         assert engine.aot_package == package
-        x = torch.randn(3, 8)
+        x = torch.randn(5, 8)
         torch.testing.assert_close(engine(x)["y"], model(x).detach(), rtol=1e-5, atol=1e-5)
-        with pytest.raises(EngineInputError, match=r"\[1, 8\]\.\.\[4, 8\]"):
-            engine(torch.randn(5, 8))
-    # aot_package=False: the package beside the engine is ignored, the model is compiled instead.
-    with trtforge.load(sidecar, route="compiled", device="cpu", model=model, aot_package=False,
+        with pytest.raises(EngineInputError, match=r"\[1, 8\]\.\.\[8, 8\]"):
+            engine(torch.randn(9, 8))
+    # aot_package=False: the package beside the engine is ignored, the model passed is compiled instead (another
+    # model than the package's, so the outputs tell which ran; the graph of test_compiled_route_with_torch_compile)
+    other = _relu_mlp()
+    with trtforge.load(aot_mlp_sidecar, route="compiled", device="cpu", model=other, aot_package=False,
                        compile_mode="default") as engine:
         assert engine.aot_package is None
-        torch.testing.assert_close(engine(x)["y"], model(x).detach(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(engine(x)["y"], other(x).detach(), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("how", ["constructor", "load"])
