@@ -18,7 +18,7 @@ import trtforge
 from trtforge.zoo.detr_like import detr_like
 
 out = Path(sys.argv[1] if len(sys.argv) > 1 else "trtforge_out/examples")
-model = detr_like()
+model = detr_like(decoder_layers=1)  # the zoo's model with 1 of its 6 decoder layers: a quicker export and build
 art = trtforge.compile(model, (torch.zeros(1, 3, 640, 640),), precision="fp16", output_dir=out)
 print(f"built: {art.engine_path.name}")
 for spec in art.sidecar.outputs:
@@ -31,7 +31,8 @@ detections = predict(frame)
 inside = bool((detections.xyxy >= 0).all() and (detections.xyxy <= 512).all())
 print(f"{len(detections)} boxes, xyxy in the frame's pixels: {inside}")
 
-# The same call on the PyTorch model (the "eager" route rebuilds it from the factory in the sidecar).
-eager = art.predictor(route="eager", task="detection", threshold=0.0, num_detections=5)(frame)
+# The same call on the PyTorch model (the "eager" route; model= hands it this module, else it would rebuild the
+# zoo's default model from the factory the sidecar records).
+eager = art.predictor(route="eager", model=model, task="detection", threshold=0.0, num_detections=5)(frame)
 same = detections.class_id.tolist() == eager.class_id.tolist()
 print(f"same classes in ONNX Runtime and PyTorch: {same}")
