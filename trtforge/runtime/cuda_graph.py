@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from trtforge.core.errors import InvalidArgument
+from trtforge.core.errors import InvalidArgument, Unsupported
 from trtforge.runtime.placement import TORCH_CUDA, DeviceRuntime
 
 
@@ -32,6 +32,12 @@ class CapturedCall:
 
 
 _CAPTURE_STREAMS: dict[int, Any] = {}
+
+#: What torch and CUDA say when the model does something a capture cannot record (its warm-up calls ran): a
+#: copy from pageable host memory (transformers' mask helpers make a tensor from a Python number on each call),
+#: a synchronization (``.item()``, data-dependent shapes), an operation the capturing stream forbids.
+CAPTURE_REFUSED = ("during CUDA graph capture", "cudaErrorStreamCapture", "operation not permitted when stream is "
+                   "capturing", "operation failed due to a previous error during capture")
 
 
 def capture_stream(device: torch.device) -> Any:
@@ -57,7 +63,15 @@ def capture(fn: Callable[[], Any], device: torch.device, warmup: int = 2, stream
             raise InvalidArgument(f"CUDA graphs need a CUDA device, got {device}; use a route without graphs on CPU")
         index = device.index if device.index is not None else devices.current()
     side = stream if stream is not None else capture_stream(torch.device("cuda", index))
-    graph, outputs = devices.capture(fn, index, side, warmup)
+    try:
+        graph, outputs = devices.capture(fn, index, side, warmup)
+    except RuntimeError as exc:
+        if not any(mark in str(exc) for mark in CAPTURE_REFUSED):
+            raise
+        raise Unsupported(f"the model cannot be captured in a CUDA graph: {str(exc).splitlines()[0][:200]}; "
+                          "run it on route 'eager' or 'compiled', or make its forward capturable (a graph replays "
+                          "fixed GPU work: no copies from unpinned host memory, no synchronization, no shapes "
+                          "that depend on the data)") from exc
     return CapturedCall(graph, outputs)
 
 

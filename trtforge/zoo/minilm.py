@@ -32,7 +32,13 @@ class MeanPooledEncoder(nn.Module):
         self.bert = bert
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        # BERT is handed the additive (N, 1, 1, L) mask it would build from the 2-D one (0 where a token is kept,
+        # the dtype's lowest value where it is padding), which it takes as is: its own mask helper makes a tensor
+        # from a Python number on every call, a host-to-device copy that a CUDA graph cannot capture.
+        dtype = self.bert.get_input_embeddings().weight.dtype
+        keep = attention_mask[:, None, None, :].to(dtype)
+        additive = (1.0 - keep) * torch.finfo(dtype).min
+        hidden = self.bert(input_ids=input_ids, attention_mask=additive).last_hidden_state
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
         return nn.functional.normalize(pooled, dim=-1)
