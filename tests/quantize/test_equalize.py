@@ -37,6 +37,12 @@ def _onnx(module: torch.nn.Module, shape, path):
     return cleanup(load_ir(raw))
 
 
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    """``ClippingChain`` exported once for the module (seeded: every export has the same weights); tests take a copy."""
+    return _onnx(ClippingChain(), (1, 3, 16, 16), tmp_path_factory.mktemp("chain") / "chain.onnx")
+
+
 def _same(a, b, x) -> float:
     name = a.graph.inputs[0].name
     ya, yb = (ort_session(m).run(None, {name: x})[0] for m in (a, b))
@@ -44,11 +50,11 @@ def _same(a, b, x) -> float:
 
 
 @pytest.mark.slow
-def test_a_relu6_chain_that_clips_keeps_its_outputs(tmp_path):
+def test_a_relu6_chain_that_clips_keeps_its_outputs(chain):
     module = ClippingChain()
     x = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(1))
     assert (module.c1(x) > 6).float().mean() > 0.1  # the clip really bites
-    model = _onnx(module, (1, 3, 16, 16), tmp_path / "chain.onnx")
+    model = copy_model(chain)
     equalized, info = equalize(model)
     assert info["pairs"] == 2 and info["s_max"] > 2  # the factors are far from 1: a real change
     assert _same(model, equalized, x.numpy()) < 1e-5
@@ -64,11 +70,11 @@ def test_a_relu6_chain_that_clips_keeps_its_outputs(tmp_path):
 
 
 @pytest.mark.slow
-def test_unscaled_clip_bounds_would_change_the_outputs(tmp_path):
+def test_unscaled_clip_bounds_would_change_the_outputs(chain):
     """The check above can fail: the same weights with the original scalar ReLU6 are a different function."""
-    model = _onnx(ClippingChain(), (1, 3, 16, 16), tmp_path / "chain.onnx")
+    model = copy_model(chain)
     equalized, _ = equalize(model)
-    original = _onnx(ClippingChain(), (1, 3, 16, 16), tmp_path / "again.onnx")
+    original = copy_model(chain)
     for name, value in equalized.graph.initializers.items():
         if name in original.graph.initializers and value.const_value is not None:
             original.graph.initializers[name].const_value = value.const_value  # new weights, old scalar clips
@@ -101,12 +107,12 @@ def test_efficientnet_lite0_keeps_its_outputs(lite0_onnx, photo_inputs):
 
 
 @pytest.mark.slow
-def test_activation_equalization_levels_the_depthwise_inputs(tmp_path):
+def test_activation_equalization_levels_the_depthwise_inputs(chain):
     """``equalize_activations``: the depthwise conv's input channels all reach the same observed range, and
     the function is kept; the pair into the pointwise conv (not depthwise) is left alone."""
     from trtforge.quantize.methods.equalize import _middle, channel_amax, equalize_activations
 
-    model = _onnx(ClippingChain(), (1, 3, 16, 16), tmp_path / "chain.onnx")
+    model = copy_model(chain)
     rng = np.random.default_rng(3)
     batches = [{"x": rng.standard_normal((4, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
     (pair,) = [p for p in find_pairs(model) if p.depthwise]
