@@ -51,7 +51,8 @@ def _qdq_facts(model: onnx.ModelProto) -> dict:
 @pytest.mark.slow
 def test_lite0_qdq_builds_with_rtx(lite0_onnx, photo_inputs, tmp_path):
     proto = onnx.load(str(lite0_onnx))
-    result = quantize_model(proto, photo_inputs[:40], QuantConfig(), progress=False)
+    # 20 photos: 16 calibrate, 4 held back (40 cost twice the calibration and bias correction; same checks).
+    result = quantize_model(proto, photo_inputs[:20], QuantConfig(), progress=False)
     trt_facts, sim_facts = _qdq_facts(result.model), _qdq_facts(result.sim_model)
     assert trt_facts["q"] > 20 and trt_facts["int8_weights"] == len(result.plan.layers)
     assert trt_facts["scale_types"] == {onnx.TensorProto.FLOAT16}  # FP16 scales for TensorRT
@@ -65,7 +66,7 @@ def test_lite0_qdq_builds_with_rtx(lite0_onnx, photo_inputs, tmp_path):
     assert int8_coverage(result.sim_model, macs) == pytest.approx(result.report["coverage"], abs=1e-9)
     assert 0.4 < result.report["coverage"] < 1.0
     rep = result.report
-    assert rep["samples"] == {"calibration": 32, "held_back": 8}
+    assert rep["samples"] == {"calibration": 16, "held_back": 4}
     assert rep["task"] == "classification" and {"top1_agreement", "top5_overlap", "cosine_mean"} <= set(rep["measured"])
     assert rep["measured"]["cosine_mean"] > 0.95
     json.dumps(rep)  # JSON-able for the sidecar
@@ -73,7 +74,7 @@ def test_lite0_qdq_builds_with_rtx(lite0_onnx, photo_inputs, tmp_path):
     # run both in ONNX Runtime (with its FP16-scale optimiser disabled) on the held-back images.
     from trtforge.core.ort_session import session
 
-    held = photo_inputs[32:40]
+    held = photo_inputs[16:20]
     trt_graph = session(result.model.SerializeToString()).run(None, {"images": held})[0]
     sim = session(result.sim_model.SerializeToString()).run(None, {"images": held})[0]
     cos = np.sum(trt_graph * sim, axis=1) / (np.linalg.norm(trt_graph, axis=1) * np.linalg.norm(sim, axis=1))
@@ -89,7 +90,8 @@ def test_minilm_qdq_builds_with_rtx(minilm_onnx, minilm, tmp_path):
 
     _, tokenize = minilm
     proto = onnx.load(str(minilm_onnx))
-    feeds = [{k: v.numpy() for k, v in tokenize(sentences(8, offset=i), seq_len=32).items()} for i in range(0, 40, 8)]
+    # 24 sentences: 19 calibrate, 5 held back (40: 32 and 8, 3.6 CPU s against 3.0 to quantize; same checks).
+    feeds = [{k: v.numpy() for k, v in tokenize(sentences(8, offset=i), seq_len=32).items()} for i in range(0, 24, 8)]
     result = quantize_model(proto, feeds, QuantConfig(), progress=False)
     facts = _qdq_facts(result.model)
     assert facts["scale_types"] == {onnx.TensorProto.FLOAT16} and facts["int8_weights"] >= 30
