@@ -90,6 +90,15 @@ ARCHITECTURES: dict[str, tuple[str, str, str, dict, str | tuple[str, ...], tuple
     "ssd_head": ("detection", "", "", {}, "", _IMAGE),
 }
 
+#: name → {ModuleList path: how many of its layers to keep}, for a model whose config cannot make it shallower.
+#: MobileViT's stages hold 2, 4 and 3 transformer layers and 3 inverted residuals, fixed in transformers: one
+#: transformer layer each, and the stride-2 and a stride-1 (residual) block, keep every op kind; the dynamo export,
+#: its costliest in the matrix (about 8 of a 14 CPU s row), traces a third of the layers.
+DEPTHS: dict[str, dict[str, int]] = {
+    "mobilevit": {"encoder.layer.1.layer": 2, "encoder.layer.2.transformer.layer": 1,
+                  "encoder.layer.3.transformer.layer": 1, "encoder.layer.4.transformer.layer": 1},
+}
+
 
 def _conv3d_net():
     """A small 3-D conv classifier over a clip (N, C, T, H, W)."""
@@ -138,6 +147,9 @@ def build(name: str):
 
     _, model_class, config_class, fields, key, _ = ARCHITECTURES[name]
     model = getattr(T, model_class)(getattr(T, config_class)(**fields))
+    for path, keep in DEPTHS.get(name, {}).items():
+        layers = model.get_submodule(path)
+        del layers[keep:]
     from matrix_models import _plain
 
     return _plain(model, key)
