@@ -3,9 +3,6 @@ error budget, against ONNX Runtime run here and real TensorRT-RTX builds."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -181,15 +178,16 @@ def test_compile_auto_builds_for_its_targets_and_writes_what_it_measured(net, tm
 ])
 @pytest.mark.slow
 def test_cli_refuses_auto_without_calibration_data_or_a_budget(net, tmp_path, flags, match):
-    """(e) One line, exit 2, nothing written."""
+    """(e) One line, exit 2, nothing written (the command in process: tests/support/cli_in_process.py)."""
+    from cli_in_process import run
+
     path, x = net
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "out"
     flags = [str(tmp_path / "x.npy") if f == "CALIB" else f for f in flags]
-    proc = subprocess.run([sys.executable, "-m", "trtforge.cli", "build", str(path), "--precision", "auto", "-o",
-                           str(out), "-q", *flags], capture_output=True, text=True, timeout=300, check=False)
-    text = " ".join((proc.stdout + proc.stderr).split())
-    assert proc.returncode == 2 and match in text and "Traceback" not in text, text
+    done = run(["build", path, "--precision", "auto", "-o", out, "-q", *flags])
+    text = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 2 and match in text and "Traceback" not in text, text
     assert not out.exists() or not any(out.iterdir())
 
 
