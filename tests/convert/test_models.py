@@ -84,7 +84,8 @@ def test_minilm_encoder():
 def test_detr_like():
     from trtforge.zoo.detr_like import detr_like
 
-    model = detr_like(image_size=(128, 128), decoder_layers=2, num_queries=50)
+    # one decoder layer: self- and cross-attention, FFN and norms, the op kinds of two (checked) in 147 nodes, not 230
+    model = detr_like(image_size=(128, 128), decoder_layers=1, num_queries=50)
     make = lambda b: (torch.randn(b, 3, 128, 128, generator=torch.Generator().manual_seed(b)),)  # noqa: E731
     _full_coverage(model, make(2))
     check(model, make, batch=(1, 2, 3), eval_batch=3, tolerance={"rtol": 1e-3, "atol": 1e-3})
