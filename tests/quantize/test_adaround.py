@@ -92,7 +92,7 @@ def test_learned_rounding_report_is_in_the_sidecar(net, tmp_path):
     onnx.save(to_proto(model), str(path))
     art = trtforge.compile(path, precision="int8", calibration_data=x, output_dir=tmp_path / "out",
                            progress=False, cache=False, allow_unaccelerated=True,
-                           quant=QuantConfig(rounding="learned", rounding_seconds=10, include=("Conv",)))
+                           quant=QuantConfig(rounding="learned", rounding_seconds=3, include=("Conv",)))
     quant = art.sidecar.quantization
     assert quant.rounding == "learned"
     assert {layer["layer"] for layer in quant.learned_rounding["layers"]} == {"c1", "c2", "c3"}
