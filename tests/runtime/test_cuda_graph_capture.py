@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cuda_double import FakeCudaDevices
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from cuda_double import FakeCudaDevices
 from trtforge.core.errors import Unsupported
 from trtforge.runtime.cuda_graph import capture
 
