@@ -36,10 +36,10 @@ class MeanPooledEncoder(nn.Module):
         # the dtype's lowest value where it is padding), which it takes as is: its own mask helper makes a tensor
         # from a Python number on every call, a host-to-device copy that a CUDA graph cannot capture.
         dtype = self.bert.get_input_embeddings().weight.dtype
-        keep = attention_mask[:, None, None, :].to(dtype)
-        additive = (1.0 - keep) * torch.finfo(dtype).min
+        keep = attention_mask.to(dtype)  # 1 for a token, 0 for padding: BERT's mask and the pooling's weights
+        additive = (1.0 - keep[:, None, None, :]) * torch.finfo(dtype).min
         hidden = self.bert(input_ids=input_ids, attention_mask=additive).last_hidden_state
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        mask = keep.unsqueeze(-1)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
         return nn.functional.normalize(pooled, dim=-1)
 
