@@ -30,7 +30,7 @@ from trtforge.tuning.pareto import choose
 SWEEP = {"routes": ("eager", "onnxruntime", "tensorrt"), "precisions": ("fp32", "fp16"), "batches": (1, 2),
          "opt_levels": (0,), "warmup": 1, "repeats": 5, "max_minutes": 3, "progress": False}
 POINT_KEYS = {"route", "precision", "batch", "opt_batch", "builder", "p50_ms", "p99_ms", "throughput", "accuracy",
-              "pareto"}
+              "pareto", "timed_with"}
 
 
 def cache_files() -> set[str]:

@@ -57,6 +57,10 @@ def tune(
     console.print(report.table())
     for skip in report.all_skipped:
         console.print(f"skipped: {escape(skip.why)}", soft_wrap=True)
+    runoff = [p.candidate.key for p in report.points if p.timed_with]
+    if runoff:
+        console.print(f"‡ run-off: {', '.join(runoff)} came within 10 % of the best and were timed again side by "
+                      "side; the choice is theirs (docs/tune.md)", soft_wrap=True)
     console.print(f"chosen: {escape(report.chosen.line())} → {escape(str(report.artifact))} (tuned record written)",
                   soft_wrap=True)
     console.print(f"{report.measured} point(s) measured, {report.reused} reused; {report.builds} engine build(s), "

@@ -33,22 +33,25 @@ class Point:
     throughput: float
     accuracy: float
     artifact: str | None = None
+    #: the candidate keys of the run-off it was timed in, side by side (``tuning.runoff``); () timed alone
+    timed_with: tuple[str, ...] = ()
 
     def as_json(self, pareto: bool) -> dict[str, Any]:
         """The ``--json`` schema's point: route, precision, batch, opt_batch, builder, p50_ms, p99_ms, throughput,
-        accuracy, pareto."""
+        accuracy, pareto, timed_with."""
         c = self.candidate
         return {"route": c.route, "precision": c.precision, "batch": c.batch, "opt_batch": c.opt_batch,
                 "builder": c.builder, "p50_ms": self.p50_ms, "p99_ms": self.p99_ms, "throughput": self.throughput,
-                "accuracy": self.accuracy, "pareto": pareto}
+                "accuracy": self.accuracy, "pareto": pareto, "timed_with": list(self.timed_with)}
 
     def to_record(self) -> dict[str, Any]:
         """Everything, for the points file (``from_record`` reads it back)."""
-        return {**asdict(self), "candidate": asdict(self.candidate)}
+        return {**asdict(self), "candidate": asdict(self.candidate), "timed_with": list(self.timed_with)}
 
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> Point:
-        return cls(**{**data, "candidate": Candidate(**data["candidate"])})
+        return cls(**{**data, "candidate": Candidate(**data["candidate"]),
+                      "timed_with": tuple(data.get("timed_with", ()))})
 
     def line(self) -> str:
         """``eager fp32 batch 1: p99 3.1 ms, 512 items/s, accuracy 1.000``."""

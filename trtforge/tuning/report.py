@@ -70,7 +70,8 @@ class TuneReport:
         return Path(path)
 
     def table(self) -> Table:
-        """Every point; ``*`` marks the Pareto front, ``chosen`` the choice."""
+        """Every point; ``*`` marks the Pareto front, ``chosen`` the choice, ``‡`` a point the run-off timed again
+        side by side (``tuning.runoff``)."""
         table = Table(title=f"tune on {escape(self.device.describe())} (accuracy: "
                             f"{'top-1 agreement' if self.task == 'classification' else 'cosine'} vs FP32)")
         for column in ("route", "precision", "batch", "opt batch", "builder", "p50 ms", "p99 ms", "items/s",
@@ -79,6 +80,7 @@ class TuneReport:
         for point, front in zip(self.points, self.pareto, strict=True):
             c = point.candidate
             mark = ("* chosen" if point is self.chosen else "*") if front else ("chosen" if point is self.chosen else "")
+            mark = f"{mark} ‡".strip() if point.timed_with else mark
             table.add_row(c.route, c.precision, str(c.batch), "-" if c.opt_batch is None else str(c.opt_batch),
                           " ".join(f"{k}={v}" for k, v in c.builder.items()) or "-", f"{point.p50_ms:.3f}",
                           f"{point.p99_ms:.3f}", f"{point.throughput:.4g}", f"{point.accuracy:.4f}", mark)

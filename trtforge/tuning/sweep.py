@@ -29,9 +29,10 @@ from trtforge.tuning.candidates import (
     TuneConfig,
     plan_sweep,
 )
-from trtforge.tuning.measure import Builds, Counters, measure_point, reference_outputs
+from trtforge.tuning.measure import Builds, Counters, measure_point, open_candidate, reference_outputs
 from trtforge.tuning.pareto import Point, choose
 from trtforge.tuning.report import TuneReport, write_tuned_record
+from trtforge.tuning.runoff import runoff, time_side_by_side
 from trtforge.tuning.store import PointStore, versions
 from trtforge.tuning.subject import Subject, open_subject
 
@@ -70,6 +71,13 @@ class Sweep:
         if candidate.route == GRAPH_ROUTE:
             return self.builds.get(candidate.precision).sidecar_path
         return self.builds.get(candidate.precision, candidate.opt_batch, candidate.opt_level).sidecar_path
+
+    def open_point(self, point: Point) -> Any:
+        """A measured point's engine again (its artifact in the output folder, else through the cache)."""
+        path = self.builds.folder / point.artifact if point.artifact else None
+        if path is None or not path.is_file():
+            path = self.artifact_of(point.candidate)
+        return open_candidate(point.candidate, path, self.subject, self.config.device)
 
     def reference(self) -> Any:
         if self._reference is None:
@@ -180,6 +188,13 @@ def _finish(sweep: Sweep, points: list[Point], skipped: tuple[Skip, ...], left: 
         log.warning("tune: the %.3g-minute budget ran out before %d candidate(s): %s", sweep.config.max_minutes,
                     len(left), ", ".join(c.key for c in left))
     config = sweep.config
+    if sweep.counters.measured or not any(p.timed_with for p in points):  # a resumed run that measured nothing
+        points = runoff(points, config,  # keeps its run-off: nothing is timed again
+                        lambda near: time_side_by_side(near, sweep.open_point, sweep.subject.rows, config))
+        for point in points:
+            if point.timed_with:
+                sweep.store.put(point)
+        sweep.store.save()
     chosen = choose(points, config.max_p99_ms, config.min_accuracy, config.chosen_by)
     artifact = sweep.builds.folder / (chosen.artifact or sweep.base.sidecar_path.name)
     if not artifact.is_file():  # removed since the run that measured it: the cache gives it back
