@@ -107,9 +107,14 @@ def trtforge_cli(args: list[str]) -> subprocess.CompletedProcess:
 
 
 def bench_sweep(sidecar: Path, data: Path, routes: tuple[str, ...], batches: tuple[int, ...], warmup: int,
-                repeats: int) -> list[dict]:
+                window_s: float, runs: int) -> list[dict]:
     """Each route at each batch size, timed model-only on device-resident inputs (rows of ``data``), routes
-    interleaved per batch size: ``{"route", "batch", "kind": "model", "median_ms", "p99_ms", "throughput"}``."""
+    interleaved per batch size, in ``runs`` windows of about ``window_s`` seconds or more each (the rounds a
+    window needs are counted from 50 rounds first, with a 1.5x margin): ``{"route", "batch", "kind": "model", "median_ms", "p99_ms",
+    "throughput", "runs": [{"median_ms", "p99_ms", "throughput", "repeats", "seconds"}, ...], "spread"}``; the
+    top-level figures are the median over the runs, ``spread`` is (max - min) / median of the runs' throughput."""
+    import time
+
     import torch
 
     import trtforge
@@ -127,14 +132,28 @@ def bench_sweep(sidecar: Path, data: Path, routes: tuple[str, ...], batches: tup
             for call in calls.values():
                 call()  # the first call compiles or captures
             settle_compile_workers()
-            stats = measure_interleaved(calls, device, warmup=warmup, repeats=repeats, batch=batch)
+            probe = measure_interleaved(calls, device, warmup=warmup, repeats=50, batch=batch)
+            # 1.5x: rounds ran faster than the probe's (the H100 run of 2026-12-06 had windows of 11-15 s for 15)
+            repeats = max(50, int(np.ceil(1.5 * window_s * 1000 / sum(s.mean_ms for s in probe.values()))))
+            windows = []
+            for _ in range(runs):
+                start = time.perf_counter()
+                windows.append((measure_interleaved(calls, device, warmup=warmup, repeats=repeats, batch=batch),
+                                time.perf_counter() - start))
         finally:
             for engine in engines.values():
                 engine.close()
-        rows += [{"route": route, "batch": batch, "kind": "model", **s.as_dict()} for route, s in stats.items()]
-        for route, s in stats.items():
-            print(f"bench {route} batch {batch}: p50 {s.median_ms:.3f} ms, p99 {s.p99_ms:.3f} ms, "
-                  f"{s.throughput:.1f} items/s", flush=True)
+        for route in routes:
+            per_run = [{"median_ms": w[route].median_ms, "p99_ms": w[route].p99_ms, "throughput": w[route].throughput,
+                        "repeats": w[route].repeats, "seconds": round(seconds, 2)} for w, seconds in windows]
+            thr = [r["throughput"] for r in per_run]
+            row = {"route": route, "batch": batch, "kind": "model",
+                   **{k: float(np.median([r[k] for r in per_run])) for k in ("median_ms", "p99_ms", "throughput")},
+                   "runs": per_run, "spread": (max(thr) - min(thr)) / float(np.median(thr))}
+            rows.append(row)
+            print(f"bench {route} batch {batch}: p50 {row['median_ms']:.3f} ms, p99 {row['p99_ms']:.3f} ms, "
+                  f"{row['throughput']:.1f} items/s (median of {runs} windows of {windows[0][1]:.1f} s, "
+                  f"spread {row['spread']:.1%})", flush=True)
     return rows
 
 
@@ -163,6 +182,7 @@ def run(args: argparse.Namespace) -> None:
     routes = ("eager",) if args.smoke else tuple(args.route or GPU_ROUTES)
     batches = (1, 2) if args.smoke else tuple(args.batch or (1, 8))
     repeats, warmup = (3, 1) if args.smoke else (args.repeats, 10)
+    window_s, runs = (0.2, 2) if args.smoke else (args.window_seconds, args.runs)
     minutes = 1.5 if args.smoke else args.minutes
     # the data and the tune's artifacts stay outside --out (Lite0's 64 crops are 38 MB, past what a device run
     # brings back), in --state: a second command on the same warm machine (``--step sweep``) finds them there
@@ -182,7 +202,7 @@ def run(args: argparse.Namespace) -> None:
     if not tune_json.is_file():
         raise SystemExit(f"no tune result in {state}: run --step tune with the same --state first")
     tuned = json.loads(tune_json.read_text())
-    rows = bench_sweep(Path(tuned["artifact"]), data, routes, batches, warmup, repeats)
+    rows = bench_sweep(Path(tuned["artifact"]), data, routes, batches, warmup, window_s, runs)
     from trtforge.measure.routes import machine_info
 
     result = {"command": " ".join(["python", *sys.argv]), "model": args.model, "budget_minutes": minutes,
@@ -206,7 +226,9 @@ def main(argv: list[str] | None = None) -> None:
         "tune's budget; the bench sweep after it compiles the compiled route again, and a device command may run 10"))
     go.add_argument("--route", action="append", help=f"default {', '.join(GPU_ROUTES)}")
     go.add_argument("--batch", action="append", type=int, help="default 1 and 8")
-    go.add_argument("--repeats", type=int, default=100)
+    go.add_argument("--repeats", type=int, default=2000, help="the tune's timed calls per point (and per run-off round)")
+    go.add_argument("--window-seconds", type=float, default=15.0, help="the bench sweep: each window at least this long")
+    go.add_argument("--runs", type=int, default=2, help="the bench sweep: windows per batch size (median and spread)")
     go.add_argument("--min-accuracy", type=float, default=0.98)
     go.add_argument("--step", choices=("all", "tune", "sweep"), default="all", help=(
         "tune and sweep in one command, or in two on the same warm machine (a command may run 10 minutes)"))
