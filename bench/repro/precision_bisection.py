@@ -28,8 +28,8 @@ from trtforge.core.budget import ErrorBudget
 from trtforge.core.config import QuantConfig
 from trtforge.core.specs import TensorSpec
 from trtforge.debug.bisect import Int8Search, bisect_int8
-from trtforge.debug.inputs import make_inputs, split_batches
 from trtforge.debug.layerwise import layerwise
+from trtforge.measure.inputs import make_inputs, split_batches
 from trtforge.passes.cleanup import cleanup
 from trtforge.passes.graph import QDQ_OPSET, ensure_node_names, ensure_opset, load_ir, save_model
 from trtforge.passes.process import process

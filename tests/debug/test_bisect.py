@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from trtforge.cli import app
 from trtforge.debug.bisect import bisect_float, shortest_prefix
-from trtforge.debug.inputs import split_batches
+from trtforge.measure.inputs import split_batches
 from trtforge.passes.graph import load_ir
 from trtforge.passes.process import process
 from trtforge.quantize.report import run_model

@@ -16,9 +16,9 @@ from trtforge.core import trt
 from trtforge.core.sidecar import read_sidecar
 from trtforge.debug.check import check_artifact
 from trtforge.debug.doctor import artifact_verdict, gather_facts
-from trtforge.debug.inputs import save_npz
 from trtforge.debug.speedup import fp16_baseline
 from trtforge.debug.tolerances import TOLERANCES, judge
+from trtforge.measure.inputs import save_npz
 
 runner = CliRunner()
 

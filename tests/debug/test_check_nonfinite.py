@@ -13,7 +13,7 @@ import onnx
 from cli_in_process import run
 from onnx import TensorProto, helper
 
-from trtforge.debug.inputs import save_npz
+from trtforge.measure.inputs import save_npz
 
 
 def _normalize_onnx(path):

@@ -15,8 +15,8 @@ import pytest
 from trtforge.core.config import QuantConfig
 from trtforge.core.specs import TensorSpec
 from trtforge.debug.bisect import Int8Search
-from trtforge.debug.inputs import make_inputs
 from trtforge.debug.layerwise import layerwise
+from trtforge.measure.inputs import make_inputs
 from trtforge.passes.graph import QDQ_OPSET, ensure_node_names, ensure_opset, load_ir, save_model
 from trtforge.passes.process import process
 from trtforge.quantize.sensitivity import rank_groups

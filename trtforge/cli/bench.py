@@ -22,7 +22,7 @@ def bench(
     target: Annotated[str, typer.Argument(help="an .engine/.json, or zoo:efficientnet_lite0 | zoo:detr_like")],
     route: Annotated[list[str] | None, typer.Option(
         help=f"route (repeatable): {', '.join(ROUTE_NAMES)}; default {', '.join(DEFAULT_BENCH_ROUTES)}")] = None,
-    batch: Annotated[list[int] | None, typer.Option(help="batch size (repeatable)")] = None,
+    batch: Annotated[list[int] | None, typer.Option(help="batch size (repeatable); default 1 and 8, those the model takes")] = None,
     warmup: Annotated[int, typer.Option(help="untimed calls first")] = 10,
     repeats: Annotated[int, typer.Option(help="timed calls")] = 100,
     device: Annotated[str | None, typer.Option(help="cuda, cuda:1, cpu (default: the GPU if any)")] = None,
@@ -40,6 +40,6 @@ def bench(
     if unknown:
         raise InvalidArgument(f"--route {' --route '.join(unknown)}: unknown route; choose from {', '.join(ROUTE_NAMES)}")
 
-    run_bench_command(target, route or list(DEFAULT_BENCH_ROUTES), batch or [1, 8], warmup=warmup,
+    run_bench_command(target, route or list(DEFAULT_BENCH_ROUTES), batch or None, warmup=warmup,
                       repeats=repeats, device=device, json_path=json_out, png_path=png_out, console=console,
                       compile_preprocessing=compile_preprocessing)

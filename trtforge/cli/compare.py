@@ -103,7 +103,7 @@ def _layerwise(reference: Path, candidate: Path, inputs: Path | None, samples: i
             arrays = {k: data[k] for k in data.files}
     elif candidate.with_suffix(".json").is_file():  # an artifact's graph: its sidecar knows the shapes built
         from trtforge.core.sidecar import read_sidecar
-        from trtforge.debug.inputs import make_inputs
+        from trtforge.measure.inputs import make_inputs
 
         sidecar = read_sidecar(candidate.with_suffix(".json"))
         arrays = make_inputs(sidecar.inputs, sidecar.profiles, samples, sidecar.preprocessing)

@@ -256,7 +256,7 @@ def bisection_inputs(
     """
     from trtforge.core.sidecar import read_sidecar
     from trtforge.core.specs import TensorSpec
-    from trtforge.debug.inputs import make_inputs, split_batches, static_rows
+    from trtforge.measure.inputs import make_inputs, split_batches, static_rows
     from trtforge.passes.graph import input_specs, load_ir
     from trtforge.passes.process import reference_graph
 

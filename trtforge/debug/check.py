@@ -35,7 +35,9 @@ from trtforge.core.errors import MissingDependency, NotPermitted, Unsupported, s
 from trtforge.core.metrics import batch_rows, join_runs
 from trtforge.core.routes import ROUTE_PRECISION
 from trtforge.core.sidecar import Sidecar, read_sidecar
-from trtforge.debug.inputs import (
+from trtforge.debug.speedup import Speedup, fp16_baseline
+from trtforge.debug.tolerances import Judgement, judge
+from trtforge.measure.inputs import (
     batch_size,
     load_npz,
     make_inputs,
@@ -43,8 +45,6 @@ from trtforge.debug.inputs import (
     split_batches,
     unbatched,
 )
-from trtforge.debug.speedup import Speedup, fp16_baseline
-from trtforge.debug.tolerances import Judgement, judge
 from trtforge.quantize.task import task_of_outputs
 
 NEXT_STEP = ("find where it diverges: trtforge compare --layerwise {reference} {processed}")

@@ -33,7 +33,8 @@ from trtforge.core.errors import InvalidArgument, MissingFile
 from trtforge.core.metrics import batch_rows, join_runs
 from trtforge.core.specs import TensorSpec
 from trtforge.debug.check import ROUTE_PRECISION, run_batches
-from trtforge.debug.inputs import (
+from trtforge.debug.tolerances import Judgement, judge
+from trtforge.measure.inputs import (
     batch_size,
     load_npz,
     make_inputs,
@@ -42,7 +43,6 @@ from trtforge.debug.inputs import (
     split_batches,
     unbatched,
 )
-from trtforge.debug.tolerances import Judgement, judge
 
 if TYPE_CHECKING:
     from trtforge.runtime.onnxruntime_route import OnnxRuntimeEngine

@@ -30,7 +30,7 @@ import onnx_ir as ir
 from trtforge.core.memory import trim_heap
 from trtforge.core.precisions import RECORDS
 from trtforge.core.specs import TensorSpec
-from trtforge.debug.inputs import make_inputs, split_batches
+from trtforge.measure.inputs import make_inputs, split_batches
 from trtforge.passes.float16 import upcast_float16
 from trtforge.passes.graph import has_qdq, input_specs, layer_label, load_ir, ort_session, to_proto
 
@@ -241,7 +241,7 @@ def layerwise(
     tensors are read a chunk at a time, so the intermediate tensors held at once stay within
     ``max_memory`` bytes (default ``default_max_memory()``); ``progress(done, total)`` is called per chunk.
     """
-    from trtforge.debug.inputs import batch_size, static_rows
+    from trtforge.measure.inputs import batch_size, static_rows
 
     ref_model, cand_model = load_ir(reference), load_ir(candidate)
     precision = graph_precision(cand_model)

@@ -32,7 +32,6 @@ from trtforge.core.routes import ENGINE_ROUTES, ROUTE_NAMES
 from trtforge.core.specs import TensorSpec
 from trtforge.measure.timing import LatencyStats, measure, measure_interleaved, settle_compile_workers
 from trtforge.runtime.protocol import Engine
-from trtforge.runtime.tensors import torch_dtype
 from trtforge.vision.predictor import Predictor
 from trtforge.vision.preprocess import Preprocessor
 from trtforge.zoo.detr_like import DETR_LIKE_PREPROCESSING
@@ -48,6 +47,9 @@ class BenchModel:
     inputs: tuple[TensorSpec, ...]
     preprocessing: PreprocessConfig
     task: str
+    profiles: tuple[dict[str, Any], ...] = ()  # a built engine's optimization profiles (the batches it takes)
+    #: the FP32 reference each route is checked against (None: the eager route of ``open``)
+    open_reference: Callable[[Any], Engine] | None = None
 
 
 @dataclass(frozen=True)
@@ -116,20 +118,28 @@ def write_zoo_sidecar(folder: Path, name: str) -> Path:
 def sidecar_bench_model(path: str | Path) -> BenchModel:
     """A built engine (its sidecar), opened with ``trtforge.load`` on each route."""
     from trtforge.core.sidecar import read_sidecar
-    from trtforge.runtime.load import load
+    from trtforge.runtime.load import load, route_options
 
     sidecar = read_sidecar(Path(path))  # no preprocessing record: model-only rows (no end-to-end timing)
     task = "detection" if len(sidecar.outputs) >= 2 else "classification"
 
-    def open_route(route: str, device: Any) -> Engine:
+    def open_route(route: str, device: Any, reference: bool = False) -> Engine:
         if route == "onnxruntime" and torch.device(device).type == "cuda":
             import onnxruntime as ort
 
             if "CUDAExecutionProvider" not in ort.get_available_providers():
                 device = "cpu"  # the reference route runs where ONNX Runtime can
-        return load(path, route=route, device=device)
+        # a route runs the artifact at its own precision, as check and serve do; the reference is the FP32 graph
+        return load(path, route=route, device=device, **({} if reference else route_options(route)))
 
-    return BenchModel(sidecar.name, open_route, sidecar.inputs, sidecar.preprocessing, task)
+    def open_reference(device: Any) -> Engine:
+        try:
+            return open_route("eager", device, reference=True)
+        except ValueError:  # no PyTorch model behind this engine: the FP32 reference graph in ONNX Runtime
+            return open_route("onnxruntime", device, reference=True)
+
+    return BenchModel(sidecar.name, open_route, sidecar.inputs, sidecar.preprocessing, task, tuple(sidecar.profiles),
+                      open_reference)
 
 
 def machine_info() -> dict[str, Any]:
@@ -153,11 +163,49 @@ def machine_info() -> dict[str, Any]:
 
 
 def example_input(spec: TensorSpec, batch: int, device: Any, seed: int = 0) -> torch.Tensor:
-    """A seeded random input in [-2, 2) (never zeros) with the batch axis set."""
-    shape = [batch if (i == 0 and d < 0) else d for i, d in enumerate(spec.shape)]
-    generator = torch.Generator().manual_seed(seed)
-    x = torch.rand(shape, generator=generator) * 4 - 2
-    return x.to(torch_dtype(spec.dtype)).to(device)
+    """One input at ``batch`` (its dim 0 where that is dynamic), seeded, on ``device``: ``example_inputs``' rule for a
+    single tensor (the bench scripts' image input)."""
+    from trtforge.measure.inputs import make_inputs
+
+    return torch.from_numpy(np.ascontiguousarray(make_inputs((spec,), (), batch, seed=seed)[spec.name])).to(device)
+
+
+def example_inputs(bench_model: BenchModel, batch: int, device: Any, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Every input of ``bench_model`` at ``batch``, seeded, on ``device``: ``check``'s rule for made inputs
+    (``measure.inputs.make_inputs``: standard normal floats, 0/1 integer ids and masks; dims the profiles fix)."""
+    from trtforge.measure.inputs import make_inputs
+
+    arrays = make_inputs(bench_model.inputs, bench_model.profiles, batch, seed=seed)
+    return {name: torch.from_numpy(np.ascontiguousarray(a)).to(device) for name, a in arrays.items()}
+
+
+def feed_batch(feed: dict[str, torch.Tensor]) -> int:
+    """The batch of one call's inputs: dim 0 of the first input that has one (1: no inputs, or scalars)."""
+    return next((int(v.shape[0]) for v in feed.values() if v.dim()), 1)
+
+
+def bench_batches(model: BenchModel, batches: Sequence[int] | None) -> list[int]:
+    """The batch sizes to time: ``batches`` when the model takes each (else one line naming what it takes), or
+    by default those of 1 and 8 it takes (its own batch when it takes neither)."""
+    from trtforge.core.errors import spelled
+    from trtforge.measure.inputs import batch_range
+
+    span = batch_range(model.inputs, model.profiles)
+    if batches is None:
+        low, high = span or (1, 8)
+        return [b for b in (1, 8) if low <= b <= high] or [low]
+    if any(b < 1 for b in batches):
+        raise InvalidArgument(f"batch sizes must be ≥ 1, got {list(batches)}")
+    outside = [b for b in batches if span is not None and not span[0] <= b <= span[1]]
+    if outside:
+        takes = f"batch {span[0]} only" if span[0] == span[1] else f"batches {span[0]} to {span[1]}"
+        fix = spelled(cli=f"--batch {span[0]}", python=f"batches=[{span[0]}]")
+        more = spelled(cli="build --dynamic-batch --batch MIN:OPT:MAX",
+                       python="compile(..., dynamic_batch=True, batch='MIN:OPT:MAX')")
+        raise InvalidArgument(f"batch {', '.join(map(str, outside))}: {model.name} takes {takes} (its inputs' dim 0 "
+                              f"and its profiles); bench it with {fix}, or build it for more ({more}, "
+                              "docs/batching.md)")
+    return list(batches)
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -359,7 +407,7 @@ def _bench_route(bench_model: BenchModel, route: str, label: str, batches: Seque
     engine = bench_model.open(route, device)
     try:
         for batch in batches:
-            x = example_input(bench_model.inputs[0], batch, engine.device)
+            x = example_inputs(bench_model, batch, engine.device)
             first_call_s = (_check_against_reference(bench_model, engine, route, label, x, references[batch], result)
                             if references is not None else 0.0)
             say(f"{bench_model.name} / {route} / b{batch}: model only and end to end, side by side "
@@ -378,28 +426,24 @@ def _references(bench_model: BenchModel, batches: Sequence[int], device: torch.d
                 say: Callable[[str], None] = lambda _msg: None) -> dict[int, dict] | None:
     """Eager FP32 outputs per batch (ONNX Runtime's when no PyTorch model is behind the engine); None
     (rows without checks) when neither route opens."""
-    spec = bench_model.inputs[0]
     try:
-        reference_engine = bench_model.open("eager", device)
-    except ValueError:  # no PyTorch model behind this engine: ONNX Runtime is the reference
-        try:
-            reference_engine = bench_model.open("onnxruntime", device)
-        except (ValueError, OSError, ImportError) as exc:
-            say(f"{bench_model.name}: no reference route opens ({exc}); timing without accuracy checks")
-            return None
+        reference_engine = (bench_model.open_reference or (lambda d: bench_model.open("eager", d)))(device)
+    except (ValueError, OSError, ImportError) as exc:
+        say(f"{bench_model.name}: no reference route opens ({exc}); timing without accuracy checks")
+        return None
     references = {}
     with reference_engine as eager:
         for batch in batches:
-            references[batch] = {k: v.clone() for k, v in eager(example_input(spec, batch, eager.device)).items()}
+            references[batch] = {k: v.clone() for k, v in eager(**example_inputs(bench_model, batch, eager.device)).items()}
     _free(device)
     return references
 
 
-def _check_against_reference(bench_model: BenchModel, engine: Engine, route: str, label: str, x: torch.Tensor,
+def _check_against_reference(bench_model: BenchModel, engine: Engine, route: str, label: str, x: dict[str, torch.Tensor],
                              reference: dict, result: BenchResult) -> float:
     """The first call, checked against the reference into ``result.checks``; returns its seconds."""
     t0 = time.perf_counter()
-    first = {k: v.clone() for k, v in engine(x).items()}
+    first = {k: v.clone() for k, v in engine(**x).items()}
     first_call_s = time.perf_counter() - t0
     name = next(iter(first))
     error = relative_error(first[name], reference[name])
@@ -408,24 +452,24 @@ def _check_against_reference(bench_model: BenchModel, engine: Engine, route: str
         agree = float((first[name].argmax(-1).cpu() == reference[name].argmax(-1).cpu()).float().mean())
     # FP16 routes: relative error under 3e-2; top-1 agreement on random inputs is reported.
     ok = bool(error < (1e-4 if route == "eager" else 3e-2))
-    result.checks.append({"model": bench_model.name, "route": label, "batch": int(x.shape[0]), "output": name,
+    result.checks.append({"model": bench_model.name, "route": label, "batch": feed_batch(x), "output": name,
                           "rel_error": error, "top1_agreement": agree, "ok": ok, "first_call_s": first_call_s})
     return first_call_s
 
 
-def _time_model_and_predictor(bench_model: BenchModel, engine: Engine, label: str, x: torch.Tensor,
+def _time_model_and_predictor(bench_model: BenchModel, engine: Engine, label: str, x: dict[str, torch.Tensor],
                               image: np.ndarray, result: BenchResult, *, fuse: bool | None, warmup: int,
                               repeats: int) -> None:
     """The model alone and the predictor end to end (pageable, pinned, on-device frames), interleaved."""
-    batch = int(x.shape[0])
+    batch = feed_batch(x)
     if not bench_model.preprocessing:  # no preprocessing record: the model alone
-        stats = measure_interleaved({"model": lambda x=x, e=engine: e(x)}, engine.device, warmup=warmup,
+        stats = measure_interleaved({"model": lambda x=x, e=engine: e(**x)}, engine.device, warmup=warmup,
                                     repeats=repeats, batch=batch)
         result.add(bench_model.name, label, batch, "model", stats["model"], interleaved=True)
         return
     with Predictor(engine, bench_model.preprocessing, task=bench_model.task,
                    compile_preprocessing=fuse) as predictor:
-        calls = {"model": lambda x=x, e=engine: e(x), "end_to_end": lambda f=[image] * batch: predictor(f)}
+        calls = {"model": lambda x=x, e=engine: e(**x), "end_to_end": lambda f=[image] * batch: predictor(f)}
         # Frames decoded straight into the predictor's pinned buffer: no host memcpy.
         buffer = predictor.frame_buffer(batch, *image.shape[:2])
         buffer[...] = image
@@ -500,20 +544,20 @@ def open_bench_target(target: str) -> BenchModel:
 
 
 def run_bench_command(
-    target: str, routes: Sequence[str], batches: Sequence[int], *, warmup: int = 10, repeats: int = 100,
+    target: str, routes: Sequence[str], batches: Sequence[int] | None, *, warmup: int = 10, repeats: int = 100,
     device: Any = None, json_path: str | Path | None = None, png_path: str | Path | None = None, console: Any = None,
     compile_preprocessing: bool | None = None,
 ) -> BenchResult:
-    """What ``trtforge bench`` does: time, print the table, write JSON and PNG when asked."""
+    """What ``trtforge bench`` does: time, print the table, write JSON and PNG when asked (``batches`` None: those
+    of 1 and 8 the model takes)."""
     from rich.console import Console
 
     unknown = [r for r in routes if r not in ROUTE_NAMES]
     if unknown:
         raise InvalidArgument(f"unknown route(s) {unknown}; choose from {ROUTE_NAMES}")
-    if any(b < 1 for b in batches):
-        raise InvalidArgument(f"batch sizes must be ≥ 1, got {list(batches)}")
     console = console or Console()
     model = open_bench_target(target)
+    batches = bench_batches(model, batches)
     if target.startswith("zoo:") and set(ENGINE_ROUTES) & set(routes):
         raise InvalidArgument(f"zoo targets run the PyTorch routes only; give an engine path for "
                               f"{'/'.join(ENGINE_ROUTES)}")

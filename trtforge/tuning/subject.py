@@ -64,7 +64,7 @@ class Subject:
 
 
 def _read_data(data: Any) -> dict[str, np.ndarray]:
-    from trtforge.debug.inputs import read_npz
+    from trtforge.measure.inputs import read_npz
 
     if isinstance(data, (str, Path)):
         if Path(data).suffix != ".npz":

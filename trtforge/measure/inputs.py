@@ -1,4 +1,4 @@
-"""Inputs for ``check`` and ``compare``: from a saved ``.npz``, or made from the specs and profiles.
+"""Inputs for ``check``, ``compare`` and ``bench``: from a saved ``.npz``, or made from the specs and profiles.
 
 An image model whose sidecar records its preprocessing gets real photo crops (scikit-image's
 photos, through the one preprocessing), so task metrics such as top-1 agreement mean something;
@@ -50,6 +50,25 @@ def batch_size(specs: Sequence[TensorSpec], profiles: Sequence[Mapping[str, Any]
     maxes = [p[first.name]["max"][0] for p in profiles if first.name in p]
     best = max(opts) if opts else CHECK_BATCH
     return max(1, min(best, max(maxes) if maxes else best, count))
+
+
+def batch_range(specs: Sequence[TensorSpec], profiles: Sequence[Mapping[str, Any]]) -> tuple[int, int] | None:
+    """(smallest, largest) batch a model takes: 1 and 1 with no sample axis (``unbatched``), its dim 0 twice when
+    that is static, the profiles' smallest ``min`` and largest ``max`` when dynamic (None: no profile bounds it).
+
+    Example:
+        >>> batch_range((TensorSpec("x", "float32", (-1, 3)),), ({"x": {"min": [1, 3], "max": [16, 3]}},))
+        (1, 16)
+    """
+    if unbatched(specs):
+        return 1, 1
+    rows = static_rows(specs, 1)
+    if rows is not None:
+        return rows, rows
+    first = specs[0].name
+    mins = [int(p[first]["min"][0]) for p in profiles if first in p]
+    maxes = [int(p[first]["max"][0]) for p in profiles if first in p]
+    return (min(mins), max(maxes)) if mins and maxes else None
 
 
 def static_rows(specs: Sequence[TensorSpec], count: int) -> int | None:
