@@ -49,6 +49,22 @@ class Builds:
             return self.subject.name
         return f"{self.subject.name}_ob{opt_batch}_O{opt_level}"
 
+    def data_shapes(self, opt_batch: int) -> tuple:
+        """An ONNX file whose inputs have dynamic dims beyond the batch: every input's profile, the batch range of
+        the sweep with the other dims as ``--data`` has them (the shapes tune measures at); () otherwise."""
+        if not isinstance(self.subject.source, Path):
+            return ()
+        import onnx
+
+        from trtforge.capture.onnx_file import graph_io
+
+        specs = graph_io(onnx.load(self.subject.source, load_external_data=False))[0]
+        if not any(d < 0 for spec in specs for d in spec.shape[1:]):
+            return ()
+        return tuple((spec.name, tuple((b, *self.subject.data[spec.name].shape[1:])
+                                       for b in (1, opt_batch, self.batches[-1])))
+                     for spec in specs if spec.name in self.subject.data)
+
     def get(self, precision: str, opt_batch: int | None = None, opt_level: int | None = None) -> Any:
         """The artifact (``trtforge.Artifact``) of this build: made once per run, a cache hit when built before."""
         from trtforge.pipeline import compile as compile_model
@@ -61,8 +77,10 @@ class Builds:
             options: dict[str, Any] = {"input_names": self.subject.input_names} if module else {}
             if precision in QUANTIZED_PRECISIONS:
                 options["calibration_data"] = self.subject.data
+            shapes = self.data_shapes(opt_batch)
+            batch = {"shapes": shapes} if shapes else {"batch": [(1, opt_batch, self.batches[-1])]}
             art = compile_model(self.subject.source, self.subject.example_inputs(), precision=precision,
-                                batch=[(1, opt_batch, self.batches[-1])], optimization_level=opt_level,
+                                **batch, optimization_level=opt_level,
                                 output_dir=self.folder, name=self.name(opt_batch, opt_level),
                                 preprocessing=self.subject.preprocessing, progress=False, overwrite=True, **options)
             hit = bool((art.sidecar.builder.cache or {}).get("hit"))
@@ -85,7 +103,7 @@ def reference_outputs(base: Any, subject: Subject, batch: int) -> dict[str, np.n
     """The FP32 reference's outputs on every sample: the reference graph in ONNX Runtime (``check``'s reference),
     or for a PyTorch-only run (``base.torch_reference``) the model in FP32 on the CPU."""
     from trtforge.debug.check import run_batches
-    from trtforge.debug.inputs import split_batches
+    from trtforge.measure.inputs import split_batches
     from trtforge.runtime.load import load
 
     route, options = ("eager", {"model": subject.model}) if base.torch_reference else ("onnxruntime", {})
@@ -114,8 +132,8 @@ def measure_point(candidate: Candidate, sidecar_path: Path, subject: Subject, re
     import torch
 
     from trtforge.debug.check import run_batches
-    from trtforge.debug.inputs import split_batches
     from trtforge.debug.tolerances import judge
+    from trtforge.measure.inputs import split_batches
     from trtforge.measure.timing import measure
 
     with open_candidate(candidate, sidecar_path, subject, config.device) as engine:
