@@ -29,6 +29,9 @@ def quantize_sensitivity(
     precision: Annotated[str, typer.Option(help=f"{' | '.join(QUANTIZED_PRECISIONS)}: the precision each layer "
                                                 "is tried in")] = QUANTIZED_PRECISIONS[0],
     top: Annotated[int | None, typer.Option(help="show only the N most harmful")] = None,
+    calib_batch_size: Annotated[int, typer.Option(help="calibration batch size (when the graph's batch is dynamic)")
+                                ] = QuantConfig.batch_size,
+    holdout: Annotated[float, typer.Option(help="share of samples held back, e.g. 0.2")] = QuantConfig.holdout,
 ) -> None:
     """Quantize one layer (or block) at a time and rank them by the output error they cause."""
     from trtforge.capture.onnx_file import load_onnx
@@ -36,6 +39,6 @@ def quantize_sensitivity(
 
     if precision not in QUANTIZED_PRECISIONS:
         raise ConfigError(f"--precision {precision}: choose one of {', '.join(QUANTIZED_PRECISIONS)}")
-    rows = sensitivity_table(load_onnx(model), data, QuantConfig(calibrator=calibrator),
+    rows = sensitivity_table(load_onnx(model), data, QuantConfig(calibrator=calibrator, batch_size=calib_batch_size, holdout=holdout),
                              read_preprocessing_json(preprocessing), precision=precision)
     print_sensitivity(rows, top, precision)

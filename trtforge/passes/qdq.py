@@ -165,6 +165,8 @@ class _QdqWriter:
             self.graph.insert_before(self.graph[0], self.weight_nodes)
         for name, value in list(self.graph.initializers.items()):
             if not value.uses() and not value.is_graph_output():
+                if value.is_graph_input():  # a weight listed as an input too (IR 3 and older): a dead input now
+                    self.graph.inputs.remove(value)
                 del self.graph.initializers[name]
 
 

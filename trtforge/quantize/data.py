@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from PIL import UnidentifiedImageError
 
-from trtforge.core.errors import InvalidArgument
+from trtforge.core.errors import InvalidArgument, spelled
 from trtforge.core.preprocessing import ImageLike, PreprocessConfig, preprocess_images
 
 log = logging.getLogger(__name__)
@@ -296,7 +296,7 @@ def check_count(samples: Sequence[dict], batch_size: int, held_back: int) -> Non
         raise CalibrationDataError(
             f"{len(samples)} calibration samples are too few: one batch of {batch_size} plus {held_back} "
             f"held back for the accuracy report needs {need}. Give more samples (128 is typical), or lower "
-            "QuantConfig.batch_size / holdout"
+            + spelled(cli="--calib-batch-size / --holdout", python="QuantConfig.batch_size / holdout")
         )
 
 

@@ -118,6 +118,21 @@ def spec_of(precision: str, config: QuantConfig | None = None) -> PrecisionSpec:
     return spec
 
 
+#: The fix of a graph with nothing to quantize, in Python terms (the CLI's is ``--precision fp16``).
+FP16_FIX = "precision='fp16'"
+
+
+def require_candidates(spec: PrecisionSpec, analysis: Analysis) -> None:
+    """Refuse, in one line naming the fix, a graph in which ``spec`` finds nothing to quantize (before any
+    calibration: ``build``, ``compile`` and ``quantize sensitivity`` alike)."""
+    if spec.candidates(analysis).candidates:
+        return
+    what = ("MatMul or Gemm layer with a constant 2-D weight (weight-only quantizes GEMM weights)" if spec.weight_only
+            else "Conv, ConvTranspose, MatMul or Gemm layer with float inputs")
+    raise InvalidArgument(f"the graph has no {what} to quantize; build it with "
+                          f"{spelled(cli='--precision fp16', python=FP16_FIX)} instead")
+
+
 def precision_of(layer: QuantLayer) -> str:
     """The quantized precision ``layer`` runs in, read from its inputs (a ``precision="auto"`` plan mixes them).
 

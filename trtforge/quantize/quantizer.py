@@ -36,7 +36,7 @@ import onnx_ir as ir
 from trtforge.cache.calib_cache import CalibrationCache
 from trtforge.core.budget import ErrorBudget, resolve_budget
 from trtforge.core.config import QuantConfig, check_quant_options
-from trtforge.core.errors import InvalidArgument, spelled
+from trtforge.core.errors import InvalidArgument
 from trtforge.core.preprocessing import PreprocessConfig
 from trtforge.passes.graph import (
     ensure_node_names,
@@ -60,7 +60,7 @@ from trtforge.quantize.data import CalibrationDataError, data_hash
 from trtforge.quantize.driver import measured, run_stage
 from trtforge.quantize.method import State, Tools
 from trtforge.quantize.methods import adaround
-from trtforge.quantize.precision import PrecisionSpec, check_without_data, spec_of
+from trtforge.quantize.precision import PrecisionSpec, check_without_data, require_candidates, spec_of
 from trtforge.quantize.progress import progress_bar
 from trtforge.quantize.report import (
     finish_report,
@@ -75,16 +75,6 @@ log = logging.getLogger(__name__)
 
 #: What a weight-only report says when no calibration data was given (``QuantizationRecord.calibration_data``).
 NO_DATA = "none: weight scales from the weights alone (absmax per channel or block); no accuracy measured"
-
-#: The fix of a graph with nothing to quantize, in Python terms (the CLI's is ``--precision fp16``).
-FP16_FIX = "precision='fp16'"
-
-
-def _what(spec: PrecisionSpec) -> str:
-    if spec.weight_only:
-        return "MatMul or Gemm layer with a constant 2-D weight (weight-only quantizes GEMM weights)"
-    return "Conv, ConvTranspose, MatMul or Gemm layer with float inputs"
-
 
 @dataclass
 class QuantResult:
@@ -144,9 +134,7 @@ def _calibrated(model: ir.Model, data: CalibrationSet, config: QuantConfig, spec
     """The graph's analysis, its full plan (every candidate, calibrated) and the data hash; refuses a graph
     with nothing to quantize before calibrating."""
     analysis = placement.analyse(model)
-    if not spec.candidates(analysis).candidates:
-        raise InvalidArgument(f"the graph has no {_what(spec)} to quantize; build it with "
-                              f"{spelled(cli='--precision fp16', python=FP16_FIX)} instead")
+    require_candidates(spec, analysis)
     amax, shapes, data_sha = _calibrate_cached(model, analysis, data, config, spec, report, bar)
     return analysis, build_full_plan(model, analysis, amax, shapes, config.calibrator, spec), data_sha
 
@@ -295,9 +283,7 @@ def quantize_weights(fp32: ir.Model | onnx.ModelProto, config: QuantConfig, spec
     model = ensure_node_names(ensure_opset(fresh_ir(fp32), spec.opset))
     task = detect_task(model, config.task)
     analysis = placement.analyse(model)
-    if not spec.candidates(analysis).candidates:
-        raise InvalidArgument(f"the graph has no {_what(spec)} to quantize; build it with "
-                              f"{spelled(cli='--precision fp16', python=FP16_FIX)} instead")
+    require_candidates(spec, analysis)
     full = build_full_plan(model, analysis, {}, _shapes_without_data(model, analysis, config, spec),
                            config.calibrator, spec)
     plan = _start_plan(spec.candidates(analysis), full, config)

@@ -28,7 +28,7 @@ from trtforge.passes.qdq import QuantPlan, apply_plan
 from trtforge.quantize import placement
 from trtforge.quantize.calibration import build_full_plan, calibrate_model, split_samples
 from trtforge.quantize.placement import Analysis
-from trtforge.quantize.precision import spec_of
+from trtforge.quantize.precision import require_candidates, spec_of
 from trtforge.quantize.progress import progress_bar
 from trtforge.quantize.report import per_sample_errors, run_model
 
@@ -166,8 +166,9 @@ def sensitivity_table(
     config = config or QuantConfig()
     spec = spec_of(precision, config)
     model = ensure_node_names(ensure_opset(fresh_ir(model), spec.opset))
-    data = split_samples(model, calibration_data, config, preprocessing)
     everything = placement.analyse(model)
+    require_candidates(spec, everything)  # before the data is read: one line, no traceback
+    data = split_samples(model, calibration_data, config, preprocessing)
     analysis = spec.candidates(everything)
     rules = placement.decide(analysis, config.exclude, config.include, rules=spec.rules)
     with progress_bar(progress) as bar:
