@@ -69,8 +69,8 @@ test: setup lint docs
 test-fast: setup lint
 	$(PYTEST) --durations=25 -m "not slow and not serve_load"
 
-#: The whole command × model matrix: every command on every architecture's first file (make test runs the wider
-#: set of architectures with a subset: tests/matrix/driver.py, row_cells). About 10 min on the 2-core machine.
+#: The command × model matrix alone, with serve on every first file (make test serves twelve: tests/matrix/driver.py,
+#: SERVE_ROWS; every other command runs on every architecture in both).
 test-matrix: setup
 	TRTFORGE_MATRIX=full $(PYTEST) tests/matrix
 

@@ -35,7 +35,26 @@ import matrix_models  # noqa: E402
 PAGE = ROOT / "docs" / "conformance.md"
 BEGIN, END = "<!-- matrix:begin -->", "<!-- matrix:end -->"
 SYMBOL = {"pass": "pass", "refused": "refused", "n/a": "-", "traceback": "**TRACEBACK**",
-          "self-compare": "**SELF-COMPARE**", "messy": "**MESSY**"}
+          "self-compare": "**SELF-COMPARE**", "messy": "**MESSY**", "wrong": "**WRONG**"}
+
+
+#: What ``make test`` runs of the matrix (``driver.row_cells``), said on the page above the table.
+SCOPE = (
+    "**What `make test` runs** (since session 18): every command the docs show, on every architecture's "
+    "first file (dynamo; TorchScript for the three models the dynamo exporter cannot export, "
+    "`DYNAMO_EXPORT_FAILS`), each from another folder: `inspect`, `build` at FP32, FP16, BF16, INT8, FP8 "
+    "and the weight-only INT8 and INT4 (without data), `check` of each, `compare` (and `--layerwise` at "
+    "FP16 and BF16), `debug precision`, `export triton` (both backends), `build --dynamic-batch` and its "
+    "`check` at batches of 2 and 1, `quantize sensitivity`, `bench` on the onnxruntime route, and the "
+    "direct path (`coverage`, `build --path direct`) once per model. Every second file gets the short set "
+    "(`inspect onnx`, `build fp16`, `inspect fp16`, `check fp16`, `compare onnx-vs-fp16`, `compare "
+    "--layerwise fp16`, `export triton tensorrt`). `serve` (a real tritonserver, one request, its answer "
+    "against the same graph run in process) runs on twelve first files, one per kind of input and output "
+    "(`driver.SERVE_ROWS`: images, dynamic dims, token ids, audio frames, detector heads, multimodal, "
+    "int64 and bool inputs, a scalar output, an input that is also an output, no input): a server's start "
+    "and stop cost about 8 s a row. `make test-matrix` (`TRTFORGE_MATRIX=full`, and `bench/matrix.py`, "
+    "which made the table below) serves every first file too."
+)
 
 
 def run_rows(models: list[str], rows: Path) -> None:
@@ -46,7 +65,7 @@ def run_rows(models: list[str], rows: Path) -> None:
     from cli_in_process import environment
 
     cache = Path(tempfile.mkdtemp(prefix="trtforge-matrix-cache-"))
-    # every command on every architecture (make test runs a subset of the wider set: driver.row_cells)
+    # serve on every first file too (make test serves driver.SERVE_ROWS)
     full = {"TRTFORGE_MATRIX": os.environ.get("TRTFORGE_MATRIX", "full")}
     with environment({"TRTFORGE_CACHE_DIR": str(cache), "COLUMNS": "200", **full}), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -77,7 +96,7 @@ def table_markdown(records: list[dict]) -> tuple[str, Table]:
         problems += [f"| {record['model']} | every ONNX cell | n/a | {fileless[0]['line'].replace('|', '/')} |"
                      for _ in fileless[:1]]
         problems += [f"| {record['model']} | {c['cell']} | {c['outcome']} | {c['line'].replace('|', '/')} |"
-                     for c in record["cells"] if c["outcome"] in ("refused", "traceback", "self-compare", "messy")]
+                     for c in record["cells"] if c["outcome"] in ("refused", "traceback", "self-compare", "messy", "wrong")]
     total = sum(r.get("cpu_seconds", 0) for r in records)
     text = "\n".join(lines) + f"\n\n{len(records)} rows, {total:.0f} CPU s in all (the rows' driver runs, in one process)."
     if problems:
@@ -107,6 +126,7 @@ def write_page(text: str, argv: list[str], seconds: float | None) -> None:
                "was refused, or there is no ONNX file (the exporter's refusal is listed below). A traceback, a "
                "`compare` of a graph with itself, or a messy failure fails CI (tests/matrix/test_matrix.py's "
                "`KNOWN` lists the ones being fixed).\n\n"
+               f"{SCOPE}\n\n"
                f"Command: `python bench/matrix.py {' '.join(argv)}`".rstrip() + f" · {info.flavour} {info.version}, "
                f"onnxruntime {onnxruntime.__version__} · {platform.machine()} CPU, no GPU · {when}{took}\n\n"
                f"{text}\n{END}")

@@ -10,6 +10,7 @@ relative path. Builds take the cheapest builder optimization level. Its outcome 
 - ``refused``: exit 1 or 2 with exactly one ``error:`` line (a clean refusal, or a failed check);
 - ``traceback``: a traceback, the "bug in trtforge" line, or an exception out of the command;
 - ``self-compare``: a ``compare`` that ran the same graph on both sides;
+- ``wrong``: ``serve`` answered with outputs that differ from the same graph run in process;
 - ``messy``: any other exit code, or a failure with no or several ``error:`` lines;
 - ``n/a``: not run, because the build it needs was refused (that refusal is its own cell), or there is no
   ONNX file (torch's exporter refused the model: its reason is the line; a YOLO file not made).
@@ -41,6 +42,10 @@ from trtforge.builder.portability import file_suffix  # noqa: E402
 from trtforge.core.config import CompileConfig  # noqa: E402
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
+#: Weight-only precisions: built without data (issue 35 item 12), checked like the others.
+WEIGHT_ONLY = ("int8-wo", "int4-wo")
+#: The batch range of the ``--dynamic-batch`` build; its check runs 3 samples, so batches of 2 and 1.
+DYNAMIC_BATCH = "1:2:4"
 #: FP8 builds with TensorRT-RTX for the GPUs that run it.
 FP8_TARGETS = ("sm89", "sm120")
 #: Calibration samples (random) for int8 and fp8: one batch of 4 and the held-out share.
@@ -50,7 +55,17 @@ ONNX_CELLS = ("inspect onnx", *(f"build {p}" for p in PRECISIONS),
               *(f"{c} {p}" for p in PRECISIONS for c in ("inspect", "check")),
               "compare onnx-vs-fp16", "compare fp16-vs-bf16", "compare fp32-vs-int8", "compare fp16-vs-fp8",
               "compare --layerwise fp16", "compare --layerwise bf16", "debug precision fp16",
-              "export triton tensorrt", "export triton python")
+              "export triton tensorrt", "export triton python",
+              *(f"{c} {p}" for p in WEIGHT_ONLY for c in ("build", "check")),
+              "build fp16 --dynamic-batch", "check fp16 --dynamic-batch", "quantize sensitivity int8",
+              "bench onnxruntime", "tune onnxruntime", "build fp16 --refittable", "serve onnxruntime")
+#: The first files ``make test`` serves on a real tritonserver, one per kind of input and output (images, dynamic
+#: dims, token ids, audio frames, detector heads, multimodal, int64 and bool inputs, a scalar output, an input that
+#: is also an output, no input); ``TRTFORGE_MATRIX=full`` (``make test-matrix``) serves every first file. A
+#: server's start and stop cost about 8 s and 3 CPU s a row, which every row of the suite could not hold.
+SERVE_ROWS = frozenset({"ppocr_det", "ppocr_rec", "vit/dynamo", "minilm/dynamo", "whisper_encoder/dynamo",
+                        "detr/dynamo", "yolov8n", "clip_text/dynamo", "int64_bool_inputs", "scalar_output",
+                        "input_is_output", "no_input"})
 #: The cells of the second file of a torch model (``matrix_models.full_exporter`` names the first): the
 #: commands where the graph an exporter writes makes the difference (parse, passes, FP16 numerics, the layer-wise
 #: walk, the Triton export). Every precision and every other command runs on the first file; running all of
@@ -61,31 +76,19 @@ SHORT_CELLS = ("inspect onnx", "build fp16", "inspect fp16", "check fp16", "comp
 TORCH_CELLS = ("coverage", "build --path direct fp16")
 
 
-#: The first file of the wider set of architectures (tests/matrix/architectures.py) in ``make test``: the short set,
-#: BF16 and its layer-wise walk. Every ONNX cell and the direct path run on them with ``TRTFORGE_MATRIX=full``
-#: (``make test-matrix``, ``bench/matrix.py``): about 250 CPU s more than the test suite's budget holds. Their second
-#: files (mostly TorchScript's) run only there: ~70 CPU s of the suite's.
-WIDE_CELLS = (*SHORT_CELLS, "build bf16", "compare --layerwise bf16")
-
-
-def full_matrix() -> bool:
-    """Whether every architecture gets every command (``TRTFORGE_MATRIX=full``), not only the first ones."""
-    return os.environ.get("TRTFORGE_MATRIX", "") == "full"
-
-
 def row_cells(row: str) -> tuple[str, ...]:
-    """The cells ``row`` gets: every ONNX cell on a model's first file (``WIDE_CELLS`` for the wider set unless
-    ``full_matrix()``), the short set on its second (none on the wider set's second files unless ``full_matrix()``:
-    the suite's budget; the held-out sweep and ``make test-matrix`` run them); the direct path once per model."""
+    """The cells ``row`` gets: every ONNX cell on a model's first file (``serve`` on ``SERVE_ROWS`` unless
+    ``TRTFORGE_MATRIX=full``), the short set on its second, and the direct path once per model (its last
+    exporter's row)."""
     name, exporter = matrix_models.split_row(row)
     kind = matrix_models.MODELS[name][0]
-    every = full_matrix() or name not in matrix_models.ARCHITECTURES
     first = kind != "torch" or exporter == matrix_models.full_exporter(name)
-    if not first and not every:
-        return ()
-    onnx_cells = (ONNX_CELLS if every else WIDE_CELLS) if first else SHORT_CELLS
-    direct = kind == "torch" and exporter == matrix_models.EXPORTERS[-1] and every
+    direct = kind == "torch" and exporter == matrix_models.EXPORTERS[-1]
+    served = row in SERVE_ROWS or os.environ.get("TRTFORGE_MATRIX", "") == "full"
+    onnx_cells = tuple(c for c in ONNX_CELLS if served or not c.startswith("serve")) if first else SHORT_CELLS
     return onnx_cells + (TORCH_CELLS if direct else ())
+
+
 #: The line ``compare`` prints for each side that runs an ONNX graph (``A runs GRAPH``).
 RUNS_LINE = re.compile(r"^([AB]) runs (\S+\.onnx)", re.MULTILINE)
 BUG_LINE = "this is a bug in trtforge"
@@ -204,6 +207,44 @@ def _onnx_cells(name: str, work: Path, onnx_path: Path, here: Path) -> list[tupl
         ("export triton python", ["export", "triton", art["fp16"], "--repo", "../repo_py",
                                   "--backend", "python", "--route", "onnxruntime"]),
     ]
+    return table + _more_cells(name, model, out, calib, fixed, art["fp16"])
+
+
+def _more_cells(name: str, model: str, out: str, calib: str, fixed: dict,
+                fp16: str) -> list[tuple[str, list[str]]]:
+    """Weight-only builds without data, a ``--dynamic-batch`` build checked at batches of 2 and 1, the per-layer
+    sensitivity, ``bench`` and ``tune`` on the ONNX Runtime route, a refittable build (refused in one line on a
+    machine without a GPU: TensorRT-RTX compiles refittable engines on one, so ``refit`` has nothing to refit here;
+    tests/test_refit.py runs it through the TensorRT double), and ``serve`` (the cheapest level of each: the
+    command, not the speed)."""
+    shape_flags = [x for n, dims in fixed.items() for x in ("--shapes", ":".join([n] + ["x".join(map(str, dims))] * 3))]
+    # an input with fixed non-batch dims takes its batch range in --shapes (--batch and --shapes would disagree)
+    ranged = [x for n, dims in fixed.items() for x in ("--shapes", ":".join(
+        [n] + ["x".join(map(str, (b, *dims[1:]))) for b in map(int, DYNAMIC_BATCH.split(":"))]))]
+    batch_flags = ranged or ["--batch", DYNAMIC_BATCH]
+    table = []
+    for precision in WEIGHT_ONLY:
+        table += [(f"build {precision}", ["build", model, "--precision", precision, "-o", out, "--name", name, "-q",
+                                          "--opt-level", "0", *shape_flags]),
+                  (f"check {precision}", ["check", f"{out}/{name}_{precision}.json", "--route", "onnxruntime",
+                                          "--samples", "2", "--repeats", "1"])]
+    dynamic = "../out_dynamic"
+    table += [
+        ("build fp16 --dynamic-batch", ["build", model, "--precision", "fp16", "--dynamic-batch", *batch_flags,
+                                        "-o", dynamic, "--name", name, "-q", "--opt-level", "0"]),
+        ("check fp16 --dynamic-batch", ["check", f"{dynamic}/{name}_fp16.json", "--route", "onnxruntime",
+                                        "--samples", "3", "--repeats", "1"]),
+        ("quantize sensitivity int8", ["quantize", "sensitivity", model, "--data", calib, "--top", "3",
+                                       "--calib-batch-size", "4"]),
+        ("bench onnxruntime", ["bench", fp16, "--route", "onnxruntime", "--warmup", "1", "--repeats", "3",
+                               "--device", "cpu"]),
+        ("tune onnxruntime", ["tune", model, "--data", calib, "-o", "../tuned", "--route", "onnxruntime",
+                              "--precision", "fp16", "--batch", "1", "--opt-level", "0", "--warmup", "1",
+                              "--repeats", "3", "-q"]),
+        ("build fp16 --refittable", ["build", model, "--precision", "fp16", "--refittable", "-o", "../out_refit",
+                                     "--name", name, "-q", "--opt-level", "0", *shape_flags]),
+        ("serve onnxruntime", ["serve", fp16, "--route", "onnxruntime"]),
+    ]
     return table
 
 
@@ -211,6 +252,8 @@ def run_cell(argv: list[str], here: Path) -> tuple[int, str, str, str]:
     """(exit code, outcome, its line, stderr or else stdout) of one ``trtforge`` command run in process in ``here``."""
     from cli_in_process import run as trtforge
 
+    if argv[0] == "serve":
+        return serve_cell(here / argv[1])
     try:
         done, exc = trtforge(argv, cwd=here), None
         code, stdout, stderr = done.returncode, done.stdout, done.stderr
@@ -218,6 +261,44 @@ def run_cell(argv: list[str], here: Path) -> tuple[int, str, str, str]:
         code, stdout, stderr, exc = 1, "", "", error
     kind, line = outcome(argv, code, stdout, stderr, exc, here)
     return code, kind, line, stderr or stdout
+
+
+def serve_cell(sidecar_path: Path) -> tuple[int, str, str, str]:
+    """``trtforge serve SIDECAR --route onnxruntime`` through the API the command runs (``serve.server.Server``:
+    a real tritonserver, until stopped rather than Ctrl-C), one request of the inputs ``check`` makes, and its
+    answer against the same graph run here: ``pass``; ``refused`` (a one-line user error); ``wrong`` (the served
+    answer differs: never acceptable); ``traceback``."""
+    import tritonclient.http as http
+    from tritonclient.utils import np_to_triton_dtype
+
+    from trtforge.core.errors import UserError
+    from trtforge.core.sidecar import read_sidecar
+    from trtforge.measure.inputs import make_inputs
+    from trtforge.runtime.load import load, route_options
+    from trtforge.serve.server import ServeConfig, Server, free_ports
+
+    try:
+        sidecar = read_sidecar(sidecar_path)
+        feed = make_inputs(sidecar.inputs, sidecar.profiles, 1)
+        with load(sidecar_path, route="onnxruntime", device="cpu", **route_options("onnxruntime")) as engine:
+            expected = {k: np.asarray(v) for k, v in engine(**feed).items()}
+        ports = dict(zip(("http_port", "grpc_port", "metrics_port"), free_ports(), strict=True))
+        with Server([sidecar_path], ServeConfig(route="onnxruntime", **ports)).start() as server:
+            client = http.InferenceServerClient(server.url("http").removeprefix("http://"))
+            requests = []
+            for name, value in feed.items():
+                requests.append(http.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype)))
+                requests[-1].set_data_from_numpy(value)
+            answer = client.infer(sidecar.name, requests, outputs=[http.InferRequestedOutput(o) for o in expected])
+            got = {name: answer.as_numpy(name) for name in expected}
+    except UserError as exc:
+        return 1, "refused", f"error: {exc}".splitlines()[0][:300], str(exc)
+    except Exception as exc:  # noqa: BLE001 - the cell's outcome, as run_cell reports an exception
+        return 1, "traceback", f"{type(exc).__name__}: {exc}".splitlines()[0][:300], repr(exc)
+    bad = [f"{k}: shape {got[k].shape} against {v.shape}" if got[k].shape != v.shape else
+           f"{k}: max |diff| {np.abs(got[k].astype(np.float64) - v).max():.3g}" for k, v in expected.items()
+           if got[k].shape != v.shape or not np.allclose(got[k], v, rtol=1e-5, atol=1e-6)]
+    return (1, "wrong", "; ".join(bad)[:300], "") if bad else (0, "pass", "", "")
 
 
 def _model_file(row: str, work: Path) -> tuple[Path | None, str]:
@@ -241,7 +322,7 @@ def run(row: str, work: Path) -> dict:
                                                "seconds": 0.0} for cell in row_cells(row) if cell not in TORCH_CELLS]
     for cell, argv in cells(row, work, onnx_path):
         start, cpu_start = time.perf_counter(), time.process_time()
-        missing = [a for a in argv if a.startswith("../out/") and not (here / a.split("@")[0]).exists()]
+        missing = [a for a in argv if a.startswith(("../out/", "../out_dynamic/")) and not (here / a.split("@")[0]).exists()]
         if missing and not cell.startswith("build"):
             rows.append({"cell": cell, "argv": argv, "exit": None, "outcome": "n/a", "seconds": 0.0,
                          "line": f"no {Path(missing[0].split('@')[0]).name}: its build did not write it (refused, or nothing was quantized and it wrote another precision's files)"})
