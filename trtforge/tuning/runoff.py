@@ -5,8 +5,8 @@ The sweep times each candidate alone, one after another. Between near-tied candi
 H100, MiniLM's ``compiled`` route read 18,398 items/s alone against 17,919 for ``cuda_graph`` (batch 8), and side by
 side 13,543 against 15,362 (docs/tune.md). Interleaved rounds give every contender the same clocks and neighbours,
 so the choice among them holds in a bench sweep of the same candidates. Points the run-off timed record it
-(``Point.timed_with``) in the points file: a resumed run whose contenders were timed together already re-times
-nothing.
+(``Point.timed_with``) in the points file; a resumed run that measured nothing new runs no run-off (``sweep``), and
+one that did re-times its contenders unless they were timed together already.
 
 Example:
     >>> points = runoff(points, config, lambda near: time_side_by_side(near, sweep))

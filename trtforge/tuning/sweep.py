@@ -188,8 +188,8 @@ def _finish(sweep: Sweep, points: list[Point], skipped: tuple[Skip, ...], left: 
         log.warning("tune: the %.3g-minute budget ran out before %d candidate(s): %s", sweep.config.max_minutes,
                     len(left), ", ".join(c.key for c in left))
     config = sweep.config
-    if sweep.counters.measured or not any(p.timed_with for p in points):  # a resumed run that measured nothing
-        points = runoff(points, config,  # keeps its run-off: nothing is timed again
+    if sweep.counters.measured:  # a resumed run that measured nothing times nothing: the points file's numbers
+        points = runoff(points, config,
                         lambda near: time_side_by_side(near, sweep.open_point, sweep.subject.rows, config))
         for point in points:
             if point.timed_with:
