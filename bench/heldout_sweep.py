@@ -6,7 +6,7 @@ through both of torch's exporters (``dynamo``: the weights in ``NAME.onnx.data``
 ``torchscript``: ``dynamo=False`` at opset 17) and then through every command, run in this process from another
 working folder (tests/support/cli_in_process.py). Each command's outcome is tests/matrix/driver.py's
 classification (``outcome``): ``pass`` and ``refused`` (one ``error:`` line) are fine; ``traceback``,
-``self-compare`` and ``messy`` are findings.
+``self-compare``, ``messy`` and ``wrong`` are findings.
 
 Writes ``OUT/heldout_sweep.json`` (every cell: argv, exit, outcome, line, seconds) and ``OUT/heldout_sweep.md``
 (the counts per outcome and the findings), and prints the findings as they come. docs/conformance.md's
@@ -109,7 +109,7 @@ HELD_OUT: dict[str, tuple[str, str, dict, str | tuple[str, ...], tuple[str, ...]
 EXPORTERS = ("dynamo", "torchscript")
 #: Terminal colour codes (the dynamo exporter colours its messages).
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-FINDINGS = ("traceback", "self-compare", "messy")
+FINDINGS = ("traceback", "self-compare", "messy", "wrong")
 
 
 def _conv3d_resnet():
@@ -238,7 +238,7 @@ def _calibration(model: Path, path: Path, count: int = 8) -> Path:
 BUILDS = {"fp32": ["--precision", "fp32"], "fp16": ["--precision", "fp16"], "bf16": ["--precision", "bf16"],
           "int8": ["--precision", "int8", "--calib", "{calib}", "--calib-batch-size", "4", "--allow-unaccelerated"],
           "fp8": ["--precision", "fp8", "--calib", "{calib}", "--calib-batch-size", "4", "--target", "sm89"],
-          "int8-wo": ["--precision", "int8-wo"],
+          "int8-wo": ["--precision", "int8-wo"], "int4-wo": ["--precision", "int4-wo"],
           "fp16-dynbatch": ["--precision", "fp16", "--dynamic-batch", "--batch", "1:2:4"]}
 
 
@@ -263,6 +263,14 @@ def cells(name: str, model: str, calib: str, torch_cells: bool) -> list[tuple[st
                                   "--target", "0.01", "--data", calib, "--samples", "4", "--held-out", "4",
                                   "--max-seconds", "3"]),
         ("export triton", ["export", "triton", "{art:fp16}", "--repo", "../repo"]),
+        ("quantize sensitivity int8", ["quantize", "sensitivity", model, "--data", calib, "--top", "3",
+                                       "--calib-batch-size", "4"]),
+        ("bench onnxruntime", ["bench", "{art:fp16}", "--route", "onnxruntime", "--warmup", "1", "--repeats", "3",
+                               "--device", "cpu"]),
+        ("tune onnxruntime", ["tune", model, "--data", calib, "-o", "../tuned", "--route", "onnxruntime",
+                              "--precision", "fp16", "--batch", "1", "--opt-level", "0", "--warmup", "1",
+                              "--repeats", "3", "-q"]),
+        ("serve onnxruntime", ["serve", "{art:fp16}", "--route", "onnxruntime"]),  # driver.serve_cell: one request
     ]
     if torch_cells:
         factory = f"heldout_sweep:{name}"
@@ -335,7 +343,7 @@ def markdown(records: list[dict], meta: dict) -> str:
         got = [r["outcome"] for r in records if r["row"] == row]
         lines.append(f"| {row} | " + " | ".join(str(got.count(k)) for k in kinds) + " |")
     findings = [r for r in records if r["outcome"] in FINDINGS]
-    lines += ["", "Findings (traceback, messy, self-compare): " + ("none." if not findings else "")]
+    lines += ["", "Findings (traceback, messy, self-compare, wrong): " + ("none." if not findings else "")]
     if findings:
         lines += ["", "| row | cell | outcome | line |", "|---|---|---|---|"]
         lines += [f"| {r['row']} | {r['cell']} | {r['outcome']} | {_cell_text(r['line'])} |" for r in findings]
@@ -379,11 +387,13 @@ def write_docs(records: list[dict], meta: dict) -> None:
              "(random weights) and two plain-PyTorch nets (a 3-D conv net, an anchor-decoding detector head), each "
              "through both exporters (dynamo with `NAME.onnx.data` beside the file, TorchScript at opset 17), every "
              "command the docs show run from another working folder: `inspect`, `build` at fp32/fp16/bf16/int8/fp8/"
-             "int8-wo and with `--dynamic-batch`, `inspect` and `check --route onnxruntime --samples 4` of each "
+             "int8-wo/int4-wo and with `--dynamic-batch`, `inspect` and `check --route onnxruntime --samples 4` of each "
              "artifact, `compare` (onnx vs fp16, fp16 vs bf16), `compare --layerwise` (fp16, bf16), `debug "
-             "precision`, `export triton`, and for the modules `coverage` and `build --path direct`. Outcomes are "
-             "tests/matrix/driver.py's: `refused` is one `error:` line (or a measured FAIL line), `traceback`, "
-             "`messy` and `self-compare` are findings. The JSON is docs/bench/heldout_sweep.json.\n\n")
+             "precision`, `export triton`, `quantize sensitivity`, `bench` and `tune` on the onnxruntime route, "
+             "`serve` on a real tritonserver (one request, its answer against the same graph in process), and for "
+             "the modules `coverage` and `build --path direct`. Outcomes are tests/matrix/driver.py's: `refused` is "
+             "one `error:` line (or a measured FAIL line); `traceback`, `messy`, `self-compare` and `wrong` (a "
+             "served answer that differs) are findings. The JSON is docs/bench/heldout_sweep.json.\n\n")
     section = f"{BEGIN}\n{intro}{markdown(records, meta)}{END}"
     if BEGIN in page:
         page = page[: page.index(BEGIN)] + section + page[page.index(END) + len(END):]
