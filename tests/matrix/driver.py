@@ -207,17 +207,16 @@ def _onnx_cells(name: str, work: Path, onnx_path: Path, here: Path) -> list[tupl
         ("export triton python", ["export", "triton", art["fp16"], "--repo", "../repo_py",
                                   "--backend", "python", "--route", "onnxruntime"]),
     ]
-    return table + _more_cells(name, model, out, calib, fixed, art["fp16"])
+    return table + _more_cells(name, model, out, calib, fixed, shape_flags, art["fp16"])
 
 
-def _more_cells(name: str, model: str, out: str, calib: str, fixed: dict,
+def _more_cells(name: str, model: str, out: str, calib: str, fixed: dict, shape_flags: list[str],
                 fp16: str) -> list[tuple[str, list[str]]]:
     """Weight-only builds without data, a ``--dynamic-batch`` build checked at batches of 2 and 1, the per-layer
     sensitivity, ``bench`` and ``tune`` on the ONNX Runtime route, a refittable build (refused in one line on a
     machine without a GPU: TensorRT-RTX compiles refittable engines on one, so ``refit`` has nothing to refit here;
     tests/test_refit.py runs it through the TensorRT double), and ``serve`` (the cheapest level of each: the
     command, not the speed)."""
-    shape_flags = [x for n, dims in fixed.items() for x in ("--shapes", ":".join([n] + ["x".join(map(str, dims))] * 3))]
     # an input with fixed non-batch dims takes its batch range in --shapes (--batch and --shapes would disagree)
     ranged = [x for n, dims in fixed.items() for x in ("--shapes", ":".join(
         [n] + ["x".join(map(str, (b, *dims[1:]))) for b in map(int, DYNAMIC_BATCH.split(":"))]))]

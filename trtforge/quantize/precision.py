@@ -122,11 +122,12 @@ def spec_of(precision: str, config: QuantConfig | None = None) -> PrecisionSpec:
 FP16_FIX = "precision='fp16'"
 
 
-def require_candidates(spec: PrecisionSpec, analysis: Analysis) -> None:
-    """Refuse, in one line naming the fix, a graph in which ``spec`` finds nothing to quantize (before any
-    calibration: ``build``, ``compile`` and ``quantize sensitivity`` alike)."""
-    if spec.candidates(analysis).candidates:
-        return
+def require_candidates(spec: PrecisionSpec, analysis: Analysis) -> Analysis:
+    """``spec``'s candidates in ``analysis``; a graph in which it finds nothing to quantize is refused in one line
+    naming the fix (before any calibration: ``build``, ``compile`` and ``quantize sensitivity`` alike)."""
+    candidates = spec.candidates(analysis)
+    if candidates.candidates:
+        return candidates
     what = ("MatMul or Gemm layer with a constant 2-D weight (weight-only quantizes GEMM weights)" if spec.weight_only
             else "Conv, ConvTranspose, MatMul or Gemm layer with float inputs")
     raise InvalidArgument(f"the graph has no {what} to quantize; build it with "

@@ -167,9 +167,8 @@ def sensitivity_table(
     spec = spec_of(precision, config)
     model = ensure_node_names(ensure_opset(fresh_ir(model), spec.opset))
     everything = placement.analyse(model)
-    require_candidates(spec, everything)  # before the data is read: one line, no traceback
+    analysis = require_candidates(spec, everything)  # before the data is read: one line, no traceback
     data = split_samples(model, calibration_data, config, preprocessing)
-    analysis = spec.candidates(everything)
     rules = placement.decide(analysis, config.exclude, config.include, rules=spec.rules)
     with progress_bar(progress) as bar:
         amax, shapes = calibrate_model(model, everything, data.calib_batches, config, bar, spec)

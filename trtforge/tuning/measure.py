@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -49,16 +50,21 @@ class Builds:
             return self.subject.name
         return f"{self.subject.name}_ob{opt_batch}_O{opt_level}"
 
-    def data_shapes(self, opt_batch: int) -> tuple:
-        """An ONNX file whose inputs have dynamic dims beyond the batch: every input's profile, the batch range of
-        the sweep with the other dims as ``--data`` has them (the shapes tune measures at); () otherwise."""
+    @cached_property
+    def _graph_inputs(self) -> tuple:
+        """The ONNX file's input specs, read once per run (none for a module)."""
         if not isinstance(self.subject.source, Path):
             return ()
         import onnx
 
         from trtforge.capture.onnx_file import graph_io
 
-        specs = graph_io(onnx.load(self.subject.source, load_external_data=False))[0]
+        return graph_io(onnx.load(self.subject.source, load_external_data=False))[0]
+
+    def data_shapes(self, opt_batch: int) -> tuple:
+        """An ONNX file whose inputs have dynamic dims beyond the batch: every input's profile, the batch range of
+        the sweep with the other dims as ``--data`` has them (the shapes tune measures at); () otherwise."""
+        specs = self._graph_inputs
         if not any(d < 0 for spec in specs for d in spec.shape[1:]):
             return ()
         return tuple((spec.name, tuple((b, *self.subject.data[spec.name].shape[1:])
