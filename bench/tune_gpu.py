@@ -13,7 +13,7 @@ together pass the 64 MiB a run may carry.
 crops, preprocessed; MiniLM: 64 sentences at 64 tokens), runs ``trtforge tune`` over the routes that run on an
 H200 (eager, cuda_graph, compiled; no TensorRT there, and TensorRT-RTX does not run on sm90: nothing is built, the
 FP32 reference is the PyTorch model), then
-a bench sweep of the chosen artifact over the same routes and batch sizes, with ``bench``'s timing code
+a bench sweep of the chosen artifact over the (route, batch) points the tune measured, with ``bench``'s timing code
 (``trtforge.measure.timing.measure_interleaved``: per batch size, the routes side by side in rotating order; the
 ``trtforge bench`` command times one image input, and MiniLM has two), and writes
 ``tune_gpu_<model>.json`` (the tune's JSON, the bench sweep's rows, the comparison, the machine) and the tune's
@@ -106,9 +106,10 @@ def trtforge_cli(args: list[str]) -> subprocess.CompletedProcess:
     return done
 
 
-def bench_sweep(sidecar: Path, data: Path, routes: tuple[str, ...], batches: tuple[int, ...], warmup: int,
+def bench_sweep(sidecar: Path, data: Path, cells: dict[int, tuple[str, ...]], warmup: int,
                 window_s: float, runs: int) -> list[dict]:
-    """Each route at each batch size, timed model-only on device-resident inputs (rows of ``data``), routes
+    """Each batch size's routes (``cells``: the points the tune measured; a candidate its budget cut is not
+    compiled here either), timed model-only on device-resident inputs (rows of ``data``), routes
     interleaved per batch size, in ``runs`` windows of about ``window_s`` seconds or more each (the rounds a
     window needs are counted from 50 rounds first, with a 1.5x margin): ``{"route", "batch", "kind": "model", "median_ms", "p99_ms",
     "throughput", "runs": [{"median_ms", "p99_ms", "throughput", "repeats", "seconds"}, ...], "spread"}``; the
@@ -123,7 +124,7 @@ def bench_sweep(sidecar: Path, data: Path, routes: tuple[str, ...], batches: tup
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     arrays = dict(np.load(data))
     rows = []
-    for batch in batches:
+    for batch, routes in sorted(cells.items()):
         inputs = {k: torch.from_numpy(np.ascontiguousarray(np.resize(v, (batch, *v.shape[1:])))).to(device)
                   for k, v in arrays.items()}
         engines = {route: trtforge.load(sidecar, route=route, device=device) for route in routes}
@@ -202,7 +203,10 @@ def run(args: argparse.Namespace) -> None:
     if not tune_json.is_file():
         raise SystemExit(f"no tune result in {state}: run --step tune with the same --state first")
     tuned = json.loads(tune_json.read_text())
-    rows = bench_sweep(Path(tuned["artifact"]), data, routes, batches, warmup, window_s, runs)
+    cells: dict[int, tuple[str, ...]] = {}
+    for point in tuned["points"]:
+        cells[point["batch"]] = (*cells.get(point["batch"], ()), point["route"])
+    rows = bench_sweep(Path(tuned["artifact"]), data, cells, warmup, window_s, runs)
     from trtforge.measure.routes import machine_info
 
     result = {"command": " ".join(["python", *sys.argv]), "model": args.model, "budget_minutes": minutes,

@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -105,6 +107,31 @@ def test_the_budget_cuts_the_sweep_and_lists_what_it_left(tuned, tmp_path):
     assert [c.key for c in report.left] == ["eager/fp32/b3", "onnxruntime/fp32/b3", "onnxruntime/fp16/b3"]
     cut = [s["why"] for s in report.as_json()["skipped"] if "budget" in s["why"]]
     assert cut == [f"{c.key}: the time budget ran out before it" for c in report.left]
+
+
+class SlowNet(TinyNet):
+    """TinyNet that takes a second a call: a candidate's cost is known (a stand-in for ``compiled``'s minutes)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(1.0)
+        return super().forward(x)
+
+
+def test_a_candidate_starts_only_if_the_time_left_covers_what_its_route_last_took(tmp_path):
+    """eager b1 takes about 3 s (2 samples checked, 1 call timed) and ends about 5 s into a 7 s budget (before
+    it: the output specs and the reference, a call each): b2 would overrun, so it is cut, and the line says why."""
+    torch.manual_seed(0)
+    data = tmp_path / "data.npz"
+    np.savez(data, x=np.random.default_rng(0).standard_normal((2, *EXAMPLE_SHAPE[1:])).astype(np.float32))
+    report = tune(SlowNet().eval(), data, tmp_path / "slow", routes=("eager",), batches=(1, 2), warmup=0,
+                  repeats=1, max_minutes=7 / 60, progress=False)
+    assert [p.candidate.key for p in report.points] == ["eager/fp32/b1"]
+    (cut,) = report.left
+    assert cut.key == "eager/fp32/b2"
+    left_s, took_s = (float(n) for n in re.fullmatch(
+        r"(\d+) s of the budget were left and the route's last candidate took (\d+) s", cut.why).groups())
+    assert 0 <= left_s < took_s and took_s >= 3
+    assert {"route": "eager", "why": f"eager/fp32/b2: {cut.why}"} in report.as_json()["skipped"]
 
 
 def test_pytorch_routes_alone_build_nothing_and_judge_against_pytorch_fp32(tuned, tmp_path):

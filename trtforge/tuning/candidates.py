@@ -140,6 +140,23 @@ class Skip:
 
 
 @dataclass(frozen=True)
+class Cut:
+    """A candidate the time budget cut, and why: the budget ran out, or what is left would not cover what the
+    route's last candidate took (a ``compiled`` candidate compiles for minutes)."""
+
+    candidate: Candidate
+    why: str = "the time budget ran out before it"
+
+    @property
+    def key(self) -> str:
+        return self.candidate.key
+
+    @property
+    def route(self) -> str:
+        return self.candidate.route
+
+
+@dataclass(frozen=True)
 class DeviceFacts:
     """What the plan needs of this machine: a CUDA GPU's compute capability (None: no GPU) and the TensorRT
     flavour and version that build here."""

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from trtforge.core.atomic import atomic_write_bytes
 from trtforge.core.device_identity import DeviceIdentity, this_device
-from trtforge.tuning.candidates import Candidate, Skip
+from trtforge.tuning.candidates import Cut, Skip
 from trtforge.tuning.pareto import Point, pareto_front
 
 
@@ -31,7 +31,7 @@ class TuneReport:
     pareto: tuple[bool, ...]
     chosen: Point
     skipped: tuple[Skip, ...]
-    left: tuple[Candidate, ...]
+    left: tuple[Cut, ...]
     artifact: Path
     builds: int
     cache_hits: int
@@ -42,16 +42,15 @@ class TuneReport:
     task: str
 
     @classmethod
-    def of(cls, points: list[Point], chosen: Point, skipped: tuple[Skip, ...], left: tuple[Candidate, ...],
+    def of(cls, points: list[Point], chosen: Point, skipped: tuple[Skip, ...], left: tuple[Cut, ...],
            artifact: Path, counters: Any, elapsed: float, device: DeviceIdentity, task: str) -> TuneReport:
         return cls(tuple(points), pareto_front(points), chosen, skipped, left, artifact, counters.builds,
                    counters.cache_hits, counters.measured, counters.reused, elapsed, device, task)
 
     @property
     def all_skipped(self) -> tuple[Skip, ...]:
-        """The skipped routes, then each candidate the time budget cut."""
-        cut = tuple(Skip(c.route, f"{c.key}: the time budget ran out before it") for c in self.left)
-        return self.skipped + cut
+        """The skipped routes, then each candidate the time budget cut, with why."""
+        return self.skipped + tuple(Skip(c.route, f"{c.key}: {c.why}") for c in self.left)
 
     def as_json(self) -> dict[str, Any]:
         """``{"points": [...], "chosen": {...}, "skipped": [{"route", "why"}], ...}`` (docs/tune.md)."""

@@ -23,6 +23,7 @@ from trtforge.tuning.candidates import (
     ENGINE_ROUTE,
     GRAPH_ROUTE,
     Candidate,
+    Cut,
     DeviceFacts,
     Skip,
     SweepPlan,
@@ -131,14 +132,15 @@ def _identity(base: Base, subject: Subject, config: TuneConfig) -> dict[str, Any
             "timing": {"warmup": config.warmup, "repeats": config.repeats, "device": config.device}}
 
 
-def _run(sweep: Sweep, progress: bool) -> tuple[list[Point], list[Skip], list[Candidate]]:
+def _run(sweep: Sweep, progress: bool) -> tuple[list[Point], list[Skip], list[Cut]]:
     """Every candidate, cheap first: reused when the points file has it, else built, checked and timed while
-    the budget lasts. A candidate whose build or run is refused becomes a skip with that line."""
+    the budget lasts (``_cut``). A candidate whose build or run is refused becomes a skip with that line."""
     from trtforge.builder.progress import StepProgress
 
     points: list[Point] = []
     skipped: list[Skip] = []
-    left: list[Candidate] = []
+    left: list[Cut] = []
+    took: dict[str, float] = {}  # route -> seconds its last measured candidate took (build, accuracy, timing)
     with StepProgress(f"tune {sweep.subject.name}", enabled=progress) as steps:
         for candidate in sweep.plan.candidates:
             known = sweep.store.get(candidate)
@@ -146,25 +148,40 @@ def _run(sweep: Sweep, progress: bool) -> tuple[list[Point], list[Skip], list[Ca
                 sweep.counters.reused += 1
                 points.append(known)
                 continue
-            if sweep.seconds_left() <= 0:
-                left.append(candidate)
+            cut = _cut(candidate, sweep.seconds_left(), took.get(candidate.route))
+            if cut is not None:
+                left.append(cut)
                 continue
             step = steps.stage(f"{candidate.key} (build, accuracy, timing; {sweep.seconds_left():.0f} s left)", 3)
             try:
+                reference = sweep.reference()  # once per run, outside what the candidate took
+                started = time.monotonic()
                 sidecar_path = sweep.artifact_of(candidate)
                 step()
-                point = measure_point(candidate, sidecar_path, sweep.subject, sweep.reference(), sweep.base.task,
+                point = measure_point(candidate, sidecar_path, sweep.subject, reference, sweep.base.task,
                                       sweep.config, step)
             except UserError as exc:
                 skipped.append(Skip(candidate.route, f"{candidate.key}: {exc}"))
                 log.warning("tune: %s: %s", candidate.key, exc)
                 continue
+            took[candidate.route] = time.monotonic() - started
             sweep.counters.measured += 1
             sweep.store.put(point)
             sweep.store.save()  # after each point: an interrupted run resumes from here
             points.append(point)
         _build_untimed_engines(sweep, skipped)
     return points, skipped, left
+
+
+def _cut(candidate: Candidate, seconds_left: float, route_took: float | None) -> Cut | None:
+    """A candidate starts while the budget lasts and, once its route has measured one, while the time left covers
+    what that one took: a candidate is not interrupted, and ``compiled`` compiles for minutes at each batch."""
+    if seconds_left <= 0:
+        return Cut(candidate)
+    if route_took is not None and route_took > seconds_left:
+        return Cut(candidate, f"{seconds_left:.0f} s of the budget were left and the route's last candidate took "
+                              f"{route_took:.0f} s")
+    return None
 
 
 def _build_untimed_engines(sweep: Sweep, skipped: list[Skip]) -> None:
@@ -182,11 +199,11 @@ def _build_untimed_engines(sweep: Sweep, skipped: list[Skip]) -> None:
             skipped.append(Skip(ENGINE_ROUTE, f"route {ENGINE_ROUTE}: the {precision} build is refused: {exc}"))
 
 
-def _finish(sweep: Sweep, points: list[Point], skipped: tuple[Skip, ...], left: tuple[Candidate, ...],
+def _finish(sweep: Sweep, points: list[Point], skipped: tuple[Skip, ...], left: tuple[Cut, ...],
             elapsed: float) -> TuneReport:
     if left:
-        log.warning("tune: the %.3g-minute budget ran out before %d candidate(s): %s", sweep.config.max_minutes,
-                    len(left), ", ".join(c.key for c in left))
+        log.warning("tune: the %.3g-minute budget cut %d candidate(s): %s", sweep.config.max_minutes,
+                    len(left), "; ".join(f"{c.key} ({c.why})" for c in left))
     config = sweep.config
     if sweep.counters.measured:  # a resumed run that measured nothing times nothing: the points file's numbers
         points = runoff(points, config,
